@@ -1,0 +1,37 @@
+# The README's two commands: `make serve` and `make test`. Each creates .venv and installs what it needs.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-dev
+
+.PHONY: serve test lint bench install clean
+
+$(BIN)/python:
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found; run 'make PYTHON=python3 ...'"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+install: $(STAMP)
+
+serve: $(STAMP)
+	$(BIN)/switchyard serve $(if $(CONFIG),--config $(CONFIG))
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+$(VENV)/.installed-bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	@touch $@
+
+bench: $(VENV)/.installed-bench
+	$(BIN)/python bench/overhead.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,221 @@
+"""A backend that speaks OpenAI's HTTP API: vLLM, the embedded engine's server, OpenAI itself."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+from pydantic import ValidationError
+
+from backends.balancer import LeastOutstanding
+from backends.base import AnyRequest, BackendHealth, answered_by
+from backends.sse import SSEDecodeError, iter_sse_data
+from proxy.errors import (
+    BackendError,
+    BackendRateLimited,
+    BackendRejected,
+    BackendTimeout,
+    BackendUnavailable,
+)
+from proxy.protocol import (
+    ChatCompletion,
+    ChatCompletionRequest,
+    Completion,
+    StreamChunk,
+)
+
+
+@dataclass(eq=False, slots=True)
+class Replica:
+    base_url: str
+    api_key: str | None = None
+    num_outstanding: int = 0
+    is_ready: bool = True
+    last_health: str = "not probed yet"
+    headers: dict[str, str] = field(default_factory=dict)
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        self.base_url = self.base_url.rstrip("/")
+        self.label = "openai@" + self.base_url.split("://", 1)[-1]
+        self.headers = {"content-type": "application/json"}
+        if self.api_key:
+            self.headers["authorization"] = f"Bearer {self.api_key}"
+
+
+def _retry_after_s(headers: httpx.Headers) -> float | None:
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def _upstream_message(body: bytes) -> str:
+    with contextlib.suppress(ValueError, AttributeError, TypeError):
+        error = orjson.loads(body).get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+        if isinstance(error, str):
+            return error
+    return body[:200].decode("utf-8", "replace").strip() or "no body"
+
+
+class OpenAIHTTPBackend:
+    """One public model served by one or more OpenAI-compatible replicas over a shared client."""
+
+    def __init__(
+        self,
+        name: str,
+        replicas: list[Replica],
+        client: httpx.AsyncClient,
+        *,
+        upstream_model: str | None = None,
+        read_timeout_s: float | None = None,
+        health_timeout_s: float = 2.0,
+    ) -> None:
+        if not replicas:
+            raise ValueError("a backend needs at least one replica")
+        self.name = name
+        self.replicas = replicas
+        self.upstream_model = upstream_model or name
+        self._client = client
+        self._balancer = LeastOutstanding()
+        self._timeout = (
+            httpx.Timeout(client.timeout.connect, read=read_timeout_s, write=30.0, pool=30.0)
+            if read_timeout_s is not None
+            else httpx.USE_CLIENT_DEFAULT
+        )
+        self._health_timeout_s = health_timeout_s
+
+    def _pick(self) -> Replica:
+        replica = self._balancer.pick(self.replicas)
+        answered_by.set(replica.label)
+        return replica
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def _body(self, request: AnyRequest, *, stream: bool) -> bytes:
+        body: dict[str, Any] = request.model_dump(exclude_unset=True)
+        body["model"] = self.upstream_model
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        else:
+            body.pop("stream", None)
+            body.pop("stream_options", None)
+        return orjson.dumps(body)
+
+    @staticmethod
+    def _path(request: AnyRequest) -> str:
+        return "/chat/completions" if isinstance(request, ChatCompletionRequest) else "/completions"
+
+    def _fail(self, replica: Replica, exc: Exception) -> BackendError:
+        where = f"upstream {self.name} at {replica.base_url}"
+        if isinstance(exc, httpx.TimeoutException):
+            return BackendTimeout(f"{where} timed out ({type(exc).__name__})", backend=self.name)
+        if isinstance(exc, httpx.ConnectError | httpx.RemoteProtocolError | httpx.ReadError):
+            return BackendUnavailable(f"{where} is unreachable: {exc}", backend=self.name)
+        if isinstance(exc, SSEDecodeError):
+            return BackendError(f"{where} sent a malformed stream: {exc}", backend=self.name)
+        return BackendError(f"{where} failed: {type(exc).__name__}: {exc}", backend=self.name)
+
+    def _status_error(self, replica: Replica, response: httpx.Response, body: bytes) -> BackendError:
+        status = response.status_code
+        reason = f"upstream {self.name} returned {status}: {_upstream_message(body)}"
+        retry_after_s = _retry_after_s(response.headers)
+        if status == 429:
+            return BackendRateLimited(reason, backend=self.name, retry_after_s=retry_after_s)
+        if status in (400, 404, 413, 422):
+            return BackendRejected(reason, backend=self.name, status_code=400 if status == 422 else status)
+        if status in (502, 503):
+            return BackendUnavailable(reason, backend=self.name, retry_after_s=retry_after_s)
+        if status == 504:
+            return BackendTimeout(reason, backend=self.name)
+        return BackendError(reason, backend=self.name)
+
+    async def complete(self, request: AnyRequest) -> ChatCompletion | Completion:
+        replica = self._pick()
+        replica.num_outstanding += 1
+        try:
+            response = await self._client.post(
+                replica.base_url + self._path(request),
+                content=self._body(request, stream=False),
+                headers=replica.headers,
+                timeout=self._timeout,
+            )
+        except httpx.HTTPError as exc:
+            raise self._fail(replica, exc) from exc
+        finally:
+            replica.num_outstanding -= 1
+        if response.status_code != 200:
+            raise self._status_error(replica, response, response.content)
+        result_type = ChatCompletion if isinstance(request, ChatCompletionRequest) else Completion
+        try:
+            return result_type.model_validate_json(response.content)
+        except ValidationError as exc:
+            raise BackendError(f"upstream {self.name} sent a malformed response", backend=self.name) from exc
+
+    async def stream(self, request: AnyRequest) -> AsyncIterator[StreamChunk]:
+        replica = self._pick()
+        replica.num_outstanding += 1
+        try:
+            http_request = self._client.build_request(
+                "POST",
+                replica.base_url + self._path(request),
+                content=self._body(request, stream=True),
+                headers=replica.headers,
+                timeout=self._timeout,
+            )
+            try:
+                response = await self._client.send(http_request, stream=True)
+            except httpx.HTTPError as exc:
+                raise self._fail(replica, exc) from exc
+            try:
+                if response.status_code != 200:
+                    raise self._status_error(replica, response, await response.aread())
+                try:
+                    async for data in iter_sse_data(response.aiter_raw()):
+                        if not (data.startswith(b"{") and data.endswith(b"}")):
+                            raise SSEDecodeError(f"event data is not a JSON object: {data[:80]!r}")
+                        yield StreamChunk(data)
+                except (httpx.HTTPError, SSEDecodeError) as exc:
+                    raise self._fail(replica, exc) from exc
+            finally:
+                await response.aclose()
+        finally:
+            replica.num_outstanding -= 1
+
+    # -- health ---------------------------------------------------------------------------------
+
+    async def _probe(self, replica: Replica) -> None:
+        try:
+            response = await self._client.get(
+                replica.base_url + "/models", headers=replica.headers, timeout=self._health_timeout_s
+            )
+        except httpx.HTTPError as exc:
+            replica.is_ready, replica.last_health = False, f"{type(exc).__name__}: {exc}"
+            return
+        replica.is_ready = response.status_code == 200
+        replica.last_health = "ok" if replica.is_ready else f"GET /models returned {response.status_code}"
+
+    async def health(self) -> BackendHealth:
+        await asyncio.gather(*(self._probe(replica) for replica in self.replicas))
+        num_ready = sum(replica.is_ready for replica in self.replicas)
+        detail = "; ".join(f"{r.base_url}: {r.last_health}" for r in self.replicas)
+        return BackendHealth(
+            is_ready=num_ready > 0, detail=f"{num_ready}/{len(self.replicas)} ready; {detail}"
+        )
+
+    def is_ready(self) -> bool:
+        return any(replica.is_ready for replica in self.replicas)
+
+    async def aclose(self) -> None:
+        """The shared client belongs to the app; nothing of our own to close."""

@@ -1,0 +1,48 @@
+"""Server-sent events, read from an upstream byte stream."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator
+
+DONE = b"[DONE]"
+
+
+class SSEDecodeError(ValueError):
+    """The upstream sent bytes that are not server-sent events."""
+
+
+async def iter_sse_data(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+    """Yield the `data` payload of each event; stops after `[DONE]`.
+
+    Multi-line data fields are joined with newlines, as the SSE spec says; comments (`:`), `event`,
+    `id` and `retry` fields are skipped.
+    """
+    buffer = b""
+    data_lines: list[bytes] = []
+    async for chunk in chunks:
+        buffer += chunk
+        while True:
+            newline = buffer.find(b"\n")
+            if newline < 0:
+                break
+            line = buffer[:newline].rstrip(b"\r")
+            buffer = buffer[newline + 1 :]
+            if not line:
+                if data_lines:
+                    payload = b"\n".join(data_lines)
+                    data_lines = []
+                    if payload == DONE:
+                        return
+                    yield payload
+                continue
+            if line.startswith(b"data:"):
+                value = line[5:]
+                data_lines.append(value[1:] if value.startswith(b" ") else value)
+            elif line.startswith((b":", b"event:", b"id:", b"retry:")):
+                continue
+            else:
+                raise SSEDecodeError(f"not a server-sent event line: {line[:80]!r}")
+    if data_lines:
+        payload = b"\n".join(data_lines)
+        if payload != DONE:
+            yield payload

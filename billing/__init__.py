@@ -1,0 +1,1 @@
+"""API keys, prices, the usage ledger and budgets (see the billing issue)."""

@@ -1,0 +1,1 @@
+"""Logprob-confidence cascade (see the cascade issue)."""

@@ -1,0 +1,1 @@
+"""Query-complexity classifier (see the classifier issue)."""

@@ -1,0 +1,1 @@
+"""Offline evaluation of routing and cascading (see the evals issue)."""

@@ -1,0 +1,182 @@
+"""Every error Switchyard reports, and how it reaches the client.
+
+    SwitchyardError                     500 server_error
+    ├── InvalidRequest                  400 invalid_request_error
+    │   ├── MalformedJSON               400 (body is not JSON)
+    │   └── ContextLengthExceeded       400 context_length_exceeded
+    ├── ModelNotFound                   404 model_not_found
+    ├── RequestTooLarge                 413 request_too_large
+    ├── RateLimited                     429 rate_limit_exceeded   (carries retry_after_s)
+    └── BackendError                    502 upstream_error        (an upstream failed us)
+        ├── BackendRejected             the upstream's own 4xx, status kept
+        ├── BackendRateLimited          429 upstream_rate_limited (carries retry_after_s)
+        ├── BackendUnavailable          503 upstream_unavailable  (refused, 5xx "overloaded")
+        └── BackendTimeout              504 upstream_timeout
+
+Each class carries its status, OpenAI error `type` and `code`. `error_body()` renders OpenAI's
+shape ``{"error": {"message", "type", "param", "code"}}``; `install_error_handlers()` is the one
+place that turns exceptions into responses. Nothing here ever sends a stack trace.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+logger = logging.getLogger("switchyard.errors")
+
+
+class SwitchyardError(Exception):
+    status_code = 500
+    error_type = "server_error"
+    code: str | None = "internal_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        self.retry_after_s = retry_after_s
+
+    def to_dict(self) -> dict:
+        return {
+            "message": self.message,
+            "type": self.error_type,
+            "param": self.param,
+            "code": self.code,
+        }
+
+    def headers(self) -> dict[str, str]:
+        if self.retry_after_s is None:
+            return {}
+        return {"retry-after": str(max(1, round(self.retry_after_s)))}
+
+
+class InvalidRequest(SwitchyardError):
+    status_code = 400
+    error_type = "invalid_request_error"
+    code = None
+
+
+class MalformedJSON(InvalidRequest):
+    code = "invalid_json"
+
+
+class ContextLengthExceeded(InvalidRequest):
+    code = "context_length_exceeded"
+
+
+class ModelNotFound(SwitchyardError):
+    status_code = 404
+    error_type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class RequestTooLarge(SwitchyardError):
+    status_code = 413
+    error_type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class RateLimited(SwitchyardError):
+    status_code = 429
+    error_type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+
+class BackendError(SwitchyardError):
+    """An upstream failed; `backend` names the deployment that did."""
+
+    status_code = 502
+    error_type = "upstream_error"
+    code = "upstream_error"
+
+    def __init__(self, message: str, *, backend: str | None = None, **kwargs) -> None:
+        super().__init__(message, **kwargs)
+        self.backend = backend
+
+
+class BackendRejected(BackendError):
+    """The upstream refused the request as invalid (its 4xx); the client hears the same status."""
+
+    error_type = "invalid_request_error"
+    code = None
+
+    def __init__(self, message: str, *, status_code: int, **kwargs) -> None:
+        super().__init__(message, **kwargs)
+        self.status_code = status_code
+
+
+class BackendRateLimited(BackendError):
+    status_code = 429
+    error_type = "rate_limit_error"
+    code = "upstream_rate_limited"
+
+
+class BackendUnavailable(BackendError):
+    status_code = 503
+    code = "upstream_unavailable"
+
+
+class BackendTimeout(BackendError):
+    status_code = 504
+    code = "upstream_timeout"
+
+
+def error_body(exc: SwitchyardError) -> bytes:
+    return orjson.dumps({"error": exc.to_dict()})
+
+
+def error_response(exc: SwitchyardError) -> Response:
+    return Response(
+        error_body(exc),
+        status_code=exc.status_code,
+        headers=exc.headers(),
+        media_type="application/json",
+    )
+
+
+_HTTP_STATUS_TO_ERROR: dict[int, type[SwitchyardError]] = {
+    400: InvalidRequest,
+    404: InvalidRequest,
+    405: InvalidRequest,
+    413: RequestTooLarge,
+}
+
+
+async def _handle_switchyard_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, SwitchyardError)
+    if exc.status_code >= 500:
+        logger.warning("%s: %s", type(exc).__name__, exc.message)
+    return error_response(exc)
+
+
+async def _handle_http_exception(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    error_class = _HTTP_STATUS_TO_ERROR.get(exc.status_code, SwitchyardError)
+    error = error_class(str(exc.detail), code=None)
+    error.status_code = exc.status_code
+    return error_response(error)
+
+
+async def _handle_unexpected(_: Request, exc: Exception) -> Response:
+    logger.exception("unhandled error", exc_info=exc)
+    return error_response(SwitchyardError("The server had an internal error."))
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(SwitchyardError, _handle_switchyard_error)
+    app.add_exception_handler(StarletteHTTPException, _handle_http_exception)
+    app.add_exception_handler(Exception, _handle_unexpected)

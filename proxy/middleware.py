@@ -1,0 +1,64 @@
+"""Pure ASGI middleware (no BaseHTTPMiddleware: it would buffer streams and break cancellation)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from proxy.errors import SwitchyardError, error_body
+
+logger = logging.getLogger("switchyard")
+
+
+def _client_request_id(scope: Scope) -> str | None:
+    for name, value in scope["headers"]:
+        if name == b"x-request-id":
+            if 0 < len(value) <= 128 and value.isascii() and value.decode().isprintable():
+                return value.decode()
+            return None
+    return None
+
+
+class RequestIdMiddleware:
+    """Gives every request an id (the client's `x-request-id` if sane) and puts it on the response.
+
+    It is also the last line of defence: an exception that escaped every handler becomes an
+    OpenAI-shaped 500, never a stack trace.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = _client_request_id(scope) or f"req_{uuid.uuid4().hex}"
+        scope.setdefault("state", {})["request_id"] = request_id
+        header = (b"x-request-id", request_id.encode())
+        response_started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal response_started
+            if message["type"] == "http.response.start":
+                response_started = True
+                message["headers"] = [*message.get("headers", ()), header]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            logger.exception("unhandled error in request %s", request_id)
+            if response_started:
+                raise
+            body = error_body(SwitchyardError("The server had an internal error."))
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 500,
+                    "headers": [(b"content-type", b"application/json"), header],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,225 @@
+"""Wire schemas of the OpenAI-compatible API, in the order OpenAI's reference lists the fields.
+
+Requests allow unknown fields (`extra="allow"`): a client field Switchyard does not know yet is
+forwarded to the backend untouched. Fields that exist only in Switchyard sit under the banner at
+the end of this module.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests
+# ---------------------------------------------------------------------------------------------
+
+
+class ChatMessage(_Open):
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+
+
+class StreamOptions(_Open):
+    include_usage: bool | None = None
+
+
+class ChatCompletionRequest(_Open):
+    messages: list[ChatMessage] = Field(min_length=1)
+    model: str
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    logit_bias: dict[str, float] | None = None
+    logprobs: bool | None = None
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    n: int | None = Field(default=None, ge=1, le=128)
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    response_format: dict[str, Any] | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    tool_choice: str | dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    top_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    user: str | None = None
+
+
+class CompletionRequest(_Open):
+    model: str
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: bool | None = None
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    logit_bias: dict[str, float] | None = None
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+    max_tokens: int | None = Field(default=None, ge=1)
+    n: int | None = Field(default=None, ge=1, le=128)
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    suffix: str | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    user: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Responses
+# ---------------------------------------------------------------------------------------------
+
+
+class Usage(_Open):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class TopLogprob(_Open):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class TokenLogprob(_Open):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+
+
+class ChoiceLogprobs(_Open):
+    content: list[TokenLogprob] | None = None
+
+
+class AssistantMessage(_Open):
+    role: str = "assistant"
+    content: str | None = None
+
+
+class ChatChoice(_Open):
+    index: int = 0
+    message: AssistantMessage
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: str | None = None
+
+
+class ChatCompletion(_Open):
+    id: str
+    object: str = "chat.completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage | None = None
+
+
+class ChunkDelta(_Open):
+    role: str | None = None
+    content: str | None = None
+
+
+class ChunkChoice(_Open):
+    index: int = 0
+    delta: ChunkDelta = Field(default_factory=ChunkDelta)
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: str | None = None
+
+
+class ChatCompletionChunk(_Open):
+    id: str
+    object: str = "chat.completion.chunk"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[ChunkChoice] = Field(default_factory=list)
+    usage: Usage | None = None
+
+
+class CompletionChoice(_Open):
+    index: int = 0
+    text: str = ""
+    logprobs: dict[str, Any] | None = None
+    finish_reason: str | None = None
+
+
+class Completion(_Open):
+    id: str
+    object: str = "text_completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+
+
+class ModelCard(_Open):
+    id: str
+    object: str = "model"
+    created: int = 0
+    owned_by: str = "switchyard"
+    # --- Switchyard-only fields ---------------------------------------------------------------
+    tier: str | None = None
+    context_window: int | None = None
+    ready: bool = False
+
+
+class ModelList(_Open):
+    object: str = "list"
+    data: list[ModelCard]
+
+
+# ---------------------------------------------------------------------------------------------
+# Switchyard-only
+# ---------------------------------------------------------------------------------------------
+
+
+class StreamChunk:
+    """One upstream SSE event payload, kept as the bytes the upstream sent.
+
+    Relaying a stream needs no parsing; `parsed` decodes on first use (cascade confidence,
+    metering) and caches. The bytes are reused as-is when nothing changed them.
+    """
+
+    __slots__ = ("data", "_parsed")
+
+    def __init__(self, data: bytes, parsed: dict[str, Any] | None = None) -> None:
+        self.data = data
+        self._parsed = parsed
+
+    @classmethod
+    def from_dict(cls, payload: dict[str, Any]) -> StreamChunk:
+        return cls(orjson.dumps(payload), payload)
+
+    @property
+    def parsed(self) -> dict[str, Any]:
+        if self._parsed is None:
+            self._parsed = orjson.loads(self.data)
+        return self._parsed
+
+    @property
+    def has_usage(self) -> bool:
+        return b'"usage"' in self.data and self.parsed.get("usage") is not None
+
+    @property
+    def has_choices(self) -> bool:
+        return bool(self.parsed.get("choices")) if b'"choices"' in self.data else False
+
+    def text(self) -> str:
+        """The text this chunk adds (chat `delta.content` or completions `text`)."""
+        parts = []
+        for choice in self.parsed.get("choices") or ():
+            delta = choice.get("delta")
+            piece = delta.get("content") if delta else choice.get("text")
+            if piece:
+                parts.append(piece)
+        return "".join(parts)

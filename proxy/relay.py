@@ -1,0 +1,88 @@
+"""Hands a parsed request to the backend that serves its model and relays the answer."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import Request
+from fastapi.responses import Response, StreamingResponse
+
+from backends.base import AnyRequest, answered_by
+from proxy.errors import SwitchyardError, error_body
+from proxy.protocol import StreamChunk
+from proxy.registry import ModelEntry
+
+logger = logging.getLogger("switchyard")
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+DONE_EVENT = b"data: [DONE]\n\n"
+
+
+def _answer_headers(entry: ModelEntry) -> dict[str, str]:
+    return {
+        "x-switchyard-model": entry.name,
+        "x-switchyard-backend": answered_by.get() or entry.backend_kind,
+    }
+
+
+async def relay(request: Request, parsed: AnyRequest) -> Response:
+    entry: ModelEntry = request.app.state.registry.get(parsed.model)
+    if parsed.stream:
+        return await _relay_stream(entry, parsed)
+    result = await entry.backend.complete(parsed)
+    return Response(
+        result.model_dump_json(exclude_unset=True),
+        media_type="application/json",
+        headers=_answer_headers(entry),
+    )
+
+
+def _client_wants_usage(parsed: AnyRequest) -> bool:
+    return bool(parsed.stream_options and parsed.stream_options.include_usage)
+
+
+def _without_usage(chunk: StreamChunk) -> StreamChunk | None:
+    """The chunk as a client that did not ask for usage should see it (None: drop it)."""
+    if not chunk.has_usage:
+        return chunk
+    if not chunk.has_choices:
+        return None
+    payload = dict(chunk.parsed)
+    payload.pop("usage")
+    return StreamChunk.from_dict(payload)
+
+
+async def _relay_stream(entry: ModelEntry, parsed: AnyRequest) -> Response:
+    chunks = entry.backend.stream(parsed)
+    # Decide before the first byte: upstream errors up to the first chunk are real HTTP errors.
+    try:
+        first = await anext(chunks, None)
+    except BaseException:
+        await chunks.aclose()
+        raise
+    headers = {**SSE_HEADERS, **_answer_headers(entry)}
+    body = _sse_body(first, chunks, include_usage=_client_wants_usage(parsed))
+    return StreamingResponse(body, media_type="text/event-stream", headers=headers)
+
+
+async def _sse_body(
+    first: StreamChunk | None, rest: AsyncIterator[StreamChunk], *, include_usage: bool
+) -> AsyncIterator[bytes]:
+    try:
+        chunk: StreamChunk | None = first
+        while chunk is not None:
+            if not include_usage:
+                chunk = _without_usage(chunk)
+            if chunk is not None:
+                yield b"data: " + chunk.data + b"\n\n"
+            chunk = await anext(rest, None)
+    except SwitchyardError as exc:
+        logger.warning("stream failed after the first byte: %s", exc.message)
+        yield b"data: " + error_body(exc) + b"\n\n"
+    except Exception:
+        logger.exception("stream failed after the first byte")
+        yield b"data: " + error_body(SwitchyardError("The server had an internal error.")) + b"\n\n"
+    finally:
+        await rest.aclose()
+    yield DONE_EVENT

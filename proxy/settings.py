@@ -1,0 +1,159 @@
+"""Configuration: one YAML file plus `SWITCHYARD__*` environment overrides.
+
+Phase one is here: raw settings, read and validated, unknown keys rejected with a message naming
+the key. Phase two (`proxy.registry.build_registry`) turns them into runtime objects.
+
+    SWITCHYARD__SERVER__PORT=9000             -> server.port
+    SWITCHYARD__MODELS='[{"name": ...}]'      -> models (JSON for lists)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+DEFAULT_CONFIG_NAME = "switchyard.yaml"
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the file and the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerSettings(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    access_log: bool = False
+
+
+class UpstreamSettings(_Strict):
+    """The one pooled HTTP client every HTTP backend shares."""
+
+    max_connections: int = Field(default=1024, ge=1)
+    max_keepalive_connections: int = Field(default=256, ge=0)
+    keepalive_expiry_s: float = Field(default=30.0, gt=0)
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+    read_timeout_s: float = Field(default=300.0, gt=0)
+    health_interval_s: float = Field(default=10.0, gt=0)
+    health_timeout_s: float = Field(default=2.0, gt=0)
+
+
+class ReplicaSettings(_Strict):
+    base_url: str
+    api_key: SecretStr | None = None
+
+
+class ModelSettings(_Strict):
+    """One public model name and the backend deployment(s) that serve it."""
+
+    name: str = Field(min_length=1)
+    backend: Literal["openai"] = "openai"
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    replicas: list[ReplicaSettings] | None = None
+    upstream_model: str | None = None
+    tier: str | None = None
+    context_window: int | None = Field(default=None, ge=1)
+    read_timeout_s: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_address(self) -> ModelSettings:
+        if (self.base_url is None) == (self.replicas is None):
+            raise ValueError("give exactly one of 'base_url' or 'replicas'")
+        if self.replicas is not None and not self.replicas:
+            raise ValueError("'replicas' must list at least one replica")
+        return self
+
+    def replica_list(self) -> list[ReplicaSettings]:
+        if self.replicas is not None:
+            return self.replicas
+        assert self.base_url is not None
+        return [ReplicaSettings(base_url=self.base_url, api_key=self.api_key)]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="SWITCHYARD__",
+        env_nested_delimiter="__",
+        extra="forbid",
+        case_sensitive=False,
+    )
+
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
+    models: list[ModelSettings] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Settings:
+        seen: set[str] = set()
+        for model in self.models:
+            if model.name in seen:
+                raise ValueError(f"model name '{model.name}' is listed twice")
+            seen.add(model.name)
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The file arrives as init kwargs; the environment overrides it.
+        return (env_settings, init_settings)
+
+
+def default_config() -> dict[str, Any]:
+    """The configuration used when no file is given."""
+    return {"models": []}
+
+
+def format_location(loc: tuple[int | str, ...]) -> str:
+    """('models', 0, 'foo') -> 'models[0].foo'"""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _describe(exc: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration in {source}:"]
+    for error in exc.errors():
+        where = format_location(error["loc"]) or "(top level)"
+        if error["type"] == "extra_forbidden":
+            lines.append(f"  unknown key '{where}'")
+        else:
+            lines.append(f"  {where}: {error['msg']}")
+    return "\n".join(lines)
+
+
+def load_settings(path: str | Path | None = None) -> Settings:
+    """Read `path` (or the built-in default when None) and apply environment overrides."""
+    if path is None:
+        data, source = default_config(), "the built-in default config"
+    else:
+        path = Path(path)
+        source = str(path)
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path} must hold a mapping at the top level")
+    try:
+        return Settings(**data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, source)) from exc

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator, Iterator
+
+import openai
+import pytest
+
+from proxy.app import create_app
+from proxy.settings import Settings
+from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
+from tests.fakes.server import serve_in_thread
+
+
+@pytest.fixture
+def fake_state() -> FakeState:
+    return FakeState(behaviour=FakeBehaviour())
+
+
+@pytest.fixture
+def fake_upstream(fake_state: FakeState) -> Iterator[str]:
+    """Base URL (ending in /v1) of a fake OpenAI-compatible server."""
+    with serve_in_thread(FakeOpenAIUpstream(fake_state)) as url:
+        yield url + "/v1"
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def proxy_settings(models: list[dict], **overrides) -> Settings:
+    return Settings(models=models, **overrides)
+
+
+@pytest.fixture
+def proxy_url(fake_upstream: str) -> Iterator[str]:
+    """Base URL (ending in /v1) of a Switchyard proxy in front of the fake upstream."""
+    settings = proxy_settings(
+        [
+            {
+                "name": "fake-small",
+                "backend": "openai",
+                "base_url": fake_upstream,
+                "api_key": "dummy",
+                "tier": "small",
+                "context_window": 2048,
+            },
+            {"name": "fake-impatient", "base_url": fake_upstream, "read_timeout_s": 0.3},
+            {"name": "fake-down", "base_url": f"http://127.0.0.1:{closed_port()}/v1"},
+        ],
+        server={"max_body_bytes": 64 * 1024},
+        upstream={"read_timeout_s": 2.0, "health_interval_s": 0.5},
+    )
+    with serve_in_thread(create_app(settings)) as url:
+        yield url + "/v1"
+
+
+@pytest.fixture
+def client(proxy_url: str) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=proxy_url, api_key="sk-test", max_retries=0) as sdk:
+        yield sdk
+
+
+@pytest.fixture
+async def aclient(proxy_url: str) -> AsyncIterator[openai.AsyncOpenAI]:
+    async with openai.AsyncOpenAI(base_url=proxy_url, api_key="sk-test", max_retries=0) as sdk:
+        yield sdk

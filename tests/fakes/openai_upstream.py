@@ -1,0 +1,273 @@
+"""A fake OpenAI-compatible upstream: a real HTTP server on 127.0.0.1 that speaks OpenAI's wire
+format, with scripted latency, tokens, logprobs and failure modes.
+
+Behaviour comes from `FakeBehaviour` on the server, and any request may override it with a
+`"fake": {...}` body field (a client field the proxy forwards untouched). Failure modes:
+
+    "500"        answer 500 with an OpenAI error body
+    "429"        answer 429 with `Retry-After`
+    "hang"       accept the request and never answer
+    "drop"       stream `drop_after` chunks, then close the connection mid-body
+    "malformed"  stream one good chunk, then bytes that are not server-sent events
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet")
+
+
+@dataclass
+class FakeBehaviour:
+    num_tokens: int = 5
+    latency_s: float = 0.0
+    token_delay_s: float = 0.0
+    failure: str | None = None
+    drop_after: int = 2
+    retry_after_s: int = 7
+    logprobs: list[float] | None = None  # per token; default: -0.1 * (i + 1)
+    words: tuple[str, ...] = WORDS
+
+    def updated(self, override: dict[str, Any] | None) -> FakeBehaviour:
+        return dataclasses.replace(self, **override) if override else self
+
+
+@dataclass
+class FakeRecord:
+    path: str
+    body: dict[str, Any]
+    headers: dict[str, str]
+    started_at: float
+    disconnected_at: float | None = None
+
+
+@dataclass
+class FakeState:
+    behaviour: FakeBehaviour = field(default_factory=FakeBehaviour)
+    records: list[FakeRecord] = field(default_factory=list)
+    num_requests: int = 0
+    model_id: str = "fake-model"
+
+
+def _token(behaviour: FakeBehaviour, i: int) -> str:
+    return behaviour.words[i % len(behaviour.words)] + " "
+
+
+def _logprob(behaviour: FakeBehaviour, i: int) -> float:
+    if behaviour.logprobs is not None:
+        return behaviour.logprobs[i % len(behaviour.logprobs)]
+    return -0.1 * (i + 1)
+
+
+def _token_logprob(behaviour: FakeBehaviour, i: int, num_top: int) -> dict[str, Any]:
+    token, logprob = _token(behaviour, i), _logprob(behaviour, i)
+    rest = math.log(max(1e-9, 1.0 - math.exp(logprob)))
+    top = [{"token": token, "logprob": logprob, "bytes": list(token.encode())}]
+    for k in range(1, num_top):
+        alt = f"alt{k} "
+        top.append({"token": alt, "logprob": rest - k, "bytes": list(alt.encode())})
+    return {"token": token, "logprob": logprob, "bytes": list(token.encode()), "top_logprobs": top}
+
+
+def _usage(body: dict[str, Any], behaviour: FakeBehaviour) -> dict[str, int]:
+    prompt = orjson.dumps(body.get("messages") or body.get("prompt") or "")
+    prompt_tokens = max(1, len(prompt) // 4)
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": behaviour.num_tokens,
+        "total_tokens": prompt_tokens + behaviour.num_tokens,
+    }
+
+
+def _num_tokens(body: dict[str, Any], behaviour: FakeBehaviour) -> int:
+    limit = body.get("max_tokens") or body.get("max_completion_tokens")
+    return min(behaviour.num_tokens, limit) if limit else behaviour.num_tokens
+
+
+def _error(status: int, message: str, error_type: str, code: str | None) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": error_type, "param": None, "code": code}})
+
+
+class FakeOpenAIUpstream:
+    """The ASGI app. One instance per server; `state` is shared with the test thread."""
+
+    def __init__(self, state: FakeState | None = None) -> None:
+        self.state = state or FakeState()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        path, method = scope["path"], scope["method"]
+        if method == "GET" and path == "/v1/models":
+            body = {
+                "object": "list",
+                "data": [{"id": self.state.model_id, "object": "model", "created": 0, "owned_by": "fake"}],
+            }
+            await self._respond(send, 200, orjson.dumps(body))
+            return
+        if method != "POST" or path not in ("/v1/chat/completions", "/v1/completions"):
+            await self._respond(send, 404, _error(404, f"no route {path}", "invalid_request_error", None))
+            return
+        raw = b""
+        while True:
+            message = await receive()
+            raw += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        body = orjson.loads(raw)
+        headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+        record = FakeRecord(path=path, body=body, headers=headers, started_at=time.monotonic())
+        self.state.records.append(record)
+        self.state.num_requests += 1
+        behaviour = self.state.behaviour.updated(body.get("fake"))
+        await self._answer(scope, receive, send, body, behaviour, record)
+
+    async def _respond(self, send, status: int, body: bytes, headers: list | None = None) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"application/json"), *(headers or [])],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    async def _answer(self, scope, receive, send, body, behaviour: FakeBehaviour, record: FakeRecord) -> None:
+        if behaviour.latency_s:
+            await asyncio.sleep(behaviour.latency_s)
+        if behaviour.failure == "500":
+            await self._respond(
+                send, 500, _error(500, "The fake upstream broke on purpose.", "server_error", None)
+            )
+            return
+        if behaviour.failure == "429":
+            await self._respond(
+                send,
+                429,
+                _error(429, "Rate limit reached for fake-model.", "requests", "rate_limit_exceeded"),
+                [(b"retry-after", str(behaviour.retry_after_s).encode())],
+            )
+            return
+        if behaviour.failure == "hang":
+            await self._wait_for_disconnect(receive, record)
+            return
+        is_chat = scope["path"] == "/v1/chat/completions"
+        if body.get("stream"):
+            await self._stream(receive, send, body, behaviour, record, is_chat)
+        else:
+            await self._respond(send, 200, orjson.dumps(self._completion(body, behaviour, is_chat)))
+
+    async def _wait_for_disconnect(self, receive, record: FakeRecord) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                record.disconnected_at = time.monotonic()
+                return
+
+    def _completion(self, body, behaviour: FakeBehaviour, is_chat: bool) -> dict[str, Any]:
+        n = _num_tokens(body, behaviour)
+        text = "".join(_token(behaviour, i) for i in range(n))
+        base = {"id": "cmpl-fake", "created": int(time.time()), "model": body.get("model", "")}
+        if is_chat:
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": "length" if n < behaviour.num_tokens else "stop",
+            }
+            if body.get("logprobs"):
+                num_top = body.get("top_logprobs") or 0
+                choice["logprobs"] = {"content": [_token_logprob(behaviour, i, num_top) for i in range(n)]}
+            return {
+                **base,
+                "object": "chat.completion",
+                "choices": [choice],
+                "usage": _usage(body, behaviour),
+            }
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "stop"}
+        return {**base, "object": "text_completion", "choices": [choice], "usage": _usage(body, behaviour)}
+
+    def _chunks(self, body, behaviour: FakeBehaviour, is_chat: bool):
+        n = _num_tokens(body, behaviour)
+        base = {"id": "chunk-fake", "created": int(time.time()), "model": body.get("model", "")}
+        obj = "chat.completion.chunk" if is_chat else "text_completion"
+        num_top = body.get("top_logprobs") or 0
+        for i in range(n):
+            if is_chat:
+                delta = (
+                    {"role": "assistant", "content": _token(behaviour, i)}
+                    if i == 0
+                    else {"content": _token(behaviour, i)}
+                )
+                choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+                if body.get("logprobs"):
+                    choice["logprobs"] = {"content": [_token_logprob(behaviour, i, num_top)]}
+            else:
+                choice = {"index": 0, "text": _token(behaviour, i), "logprobs": None, "finish_reason": None}
+            yield {**base, "object": obj, "choices": [choice]}
+        last: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": "stop"}
+        if is_chat:
+            last["delta"] = {}
+        else:
+            last["text"] = ""
+        yield {**base, "object": obj, "choices": [last]}
+        if (body.get("stream_options") or {}).get("include_usage"):
+            yield {**base, "object": obj, "choices": [], "usage": _usage(body, behaviour)}
+
+    async def _stream(
+        self, receive, send, body, behaviour: FakeBehaviour, record: FakeRecord, is_chat: bool
+    ) -> None:
+        watcher = asyncio.ensure_future(self._wait_for_disconnect(receive, record))
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")],
+                }
+            )
+            for i, chunk in enumerate(self._chunks(body, behaviour, is_chat)):
+                if watcher.done():
+                    return
+                if behaviour.failure == "drop" and i == behaviour.drop_after:
+                    raise ConnectionAbortedError("fake upstream drops the stream on purpose")
+                if behaviour.failure == "malformed" and i == 1:
+                    await send(
+                        {"type": "http.response.body", "body": b"this is not SSE\n\n", "more_body": True}
+                    )
+                    continue
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": b"data: " + orjson.dumps(chunk) + b"\n\n",
+                        "more_body": True,
+                    }
+                )
+                if behaviour.token_delay_s:
+                    await asyncio.sleep(behaviour.token_delay_s)
+            await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+        finally:
+            if not watcher.done():
+                watcher.cancel()
+
+
+def create_fake_app() -> FakeOpenAIUpstream:
+    """Factory for `uvicorn --factory`; `FAKE_NUM_TOKENS` sets the answer length."""
+    import os
+
+    behaviour = FakeBehaviour(num_tokens=int(os.environ.get("FAKE_NUM_TOKENS", "5")))
+    return FakeOpenAIUpstream(FakeState(behaviour=behaviour))
