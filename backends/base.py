@@ -5,15 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Protocol, overload, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from proxy.protocol import (
-    ChatCompletion,
-    ChatCompletionRequest,
-    Completion,
-    CompletionRequest,
-    StreamChunk,
-)
+from proxy.protocol import ChatCompletionRequest, CompletionRequest, CompletionResult, StreamChunk
 
 AnyRequest = ChatCompletionRequest | CompletionRequest
 
@@ -28,18 +22,15 @@ class BackendHealth:
 class Backend(Protocol):
     """A deployment that answers OpenAI-shaped requests.
 
-    `complete()` answers chat requests with a `ChatCompletion` and legacy completion requests with
-    a `Completion`; `stream()` yields the upstream's chunks. Both raise `proxy.errors.BackendError`
-    subclasses, and `stream()` raises them before its first chunk whenever it can.
+    `complete()` answers a chat request with a `ChatCompletion` and a legacy completion request with
+    a `Completion`, both carried as a `CompletionResult` (the upstream's bytes, parsed on demand,
+    `as_chat_completion()` for the typed model). `stream()` yields the upstream's chunks. Both raise
+    `proxy.errors.BackendError` subclasses; `stream()` raises before its first chunk when it can.
     """
 
     name: str
 
-    @overload
-    async def complete(self, request: ChatCompletionRequest) -> ChatCompletion: ...
-    @overload
-    async def complete(self, request: CompletionRequest) -> Completion: ...
-    async def complete(self, request: AnyRequest) -> ChatCompletion | Completion: ...
+    async def complete(self, request: AnyRequest) -> CompletionResult: ...
 
     def stream(self, request: AnyRequest) -> AsyncIterator[StreamChunk]: ...
 

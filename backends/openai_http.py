@@ -1,16 +1,20 @@
-"""A backend that speaks OpenAI's HTTP API: vLLM, the embedded engine's server, OpenAI itself."""
+"""A backend that speaks OpenAI's HTTP API: vLLM, the embedded engine's server, OpenAI itself.
+
+All HTTP backends share one pooled `aiohttp.ClientSession` (`proxy.registry.build_http_session`). It is
+aiohttp rather than httpx because the request path is the product: measured in
+`bench/RESULTS.md`, httpx's pool cost more CPU per request than everything else Switchyard does.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
 import orjson
-from pydantic import ValidationError
 
 from backends.balancer import LeastOutstanding
 from backends.base import AnyRequest, BackendHealth, answered_by
@@ -22,12 +26,7 @@ from proxy.errors import (
     BackendTimeout,
     BackendUnavailable,
 )
-from proxy.protocol import (
-    ChatCompletion,
-    ChatCompletionRequest,
-    Completion,
-    StreamChunk,
-)
+from proxy.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
 
 
 @dataclass(eq=False, slots=True)
@@ -48,7 +47,7 @@ class Replica:
             self.headers["authorization"] = f"Bearer {self.api_key}"
 
 
-def _retry_after_s(headers: httpx.Headers) -> float | None:
+def _retry_after_s(headers: Mapping[str, str]) -> float | None:
     value = headers.get("retry-after")
     if value is None:
         return None
@@ -69,13 +68,13 @@ def _upstream_message(body: bytes) -> str:
 
 
 class OpenAIHTTPBackend:
-    """One public model served by one or more OpenAI-compatible replicas over a shared client."""
+    """One public model served by one or more OpenAI-compatible replicas over a shared session."""
 
     def __init__(
         self,
         name: str,
         replicas: list[Replica],
-        client: httpx.AsyncClient,
+        session: aiohttp.ClientSession,
         *,
         upstream_model: str | None = None,
         read_timeout_s: float | None = None,
@@ -86,14 +85,14 @@ class OpenAIHTTPBackend:
         self.name = name
         self.replicas = replicas
         self.upstream_model = upstream_model or name
-        self._client = client
+        self._session = session
         self._balancer = LeastOutstanding()
         self._timeout = (
-            httpx.Timeout(client.timeout.connect, read=read_timeout_s, write=30.0, pool=30.0)
+            aiohttp.ClientTimeout(total=None, sock_connect=session.timeout.sock_connect, sock_read=read_timeout_s)
             if read_timeout_s is not None
-            else httpx.USE_CLIENT_DEFAULT
+            else None
         )
-        self._health_timeout_s = health_timeout_s
+        self._health_timeout = aiohttp.ClientTimeout(total=health_timeout_s)
 
     def _pick(self) -> Replica:
         replica = self._balancer.pick(self.replicas)
@@ -103,7 +102,7 @@ class OpenAIHTTPBackend:
     # -- requests -------------------------------------------------------------------------------
 
     def _body(self, request: AnyRequest, *, stream: bool) -> bytes:
-        body: dict[str, Any] = request.model_dump(exclude_unset=True)
+        body: dict[str, Any] = request.wire_payload()
         body["model"] = self.upstream_model
         if stream:
             body["stream"] = True
@@ -118,19 +117,19 @@ class OpenAIHTTPBackend:
         return "/chat/completions" if isinstance(request, ChatCompletionRequest) else "/completions"
 
     def _fail(self, replica: Replica, exc: Exception) -> BackendError:
+        """The one place where transport exceptions become ours."""
         where = f"upstream {self.name} at {replica.base_url}"
-        if isinstance(exc, httpx.TimeoutException):
+        if isinstance(exc, asyncio.TimeoutError):
             return BackendTimeout(f"{where} timed out ({type(exc).__name__})", backend=self.name)
-        if isinstance(exc, httpx.ConnectError | httpx.RemoteProtocolError | httpx.ReadError):
-            return BackendUnavailable(f"{where} is unreachable: {exc}", backend=self.name)
+        if isinstance(exc, aiohttp.ClientConnectionError | aiohttp.ClientPayloadError):
+            return BackendUnavailable(f"{where} is unreachable or dropped the connection: {exc}", backend=self.name)
         if isinstance(exc, SSEDecodeError):
             return BackendError(f"{where} sent a malformed stream: {exc}", backend=self.name)
         return BackendError(f"{where} failed: {type(exc).__name__}: {exc}", backend=self.name)
 
-    def _status_error(self, replica: Replica, response: httpx.Response, body: bytes) -> BackendError:
-        status = response.status_code
+    def _status_error(self, status: int, headers: Mapping[str, str], body: bytes) -> BackendError:
         reason = f"upstream {self.name} returned {status}: {_upstream_message(body)}"
-        retry_after_s = _retry_after_s(response.headers)
+        retry_after_s = _retry_after_s(headers)
         if status == 429:
             return BackendRateLimited(reason, backend=self.name, retry_after_s=retry_after_s)
         if status in (400, 404, 413, 422):
@@ -141,81 +140,84 @@ class OpenAIHTTPBackend:
             return BackendTimeout(reason, backend=self.name)
         return BackendError(reason, backend=self.name)
 
-    async def complete(self, request: AnyRequest) -> ChatCompletion | Completion:
+    async def complete(self, request: AnyRequest) -> CompletionResult:
         replica = self._pick()
         replica.num_outstanding += 1
         try:
-            response = await self._client.post(
+            async with self._session.post(
                 replica.base_url + self._path(request),
-                content=self._body(request, stream=False),
+                data=self._body(request, stream=False),
                 headers=replica.headers,
                 timeout=self._timeout,
-            )
-        except httpx.HTTPError as exc:
+            ) as response:
+                data = await response.read()
+                status, headers = response.status, response.headers
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise self._fail(replica, exc) from exc
         finally:
             replica.num_outstanding -= 1
-        if response.status_code != 200:
-            raise self._status_error(replica, response, response.content)
-        result_type = ChatCompletion if isinstance(request, ChatCompletionRequest) else Completion
-        try:
-            return result_type.model_validate_json(response.content)
-        except ValidationError as exc:
-            raise BackendError(f"upstream {self.name} sent a malformed response", backend=self.name) from exc
+        if status != 200:
+            raise self._status_error(status, headers, data)
+        result = CompletionResult(data)
+        if not result.looks_like_completion():
+            raise BackendError(f"upstream {self.name} sent a malformed response", backend=self.name)
+        return result
 
     async def stream(self, request: AnyRequest) -> AsyncIterator[StreamChunk]:
         replica = self._pick()
         replica.num_outstanding += 1
+        response: aiohttp.ClientResponse | None = None
+        is_complete = False
         try:
-            http_request = self._client.build_request(
-                "POST",
-                replica.base_url + self._path(request),
-                content=self._body(request, stream=True),
-                headers=replica.headers,
-                timeout=self._timeout,
-            )
             try:
-                response = await self._client.send(http_request, stream=True)
-            except httpx.HTTPError as exc:
+                response = await self._session.post(
+                    replica.base_url + self._path(request),
+                    data=self._body(request, stream=True),
+                    headers=replica.headers,
+                    timeout=self._timeout,
+                )
+                if response.status != 200:
+                    raise self._status_error(response.status, response.headers, await response.read())
+                async for data in iter_sse_data(response.content.iter_any()):
+                    if not (data.startswith(b"{") and data.endswith(b"}")):
+                        raise SSEDecodeError(f"event data is not a JSON object: {data[:80]!r}")
+                    yield StreamChunk(data)
+                is_complete = True
+            except (TimeoutError, aiohttp.ClientError, SSEDecodeError) as exc:
                 raise self._fail(replica, exc) from exc
-            try:
-                if response.status_code != 200:
-                    raise self._status_error(replica, response, await response.aread())
-                try:
-                    async for data in iter_sse_data(response.aiter_raw()):
-                        if not (data.startswith(b"{") and data.endswith(b"}")):
-                            raise SSEDecodeError(f"event data is not a JSON object: {data[:80]!r}")
-                        yield StreamChunk(data)
-                except (httpx.HTTPError, SSEDecodeError) as exc:
-                    raise self._fail(replica, exc) from exc
-            finally:
-                await response.aclose()
         finally:
             replica.num_outstanding -= 1
+            if response is not None:
+                # A finished stream returns its connection to the pool; anything else (the client
+                # left, an error) closes it, which is how the upstream learns to stop generating.
+                if is_complete:
+                    response.release()
+                else:
+                    response.close()
 
     # -- health ---------------------------------------------------------------------------------
 
     async def _probe(self, replica: Replica) -> None:
         try:
-            response = await self._client.get(
-                replica.base_url + "/models", headers=replica.headers, timeout=self._health_timeout_s
-            )
-        except httpx.HTTPError as exc:
+            async with self._session.get(
+                replica.base_url + "/models", headers=replica.headers, timeout=self._health_timeout
+            ) as response:
+                status = response.status
+                await response.read()
+        except (TimeoutError, aiohttp.ClientError) as exc:
             replica.is_ready, replica.last_health = False, f"{type(exc).__name__}: {exc}"
             return
-        replica.is_ready = response.status_code == 200
-        replica.last_health = "ok" if replica.is_ready else f"GET /models returned {response.status_code}"
+        replica.is_ready = status == 200
+        replica.last_health = "ok" if replica.is_ready else f"GET /models returned {status}"
 
     async def health(self) -> BackendHealth:
         await asyncio.gather(*(self._probe(replica) for replica in self.replicas))
         num_ready = sum(replica.is_ready for replica in self.replicas)
         detail = "; ".join(f"{r.base_url}: {r.last_health}" for r in self.replicas)
-        return BackendHealth(
-            is_ready=num_ready > 0, detail=f"{num_ready}/{len(self.replicas)} ready; {detail}"
-        )
+        return BackendHealth(is_ready=num_ready > 0, detail=f"{num_ready}/{len(self.replicas)} ready; {detail}")
 
     def is_ready(self) -> bool:
         return any(replica.is_ready for replica in self.replicas)
 
     async def aclose(self) -> None:
-        """The shared client belongs to the app; nothing of our own to close."""
+        """The shared session belongs to the app; nothing of our own to close."""

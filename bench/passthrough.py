@@ -1,6 +1,6 @@
 """The floor: a bare FastAPI + httpx pass-through with no routing, auth or metering.
 
-    python bench/passthrough.py UPSTREAM_BASE_URL PORT
+python bench/passthrough.py UPSTREAM_BASE_URL PORT
 """
 
 import sys

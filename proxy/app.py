@@ -11,7 +11,7 @@ from fastapi import FastAPI
 
 from proxy.errors import install_error_handlers
 from proxy.middleware import RequestIdMiddleware
-from proxy.registry import ModelRegistry, build_http_client, build_registry
+from proxy.registry import ModelRegistry, build_http_session, build_registry
 from proxy.routes import ROUTERS
 from proxy.settings import Settings, load_settings
 
@@ -32,10 +32,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        client = build_http_client(settings.upstream)
-        registry = build_registry(settings, client)
+        session = build_http_session(settings.upstream)
+        registry = build_registry(settings, session)
         app.state.settings = settings
-        app.state.http_client = client
+        app.state.http_session = session
         app.state.registry = registry
         if not len(registry):
             logger.warning("no models are configured: pass --config FILE (see README)")
@@ -48,7 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await watcher
             for entry in registry:
                 await entry.backend.aclose()
-            await client.aclose()
+            await session.close()
 
     app = FastAPI(title="Switchyard", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     install_error_handlers(app)

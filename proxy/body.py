@@ -6,12 +6,13 @@ from typing import TypeVar
 
 import orjson
 from fastapi import Request
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from proxy.errors import InvalidRequest, MalformedJSON, RequestTooLarge
+from proxy.protocol import WireRequest
 from proxy.settings import format_location
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M", bound=WireRequest)
 
 
 async def read_body(request: Request, max_bytes: int) -> bytes:
@@ -38,7 +39,7 @@ def parse_request(model: type[M], body: bytes) -> M:
     if not isinstance(payload, dict):
         raise InvalidRequest("The request body must be a JSON object.")
     try:
-        return model.model_validate(payload)
+        return model.from_payload(payload)
     except ValidationError as exc:
         first = exc.errors()[0]
         param = format_location(first["loc"])

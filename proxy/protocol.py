@@ -11,11 +11,33 @@ import time
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 
 class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
+
+
+class WireRequest(_Open):
+    """A request body that remembers the JSON object it was validated from.
+
+    Backends forward `wire_payload()` (the client's own fields, unknown ones included) instead of
+    re-serialising the model: it is exactly what the client sent, and cheaper.
+    """
+
+    _payload: dict[str, Any] | None = PrivateAttr(default=None)
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]):
+        request = cls.model_validate(payload)
+        request._payload = payload
+        return request
+
+    def wire_payload(self) -> dict[str, Any]:
+        """A shallow copy of the body to send upstream."""
+        if self._payload is not None:
+            return dict(self._payload)
+        return self.model_dump(exclude_unset=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -33,7 +55,7 @@ class StreamOptions(_Open):
     include_usage: bool | None = None
 
 
-class ChatCompletionRequest(_Open):
+class ChatCompletionRequest(WireRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     model: str
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
@@ -56,7 +78,7 @@ class ChatCompletionRequest(_Open):
     user: str | None = None
 
 
-class CompletionRequest(_Open):
+class CompletionRequest(WireRequest):
     model: str
     prompt: str | list[str] | list[int] | list[list[int]]
     echo: bool | None = None
@@ -183,11 +205,11 @@ class ModelList(_Open):
 # ---------------------------------------------------------------------------------------------
 
 
-class StreamChunk:
-    """One upstream SSE event payload, kept as the bytes the upstream sent.
+class RawJSON:
+    """A JSON object an upstream sent, kept as its bytes; `parsed` decodes on first use and caches.
 
-    Relaying a stream needs no parsing; `parsed` decodes on first use (cascade confidence,
-    metering) and caches. The bytes are reused as-is when nothing changed them.
+    Relaying needs no parsing: the bytes go to the client as they came unless something changed
+    them. Cascade confidence and metering read `parsed`.
     """
 
     __slots__ = ("data", "_parsed")
@@ -197,7 +219,7 @@ class StreamChunk:
         self._parsed = parsed
 
     @classmethod
-    def from_dict(cls, payload: dict[str, Any]) -> StreamChunk:
+    def from_dict(cls, payload: dict[str, Any]):
         return cls(orjson.dumps(payload), payload)
 
     @property
@@ -212,7 +234,13 @@ class StreamChunk:
 
     @property
     def has_choices(self) -> bool:
-        return bool(self.parsed.get("choices")) if b'"choices"' in self.data else False
+        return b'"choices"' in self.data and bool(self.parsed.get("choices"))
+
+
+class StreamChunk(RawJSON):
+    """One event of an upstream stream (a `ChatCompletionChunk` or a completions chunk)."""
+
+    __slots__ = ()
 
     def text(self) -> str:
         """The text this chunk adds (chat `delta.content` or completions `text`)."""
@@ -223,3 +251,24 @@ class StreamChunk:
             if piece:
                 parts.append(piece)
         return "".join(parts)
+
+
+class CompletionResult(RawJSON):
+    """A whole non-stream answer (`ChatCompletion` or `Completion`), validated on demand."""
+
+    __slots__ = ()
+
+    def looks_like_completion(self) -> bool:
+        """A structural check that costs no parse: a JSON object with `choices`.
+
+        A full parse of a logprobs answer is the largest cost on the relay path, and nothing
+        needs it unless a caller reads `parsed`.
+        """
+        data = self.data.strip()
+        return data.startswith(b"{") and data.endswith(b"}") and b'"choices"' in data
+
+    def as_chat_completion(self) -> ChatCompletion:
+        return ChatCompletion.model_validate(self.parsed)
+
+    def as_completion(self) -> Completion:
+        return Completion.model_validate(self.parsed)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import httpx
+import aiohttp
 
 from backends.base import Backend
 from backends.openai_http import OpenAIHTTPBackend, Replica
@@ -21,14 +21,12 @@ class ModelEntry:
     context_window: int | None
 
 
-def _build_openai(model: ModelSettings, client: httpx.AsyncClient, upstream: UpstreamSettings) -> Backend:
-    replicas = [
-        Replica(r.base_url, r.api_key.get_secret_value() if r.api_key else None) for r in model.replica_list()
-    ]
+def _build_openai(model: ModelSettings, session: aiohttp.ClientSession, upstream: UpstreamSettings) -> Backend:
+    replicas = [Replica(r.base_url, r.api_key.get_secret_value() if r.api_key else None) for r in model.replica_list()]
     return OpenAIHTTPBackend(
         model.name,
         replicas,
-        client,
+        session,
         upstream_model=model.upstream_model,
         read_timeout_s=model.read_timeout_s,
         health_timeout_s=upstream.health_timeout_s,
@@ -58,25 +56,22 @@ class ModelRegistry:
         return len(self._entries)
 
 
-def build_http_client(upstream: UpstreamSettings) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        limits=httpx.Limits(
-            max_connections=upstream.max_connections,
-            max_keepalive_connections=upstream.max_keepalive_connections,
-            keepalive_expiry=upstream.keepalive_expiry_s,
-        ),
-        timeout=httpx.Timeout(
-            upstream.connect_timeout_s, read=upstream.read_timeout_s, write=30.0, pool=30.0
-        ),
-        trust_env=False,
+def build_http_session(upstream: UpstreamSettings) -> aiohttp.ClientSession:
+    """The one pooled HTTP session every HTTP backend shares; call inside the running loop."""
+    connector = aiohttp.TCPConnector(
+        limit=upstream.max_connections, keepalive_timeout=upstream.keepalive_expiry_s, ttl_dns_cache=300
     )
+    timeout = aiohttp.ClientTimeout(
+        total=None, sock_connect=upstream.connect_timeout_s, sock_read=upstream.read_timeout_s
+    )
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=False)
 
 
-def build_registry(settings: Settings, client: httpx.AsyncClient) -> ModelRegistry:
+def build_registry(settings: Settings, session: aiohttp.ClientSession) -> ModelRegistry:
     entries = [
         ModelEntry(
             name=model.name,
-            backend=BACKEND_BUILDERS[model.backend](model, client, settings.upstream),
+            backend=BACKEND_BUILDERS[model.backend](model, session, settings.upstream),
             backend_kind=model.backend,
             tier=model.tier,
             context_window=model.context_window,

@@ -32,7 +32,7 @@ async def relay(request: Request, parsed: AnyRequest) -> Response:
         return await _relay_stream(entry, parsed)
     result = await entry.backend.complete(parsed)
     return Response(
-        result.model_dump_json(exclude_unset=True),
+        result.data,
         media_type="application/json",
         headers=_answer_headers(entry),
     )

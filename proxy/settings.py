@@ -36,10 +36,9 @@ class ServerSettings(_Strict):
 
 
 class UpstreamSettings(_Strict):
-    """The one pooled HTTP client every HTTP backend shares."""
+    """The one pooled HTTP session every HTTP backend shares."""
 
     max_connections: int = Field(default=1024, ge=1)
-    max_keepalive_connections: int = Field(default=256, ge=0)
     keepalive_expiry_s: float = Field(default=30.0, gt=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
     read_timeout_s: float = Field(default=300.0, gt=0)

@@ -150,9 +150,7 @@ class FakeOpenAIUpstream:
         if behaviour.latency_s:
             await asyncio.sleep(behaviour.latency_s)
         if behaviour.failure == "500":
-            await self._respond(
-                send, 500, _error(500, "The fake upstream broke on purpose.", "server_error", None)
-            )
+            await self._respond(send, 500, _error(500, "The fake upstream broke on purpose.", "server_error", None))
             return
         if behaviour.failure == "429":
             await self._respond(
@@ -228,9 +226,7 @@ class FakeOpenAIUpstream:
         if (body.get("stream_options") or {}).get("include_usage"):
             yield {**base, "object": obj, "choices": [], "usage": _usage(body, behaviour)}
 
-    async def _stream(
-        self, receive, send, body, behaviour: FakeBehaviour, record: FakeRecord, is_chat: bool
-    ) -> None:
+    async def _stream(self, receive, send, body, behaviour: FakeBehaviour, record: FakeRecord, is_chat: bool) -> None:
         watcher = asyncio.ensure_future(self._wait_for_disconnect(receive, record))
         try:
             await send(
@@ -246,9 +242,7 @@ class FakeOpenAIUpstream:
                 if behaviour.failure == "drop" and i == behaviour.drop_after:
                     raise ConnectionAbortedError("fake upstream drops the stream on purpose")
                 if behaviour.failure == "malformed" and i == 1:
-                    await send(
-                        {"type": "http.response.body", "body": b"this is not SSE\n\n", "more_body": True}
-                    )
+                    await send({"type": "http.response.body", "body": b"this is not SSE\n\n", "more_body": True})
                     continue
                 await send(
                     {

@@ -72,9 +72,7 @@ def test_stream_reassembles_exactly_with_usage(client, fake_state):
 
 def test_stream_without_include_usage_has_no_usage_chunk(client, fake_state):
     chunks = list(
-        client.chat.completions.create(
-            model="fake-small", messages=[{"role": "user", "content": "hi"}], stream=True
-        )
+        client.chat.completions.create(model="fake-small", messages=[{"role": "user", "content": "hi"}], stream=True)
     )
     assert all(c.usage is None for c in chunks)
     assert all(c.choices for c in chunks)
@@ -135,7 +133,5 @@ async def test_async_client_concurrent_streams(aclient, fake_state):
 
     texts = await asyncio.gather(*(one(i) for i in range(8)))
     assert texts == ["alpha bravo charlie delta echo "] * 8
-    completion = await aclient.chat.completions.create(
-        model="fake-small", messages=[{"role": "user", "content": "hi"}]
-    )
+    completion = await aclient.chat.completions.create(model="fake-small", messages=[{"role": "user", "content": "hi"}])
     assert completion.choices[0].message.content == "alpha bravo charlie delta echo "

@@ -69,21 +69,15 @@ def _check_serving(port: int, process: subprocess.Popen, log) -> None:
 def test_bad_config_exits_2_naming_the_key(tmp_path):
     config = tmp_path / "bad.yaml"
     config.write_text("models:\n  - name: x\n    base_url: http://127.0.0.1:1/v1\n    colour: blue\n")
-    result = subprocess.run(
-        _switchyard("check-config", "--config", str(config)), capture_output=True, text=True
-    )
+    result = subprocess.run(_switchyard("check-config", "--config", str(config)), capture_output=True, text=True)
     assert result.returncode == 2
     assert "unknown key 'models[0].colour'" in result.stderr
 
 
 def test_check_config_masks_secrets(tmp_path):
     config = tmp_path / "ok.yaml"
-    config.write_text(
-        "models:\n  - name: x\n    base_url: http://127.0.0.1:1/v1\n    api_key: sk-secret-123\n"
-    )
-    result = subprocess.run(
-        _switchyard("check-config", "--config", str(config)), capture_output=True, text=True
-    )
+    config.write_text("models:\n  - name: x\n    base_url: http://127.0.0.1:1/v1\n    api_key: sk-secret-123\n")
+    result = subprocess.run(_switchyard("check-config", "--config", str(config)), capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "sk-secret-123" not in result.stdout
     assert "name: x" in result.stdout

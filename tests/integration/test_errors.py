@@ -90,9 +90,7 @@ def test_unknown_route_is_openai_shaped_404(proxy_url):
 
 def test_upstream_500_is_502_with_the_upstream_reason(client):
     with pytest.raises(openai.InternalServerError) as info:
-        client.chat.completions.create(
-            model="fake-small", messages=MESSAGES, extra_body={"fake": {"failure": "500"}}
-        )
+        client.chat.completions.create(model="fake-small", messages=MESSAGES, extra_body={"fake": {"failure": "500"}})
     assert info.value.status_code == 502
     error = _error(info.value)
     assert error["code"] == "upstream_error"

@@ -1,0 +1,361 @@
+"""Latency and throughput Switchyard adds on the request path, against the alternatives.
+
+Starts a fast fake OpenAI-compatible upstream and, side by side, four ways to reach it:
+direct; through Switchyard; through the LiteLLM proxy (one model, no database); through a bare
+FastAPI + httpx pass-through (`bench/passthrough.py`, the floor a FastAPI proxy can reach).
+Each scenario (concurrency x stream x logprobs) runs every target in interleaved rounds, so a
+slow moment of the machine hits all of them alike. Prints added latency p50/p99 against direct,
+requests/s, the ratios, and writes bench/RESULTS.md (the overhead section).
+
+    make bench                         # all scenarios
+    .venv/bin/python bench/overhead.py --rounds 2 --seconds 2 --concurrency 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "RESULTS.md"
+NUM_TOKENS = 50
+AUTH = {"authorization": "Bearer sk-bench"}
+TARGETS = ("direct", "switchyard", "litellm", "passthrough")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Server:
+    name: str
+    base_url: str
+    process: subprocess.Popen | None = None
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD__")}
+    env.update(
+        PYTHONPATH=str(ROOT),
+        FAKE_NUM_TOKENS=str(NUM_TOKENS),
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        LITELLM_LOG="ERROR",
+        LITELLM_TELEMETRY="False",
+        DISABLE_SCHEMA_UPDATE="True",
+        OMP_WAIT_POLICY="passive",
+    )
+    return env
+
+
+def start(name: str, argv: list[str], port: int, logs: Path) -> Server:
+    log = (logs / f"{name}.log").open("wb")
+    process = subprocess.Popen(argv, env=_env(), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    return Server(name, f"http://127.0.0.1:{port}/v1", process)
+
+
+async def wait_ready(server: Server, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    body = {"model": "fake-small", "messages": [{"role": "user", "content": "ping"}], "max_tokens": 2}
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            if server.process and server.process.poll() is not None:
+                raise RuntimeError(f"{server.name} exited with {server.process.returncode}; see its log")
+            try:
+                async with session.post(server.base_url + "/chat/completions", json=body, headers=AUTH) as response:
+                    if response.status == 200:
+                        await response.read()
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.25)
+    raise RuntimeError(f"{server.name} did not become ready in {timeout_s:.0f} s")
+
+
+def start_all(logs: Path, targets: tuple[str, ...]) -> dict[str, Server]:
+    python = sys.executable
+    up_port = free_port()
+    upstream = start(
+        "upstream",
+        [
+            python,
+            "-m",
+            "uvicorn",
+            "--factory",
+            "tests.fakes.openai_upstream:create_fake_app",
+            "--port",
+            str(up_port),
+            "--log-level",
+            "warning",
+            "--no-access-log",
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+        ],
+        up_port,
+        logs,
+    )
+    servers = {"direct": upstream}
+    if "switchyard" in targets:
+        port = free_port()
+        config = logs / "switchyard.yaml"
+        config.write_text(
+            f"server:\n  log_level: warning\nmodels:\n  - name: fake-small\n    backend: openai\n"
+            f"    base_url: {upstream.base_url}\n    api_key: dummy\n"
+        )
+        servers["switchyard"] = start(
+            "switchyard",
+            [python, "-m", "proxy.cli", "serve", "--config", str(config), "--port", str(port)],
+            port,
+            logs,
+        )
+    if "litellm" in targets:
+        litellm = shutil.which("litellm", path=str(Path(python).parent))
+        if litellm is None:
+            raise SystemExit("the LiteLLM proxy is not installed: run `make bench` (installs '.[bench]')")
+        port = free_port()
+        config = logs / "litellm.yaml"
+        config.write_text(
+            "model_list:\n  - model_name: fake-small\n    litellm_params:\n      model: openai/fake-small\n"
+            f"      api_base: {upstream.base_url}\n      api_key: dummy\n"
+            "litellm_settings:\n  telemetry: false\n  drop_params: true\n"
+            "general_settings:\n  master_key: sk-bench\n"
+        )
+        servers["litellm"] = start(
+            "litellm",
+            [litellm, "--config", str(config), "--port", str(port), "--num_workers", "1"],
+            port,
+            logs,
+        )
+    if "passthrough" in targets:
+        port = free_port()
+        servers["passthrough"] = start(
+            "passthrough",
+            [python, str(ROOT / "bench" / "passthrough.py"), upstream.base_url, str(port)],
+            port,
+            logs,
+        )
+    return servers
+
+
+@dataclass
+class Sample:
+    latencies_s: list[float] = field(default_factory=list)
+    num_errors: int = 0
+    elapsed_s: float = 0.0
+
+    @property
+    def rps(self) -> float:
+        return len(self.latencies_s) / self.elapsed_s if self.elapsed_s else 0.0
+
+
+async def drive(url: str, body: bytes, *, stream: bool, concurrency: int, seconds: float) -> Sample:
+    """`concurrency` closed-loop workers send requests for `seconds`; each latency is to the last byte."""
+    sample = Sample()
+    connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
+    headers = {"content-type": "application/json", "authorization": "Bearer sk-bench"}
+    async with aiohttp.ClientSession(connector=connector) as session:
+        deadline = time.perf_counter() + seconds
+
+        async def worker() -> None:
+            while time.perf_counter() < deadline:
+                started = time.perf_counter()
+                try:
+                    async with session.post(url, data=body, headers=headers) as response:
+                        payload = await response.read()
+                        ok = response.status == 200 and (payload.endswith(b"[DONE]\n\n") if stream else True)
+                except aiohttp.ClientError:
+                    ok = False
+                if ok:
+                    sample.latencies_s.append(time.perf_counter() - started)
+                else:
+                    sample.num_errors += 1
+
+        began = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        sample.elapsed_s = time.perf_counter() - began
+    return sample
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    concurrency: int
+    stream: bool
+    logprobs: bool
+
+    @property
+    def label(self) -> str:
+        mode = "stream" if self.stream else "non-stream"
+        return f"c={self.concurrency} {mode}{' +logprobs' if self.logprobs else ''}"
+
+    def body(self) -> bytes:
+        body: dict = {"model": "fake-small", "messages": [{"role": "user", "content": "Say fifty words."}]}
+        if self.stream:
+            body["stream"] = True
+        if self.logprobs:
+            body.update(logprobs=True, top_logprobs=5)
+        return orjson.dumps(body)
+
+
+async def run_scenario(
+    servers: dict[str, Server], scenario: Scenario, rounds: int, seconds: float
+) -> dict[str, Sample]:
+    merged = {name: Sample() for name in servers}
+    for _ in range(rounds):
+        for name, server in servers.items():
+            sample = await drive(
+                server.base_url + "/chat/completions",
+                scenario.body(),
+                stream=scenario.stream,
+                concurrency=scenario.concurrency,
+                seconds=seconds,
+            )
+            merged[name].latencies_s += sample.latencies_s
+            merged[name].num_errors += sample.num_errors
+            merged[name].elapsed_s += sample.elapsed_s
+    return merged
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f}"
+
+
+def table(results: dict[Scenario, dict[str, Sample]]) -> str:
+    lines = [
+        "| scenario | target | p50 ms | p99 ms | added p50 ms | added p99 ms | req/s | errors |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for scenario, samples in results.items():
+        direct = samples["direct"]
+        d50, d99 = percentile(direct.latencies_s, 0.5), percentile(direct.latencies_s, 0.99)
+        for name, sample in samples.items():
+            p50, p99 = percentile(sample.latencies_s, 0.5), percentile(sample.latencies_s, 0.99)
+            added = ("-", "-") if name == "direct" else (ms(p50 - d50), ms(p99 - d99))
+            lines.append(
+                f"| {scenario.label} | {name} | {ms(p50)} | {ms(p99)} | {added[0]} | {added[1]} "
+                f"| {sample.rps:.0f} | {sample.num_errors} |"
+            )
+    return "\n".join(lines)
+
+
+def ratios(results: dict[Scenario, dict[str, Sample]]) -> str:
+    lines = [
+        "| scenario | Switchyard ÷ LiteLLM req/s | LiteLLM ÷ Switchyard added p50 "
+        "| Switchyard ÷ pass-through req/s | Switchyard − pass-through added p50 ms |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for scenario, samples in results.items():
+        if "switchyard" not in samples:
+            continue
+        d50 = percentile(samples["direct"].latencies_s, 0.5)
+        sy = samples["switchyard"]
+        sy_added = percentile(sy.latencies_s, 0.5) - d50
+        cells = []
+        if "litellm" in samples:
+            ll = samples["litellm"]
+            ll_added = percentile(ll.latencies_s, 0.5) - d50
+            cells += [
+                f"{sy.rps / ll.rps:.1f}×" if ll.rps else "∞",
+                f"{ll_added / sy_added:.1f}×" if sy_added > 0 else "∞",
+            ]
+        else:
+            cells += ["-", "-"]
+        if "passthrough" in samples:
+            pt = samples["passthrough"]
+            pt_added = percentile(pt.latencies_s, 0.5) - d50
+            cells += [f"{sy.rps / pt.rps:.2f}×" if pt.rps else "∞", ms(sy_added - pt_added)]
+        else:
+            cells += ["-", "-"]
+        lines.append(f"| {scenario.label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_results(section: str) -> None:
+    begin, end = "<!-- overhead:begin -->", "<!-- overhead:end -->"
+    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
+    block = f"{begin}\n{section}\n{end}"
+    if begin in text and end in text:
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    RESULTS.write_text(text)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per scenario")
+    parser.add_argument("--seconds", type=float, default=2.0, help="length of one round for one target")
+    parser.add_argument("--targets", nargs="+", default=list(TARGETS), choices=TARGETS)
+    parser.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
+    args = parser.parse_args()
+
+    targets = tuple(dict.fromkeys(["direct", *args.targets]))
+    logs = Path(tempfile.mkdtemp(prefix="switchyard-bench-"))
+    servers = start_all(logs, targets)
+    try:
+        for server in servers.values():
+            await wait_ready(server)
+        scenarios = [
+            Scenario(c, stream, logprobs)
+            for logprobs in (False, True)
+            for stream in (False, True)
+            for c in args.concurrency
+        ]
+        results: dict[Scenario, dict[str, Sample]] = {}
+        for i, scenario in enumerate(scenarios, 1):
+            print(f"[{i}/{len(scenarios)}] {scenario.label} …", file=sys.stderr, flush=True)
+            await run_scenario(servers, scenario, rounds=1, seconds=0.3)  # warm the connection pools
+            results[scenario] = await run_scenario(servers, scenario, args.rounds, args.seconds)
+    finally:
+        for server in servers.values():
+            server.stop()
+
+    header = (
+        f"## Proxy overhead (`bench/overhead.py`)\n\n"
+        f"Run {time.strftime('%Y-%m-%d')} on {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}; upstream answers {NUM_TOKENS} tokens at once; "
+        f"{args.rounds} interleaved rounds of {args.seconds:.0f} s per target and scenario; the upstream, "
+        f"the proxy under test and the load generator share the machine. Latency is to the last byte.\n"
+    )
+    section = f"{header}\n{table(results)}\n\n### Ratios\n\n{ratios(results)}\n"
+    print(section)
+    if not args.no_write:
+        write_results(section)
+        print(f"wrote {RESULTS.relative_to(ROOT)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
