@@ -116,6 +116,19 @@ class OpenAIHTTPBackend:
     def _path(request: AnyRequest) -> str:
         return "/chat/completions" if isinstance(request, ChatCompletionRequest) else "/completions"
 
+    async def _post(self, replica: Replica, request: AnyRequest, *, stream: bool) -> aiohttp.ClientResponse:
+        """POST and return once the status line and headers have arrived.
+
+        A pooled connection that the upstream closed while idle fails with
+        `ServerDisconnectedError` before any response: that request never reached the model, so
+        it is sent once more on a fresh connection.
+        """
+        url, body = replica.base_url + self._path(request), self._body(request, stream=stream)
+        try:
+            return await self._session.post(url, data=body, headers=replica.headers, timeout=self._timeout)
+        except aiohttp.ServerDisconnectedError:
+            return await self._session.post(url, data=body, headers=replica.headers, timeout=self._timeout)
+
     def _fail(self, replica: Replica, exc: Exception) -> BackendError:
         """The one place where transport exceptions become ours."""
         where = f"upstream {self.name} at {replica.base_url}"
@@ -144,14 +157,12 @@ class OpenAIHTTPBackend:
         replica = self._pick()
         replica.num_outstanding += 1
         try:
-            async with self._session.post(
-                replica.base_url + self._path(request),
-                data=self._body(request, stream=False),
-                headers=replica.headers,
-                timeout=self._timeout,
-            ) as response:
+            response = await self._post(replica, request, stream=False)
+            try:
                 data = await response.read()
                 status, headers = response.status, response.headers
+            finally:
+                response.release()
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise self._fail(replica, exc) from exc
         finally:
@@ -170,12 +181,7 @@ class OpenAIHTTPBackend:
         is_complete = False
         try:
             try:
-                response = await self._session.post(
-                    replica.base_url + self._path(request),
-                    data=self._body(request, stream=True),
-                    headers=replica.headers,
-                    timeout=self._timeout,
-                )
+                response = await self._post(replica, request, stream=True)
                 if response.status != 200:
                     raise self._status_error(response.status, response.headers, await response.read())
                 async for data in iter_sse_data(response.content.iter_any()):

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +34,7 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "RESULTS.md"
 NUM_TOKENS = 50
+IN_BAND_ERROR = b'data: {"error"'
 AUTH = {"authorization": "Bearer sk-bench"}
 TARGETS = ("direct", "switchyard", "litellm", "passthrough")
 
@@ -168,6 +170,7 @@ class Sample:
     latencies_s: list[float] = field(default_factory=list)
     num_errors: int = 0
     elapsed_s: float = 0.0
+    error_kinds: Counter = field(default_factory=Counter)
 
     @property
     def rps(self) -> float:
@@ -185,16 +188,23 @@ async def drive(url: str, body: bytes, *, stream: bool, concurrency: int, second
         async def worker() -> None:
             while time.perf_counter() < deadline:
                 started = time.perf_counter()
+                error = None
                 try:
                     async with session.post(url, data=body, headers=headers) as response:
                         payload = await response.read()
-                        ok = response.status == 200 and (payload.endswith(b"[DONE]\n\n") if stream else True)
-                except aiohttp.ClientError:
-                    ok = False
-                if ok:
+                        if response.status != 200:
+                            error = f"status {response.status}: {payload[:120]!r}"
+                        elif stream and not payload.endswith(b"[DONE]\n\n"):
+                            error = f"stream cut short: {payload[-120:]!r}"
+                        elif stream and IN_BAND_ERROR in payload:
+                            error = f"in-band error: {payload[payload.index(IN_BAND_ERROR) :][:160]!r}"
+                except aiohttp.ClientError as exc:
+                    error = f"{type(exc).__name__}: {exc}"
+                if error is None:
                     sample.latencies_s.append(time.perf_counter() - started)
                 else:
                     sample.num_errors += 1
+                    sample.error_kinds[error] += 1
 
         began = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -245,6 +255,7 @@ async def run_scenario(
             merged[name].latencies_s += sample.latencies_s
             merged[name].num_errors += sample.num_errors
             merged[name].elapsed_s += sample.elapsed_s
+            merged[name].error_kinds.update(sample.error_kinds)
     return merged
 
 
@@ -339,6 +350,9 @@ async def main() -> None:
             print(f"[{i}/{len(scenarios)}] {scenario.label} …", file=sys.stderr, flush=True)
             await run_scenario(servers, scenario, rounds=1, seconds=0.3)  # warm the connection pools
             results[scenario] = await run_scenario(servers, scenario, args.rounds, args.seconds)
+            for name, sample in results[scenario].items():
+                for kind, count in sample.error_kinds.most_common(3):
+                    print(f"    {name}: {count} × {kind}", file=sys.stderr)
     finally:
         for server in servers.values():
             server.stop()

@@ -39,7 +39,9 @@ class UpstreamSettings(_Strict):
     """The one pooled HTTP session every HTTP backend shares."""
 
     max_connections: int = Field(default=1024, ge=1)
-    keepalive_expiry_s: float = Field(default=30.0, gt=0)
+    # Below the 5 s keep-alive of uvicorn-based servers (vLLM among them), so the pool drops an idle
+    # connection before the server does.
+    keepalive_expiry_s: float = Field(default=4.0, gt=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
     read_timeout_s: float = Field(default=300.0, gt=0)
     health_interval_s: float = Field(default=10.0, gt=0)

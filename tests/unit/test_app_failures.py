@@ -1,0 +1,86 @@
+"""A bug in a backend is a clean OpenAI-shaped 500 (or an in-band error), never a stack trace."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from fastapi.testclient import TestClient
+
+from backends.base import BackendHealth
+from proxy.app import create_app
+from proxy.protocol import StreamChunk
+from proxy.registry import ModelEntry, ModelRegistry
+from proxy.settings import Settings
+
+
+class BrokenBackend:
+    name = "broken"
+
+    async def complete(self, request):
+        raise RuntimeError("secret internal detail")
+
+    async def stream(self, request) -> AsyncIterator[StreamChunk]:
+        yield StreamChunk(b'{"choices": [{"index": 0, "delta": {"content": "Hi"}}]}')
+        raise RuntimeError("secret internal detail")
+
+    async def health(self) -> BackendHealth:
+        return BackendHealth(is_ready=True)
+
+    def is_ready(self) -> bool:
+        return True
+
+    async def aclose(self) -> None:
+        pass
+
+
+def _client(app) -> TestClient:
+    return TestClient(app, raise_server_exceptions=False)
+
+
+BODY = {"model": "broken", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_unexpected_exception_is_an_openai_500():
+    app = create_app(Settings())
+    with _client(app) as client:
+        app.state.registry = ModelRegistry([ModelEntry("broken", BrokenBackend(), "test", None, None)])
+        response = client.post("/v1/chat/completions", json=BODY)
+    assert response.status_code == 500
+    assert response.json() == {
+        "error": {
+            "message": "The server had an internal error.",
+            "type": "server_error",
+            "param": None,
+            "code": "internal_error",
+        }
+    }
+    assert "secret" not in response.text
+    assert response.headers["x-request-id"].startswith("req_")
+
+
+def test_unexpected_exception_mid_stream_goes_in_band():
+    app = create_app(Settings())
+    with _client(app) as client:
+        app.state.registry = ModelRegistry([ModelEntry("broken", BrokenBackend(), "test", None, None)])
+        response = client.post("/v1/chat/completions", json={**BODY, "stream": True})
+    assert response.status_code == 200
+    events = [line for line in response.text.split("\n") if line]
+    assert events[0].startswith('data: {"choices"')
+    assert '"code":"internal_error"' in events[1]
+    assert events[-1] == "data: [DONE]"
+    assert "secret" not in response.text
+
+
+def test_client_request_id_is_echoed():
+    app = create_app(Settings())
+    with _client(app) as client:
+        response = client.get("/health/live", headers={"x-request-id": "abc-123"})
+    assert response.headers["x-request-id"] == "abc-123"
+
+
+def test_ready_is_503_without_models():
+    app = create_app(Settings())
+    with _client(app) as client:
+        response = client.get("/health/ready")
+    assert response.status_code == 503
+    assert response.json() == {"status": "not_ready", "models": {}}
