@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
+from evals.thresholds_file import read_thresholds
 from proxy.errors import install_error_handlers
 from proxy.middleware import RequestIdMiddleware
 from proxy.registry import ModelRegistry, build_http_session, build_registry
@@ -28,13 +29,17 @@ async def _watch_health(registry: ModelRegistry, interval_s: float) -> None:
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the app. A thresholds file is read here, so a bad one stops the start (ThresholdsError)."""
     settings = settings if settings is not None else load_settings(None)
+    thresholds_file = settings.routing.thresholds_file
+    thresholds = read_thresholds(thresholds_file) if thresholds_file is not None else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         session = build_http_session(settings.upstream)
         registry = build_registry(settings, session)
         app.state.settings = settings
+        app.state.thresholds = thresholds
         app.state.http_session = session
         app.state.registry = registry
         if not len(registry):

@@ -8,9 +8,11 @@ from typing import Annotated, Optional
 
 import typer
 
+from evals.cli import app as eval_app
 from proxy.settings import DEFAULT_CONFIG_NAME, ConfigError, load_settings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Switchyard: an LLM routing proxy.")
+app.add_typer(eval_app, name="eval")
 
 ConfigOption = Annotated[
     Optional[Path],  # noqa: UP045 - typer reads the annotation at run time
@@ -39,6 +41,7 @@ def serve(
     """Run the proxy."""
     import uvicorn
 
+    from evals.thresholds_file import ThresholdsError
     from proxy.app import create_app
 
     try:
@@ -50,8 +53,13 @@ def serve(
         settings.server.host = host
     if port is not None:
         settings.server.port = port
+    try:
+        app_ = create_app(settings)
+    except ThresholdsError as exc:
+        typer.echo(f"switchyard: {exc}", err=True)
+        raise typer.Exit(2) from exc
     uvicorn.run(
-        create_app(settings),
+        app_,
         host=settings.server.host,
         port=settings.server.port,
         log_level=settings.server.log_level,

@@ -48,6 +48,10 @@ class UpstreamSettings(_Strict):
     health_timeout_s: float = Field(default=2.0, gt=0)
 
 
+class RoutingSettings(_Strict):
+    thresholds_file: Path | None = None  # written by `switchyard eval thresholds`; read at start
+
+
 class ReplicaSettings(_Strict):
     base_url: str
     api_key: SecretStr | None = None
@@ -91,6 +95,7 @@ class Settings(BaseSettings):
 
     server: ServerSettings = Field(default_factory=ServerSettings)
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
+    routing: RoutingSettings = Field(default_factory=RoutingSettings)
     models: list[ModelSettings] = Field(default_factory=list)
 
     @model_validator(mode="after")

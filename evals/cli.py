@@ -1,0 +1,159 @@
+"""`switchyard eval …`: offline evaluation of routing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Offline evaluation of routing and cascading.")
+
+DatasetOption = Annotated[str, typer.Option("--dataset", "-d", help="mmlu, gsm8k, or a trace file (.jsonl[.gz]).")]
+WeakOption = Annotated[str | None, typer.Option(help="Weak model in the traces (default: from the data).")]
+StrongOption = Annotated[str | None, typer.Option(help="Strong model in the traces (default: from the data).")]
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"switchyard: {message}", err=True)
+    return typer.Exit(2)
+
+
+def _load(dataset: str, weak: str | None, strong: str | None):
+    from evals.datasets import load_dataset
+    from evals.evaluate import EvalError, resolve_models
+    from evals.traces import TraceFormatError
+
+    try:
+        traces, meta = load_dataset(dataset)
+        weak, strong = resolve_models(traces, meta, weak, strong)
+    except (TraceFormatError, EvalError) as exc:
+        raise _fail(str(exc)) from exc
+    return traces, meta, weak, strong
+
+
+@app.command()
+def route(
+    dataset: DatasetOption,
+    router: Annotated[
+        list[str] | None, typer.Option("--router", "-r", help="Router to compare (repeatable). Default: all baselines.")
+    ] = None,
+    weak: WeakOption = None,
+    strong: StrongOption = None,
+    out: Annotated[Path, typer.Option(help="Folder for the PNG plot and the HTML page.")] = Path("eval-out"),
+) -> None:
+    """Compare routers on the test split: APGR, CPT(50%), CPT(80%), cost at 95% quality; plot the curves."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from evals import report
+    from evals.evaluate import EvalError, evaluate_routers
+    from evals.routers import DEFAULT_ROUTERS, make_router
+
+    console = Console()
+    names = router or list(DEFAULT_ROUTERS)
+    try:
+        routers = [make_router(name) for name in names]
+    except ValueError as exc:
+        raise _fail(str(exc)) from exc
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        loading = progress.add_task(f"loading {dataset}", total=1)
+        traces, meta, weak, strong = _load(dataset, weak, strong)
+        progress.update(loading, completed=1)
+        scoring = progress.add_task("scoring routers", total=len(routers))
+        try:
+            test, results = evaluate_routers(
+                routers, traces, weak, strong, on_step=lambda name: progress.advance(scoring)
+            )
+        except EvalError as exc:
+            raise _fail(str(exc)) from exc
+    label = Path(dataset).name if Path(dataset).exists() else dataset
+    title = f"Routing on {label}: {weak} → {strong}"
+    console.print(report.rich_table(title, results))
+    console.print(report.anchors(test))
+    if meta.get("note"):
+        console.print(f"note: {meta['note']}")
+    out.mkdir(parents=True, exist_ok=True)
+    stem = label.split(".")[0]
+    png, page = out / f"route-{stem}.png", out / f"route-{stem}.html"
+    report.write_plot(png, title, test, results)
+    report.write_html(page, title, test, results)
+    console.print(f"wrote {png} and {page}")
+
+
+@app.command()
+def thresholds(
+    dataset: DatasetOption,
+    router: Annotated[str, typer.Option("--router", "-r", help="The router whose threshold to pick.")],
+    target_quality: Annotated[
+        float | None, typer.Option(help="Reach this fraction of the strong model's quality (e.g. 0.95).")
+    ] = None,
+    max_strong_share: Annotated[
+        float | None, typer.Option(help="Send at most this share of prompts to the strong model (e.g. 0.3).")
+    ] = None,
+    weak: WeakOption = None,
+    strong: StrongOption = None,
+    out: Annotated[Path, typer.Option(help="Thresholds file to write (its other sections are kept).")] = Path(
+        "thresholds.yaml"
+    ),
+) -> None:
+    """Pick a routing threshold on the train split and write it, with train and test metrics, to a file."""
+    from evals import metrics
+    from evals.evaluate import EvalError, Outcomes, split
+    from evals.routers import make_router
+    from evals.thresholds import operating_point, pick_threshold
+    from evals.thresholds_file import ThresholdsError, write_section
+    from evals.traces import traces_digest
+
+    if (target_quality is None) == (max_strong_share is None):
+        raise _fail("give exactly one of --target-quality or --max-strong-share")
+    traces, meta, weak, strong = _load(dataset, weak, strong)
+    try:
+        chosen = make_router(router)
+        train, test = (
+            Outcomes.of(split(traces, "train"), weak, strong),
+            Outcomes.of(split(traces, "test"), weak, strong),
+        )
+        chosen.fit(train.traces, weak, strong)
+        train_scores, test_scores = chosen.score(train.traces), chosen.score(test.traces)
+        value = pick_threshold(train, train_scores, quality_fraction=target_quality, max_strong_share=max_strong_share)
+    except (ValueError, EvalError) as exc:
+        raise _fail(str(exc)) from exc
+    target = (
+        {"quality_fraction": target_quality} if target_quality is not None else {"max_strong_share": max_strong_share}
+    )
+    test_point = operating_point(test, test_scores, value)
+    test_point["apgr"] = round(metrics.apgr(test.curve(test_scores), test.quality_weak, test.quality_strong), 6)
+    section = {
+        "router": router,
+        "threshold": value,
+        "weak_model": weak,
+        "strong_model": strong,
+        "target": target,
+        "data": {
+            "source": meta.get("source", dataset),
+            "sha256": traces_digest(traces),
+            "num_train": len(train.traces),
+            "num_test": len(test.traces),
+        },
+        "train": operating_point(train, train_scores, value),
+        "test": test_point,
+    }
+    try:
+        write_section(out, "routing", section)
+    except ThresholdsError as exc:
+        raise _fail(str(exc)) from exc
+    typer.echo(f"{router}: route to {strong} when score >= {value:.6g}")
+    for name, point in (("train", section["train"]), ("test", test_point)):
+        typer.echo(
+            f"  {name:5}: {point['strong_share'] * 100:.1f}% strong calls, quality {point['quality']:.3f} "
+            f"(PGR {point['pgr']:.3f}), ${point['cost_usd_per_1k']:.4f} / 1k prompts"
+        )
+    typer.echo(f"wrote {out}")
