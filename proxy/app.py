@@ -20,11 +20,16 @@ logger = logging.getLogger("switchyard")
 
 
 async def _watch_health(registry: ModelRegistry, interval_s: float) -> None:
+    """Probe every backend now and then; log each change of verdict."""
+    last: dict[str, str] = {}
     while True:
         verdicts = await asyncio.gather(*(entry.backend.health() for entry in registry))
         for entry, verdict in zip(registry, verdicts, strict=True):
-            if not verdict.is_ready:
-                logger.warning("model %s is not ready: %s", entry.name, verdict.detail)
+            summary = "ready" if verdict.is_ready else f"not ready: {verdict.detail}"
+            if last.get(entry.name, "ready" if verdict.is_ready else "") != summary:
+                log = logger.info if verdict.is_ready else logger.warning
+                log("model %s is %s", entry.name, summary)
+            last[entry.name] = summary
         await asyncio.sleep(interval_s)
 
 
@@ -44,13 +49,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.registry = registry
         if not len(registry):
             logger.warning("no models are configured: pass --config FILE (see README)")
+        # Backends that load something (the embedded engine's model) do it in the background:
+        # the server answers at once, and /health/ready says when each model is ready.
+        starting = [asyncio.create_task(e.backend.start()) for e in registry if hasattr(e.backend, "start")]
         watcher = asyncio.create_task(_watch_health(registry, settings.upstream.health_interval_s))
         try:
             yield
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            for task in (watcher, *starting):
+                task.cancel()
+            for task in (watcher, *starting):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             for entry in registry:
                 await entry.backend.aclose()
             await session.close()

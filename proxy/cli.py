@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -13,9 +13,11 @@ from proxy.settings import DEFAULT_CONFIG_NAME, ConfigError, load_settings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Switchyard: an LLM routing proxy.")
 app.add_typer(eval_app, name="eval")
+engine_app = typer.Typer(no_args_is_help=True, add_completion=False, help="The embedded CPU engine.")
+app.add_typer(engine_app, name="engine")
 
 ConfigOption = Annotated[
-    Optional[Path],  # noqa: UP045 - typer reads the annotation at run time
+    Path | None,
     typer.Option(
         "--config",
         "-c",
@@ -35,15 +37,10 @@ def _resolve_config(config: Path | None) -> Path | None:
 @app.command()
 def serve(
     config: ConfigOption = None,
-    host: Annotated[Optional[str], typer.Option(help="Overrides server.host.")] = None,  # noqa: UP045
-    port: Annotated[Optional[int], typer.Option(help="Overrides server.port.")] = None,  # noqa: UP045
+    host: Annotated[str | None, typer.Option(help="Overrides server.host.")] = None,
+    port: Annotated[int | None, typer.Option(help="Overrides server.port.")] = None,
 ) -> None:
     """Run the proxy."""
-    import uvicorn
-
-    from evals.thresholds_file import ThresholdsError
-    from proxy.app import create_app
-
     try:
         settings = load_settings(_resolve_config(config))
     except ConfigError as exc:
@@ -53,6 +50,15 @@ def serve(
         settings.server.host = host
     if port is not None:
         settings.server.port = port
+    _run(settings)
+
+
+def _run(settings) -> None:
+    import uvicorn
+
+    from evals.thresholds_file import ThresholdsError
+    from proxy.app import create_app
+
     try:
         app_ = create_app(settings)
     except ThresholdsError as exc:
@@ -68,6 +74,32 @@ def serve(
         http="httptools",
         timeout_graceful_shutdown=5,
     )
+
+
+@engine_app.command("serve")
+def engine_serve(
+    model: Annotated[str, typer.Option(help="smollm2-135m, an HF model folder, or a .gguf file.")] = "smollm2-135m",
+    name: Annotated[str | None, typer.Option(help="Public model name (default: --model).")] = None,
+    host: Annotated[str, typer.Option()] = "127.0.0.1",
+    port: Annotated[int, typer.Option()] = 8001,
+    num_blocks: Annotated[int, typer.Option(help="KV-cache blocks.")] = 256,
+    page_size: Annotated[int, typer.Option(help="Tokens per KV-cache block.")] = 32,
+    max_batch_tokens: Annotated[int, typer.Option(help="Tokens per forward pass.")] = 512,
+    context_window: Annotated[int, typer.Option(help="Largest prompt + max_tokens.")] = 2048,
+    threads: Annotated[int | None, typer.Option(help="Torch threads (default: all cores).")] = None,
+) -> None:
+    """Serve one model on the embedded engine as an OpenAI-compatible server (like vLLM's)."""
+    from proxy.settings import Settings
+
+    engine = {
+        "num_blocks": num_blocks,
+        "page_size": page_size,
+        "max_batch_tokens": max_batch_tokens,
+        "context_window": context_window,
+        "threads": threads,
+    }
+    entry = {"name": name or model, "backend": "embedded", "model": model, "engine": engine}
+    _run(Settings(server={"host": host, "port": port}, models=[entry]))
 
 
 @app.command("check-config")

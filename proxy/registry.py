@@ -9,7 +9,7 @@ import aiohttp
 from backends.base import Backend
 from backends.openai_http import OpenAIHTTPBackend, Replica
 from proxy.errors import ModelNotFound
-from proxy.settings import ModelSettings, Settings, UpstreamSettings
+from proxy.settings import EngineSettings, ModelSettings, Settings, UpstreamSettings
 
 
 @dataclass(slots=True)
@@ -33,7 +33,26 @@ def _build_openai(model: ModelSettings, session: aiohttp.ClientSession, upstream
     )
 
 
-BACKEND_BUILDERS = {"openai": _build_openai}
+def _build_embedded(model: ModelSettings, session: aiohttp.ClientSession, upstream: UpstreamSettings) -> Backend:
+    from backends.embedded.backend import EmbeddedBackend
+    from backends.embedded.engine import EngineLimits
+
+    engine = model.engine or EngineSettings()
+    limits = EngineLimits(
+        page_size=engine.page_size,
+        num_blocks=engine.num_blocks,
+        max_batch_tokens=engine.max_batch_tokens,
+        max_queue=engine.max_queue,
+        queue_timeout_s=engine.queue_timeout_s,
+        context_window=model.context_window or engine.context_window,
+    )
+    assert model.model is not None
+    return EmbeddedBackend(
+        model.name, model.model, limits, default_max_tokens=engine.default_max_tokens, num_threads=engine.threads
+    )
+
+
+BACKEND_BUILDERS = {"openai": _build_openai, "embedded": _build_embedded}
 
 
 class ModelRegistry:
@@ -74,7 +93,9 @@ def build_registry(settings: Settings, session: aiohttp.ClientSession) -> ModelR
             backend=BACKEND_BUILDERS[model.backend](model, session, settings.upstream),
             backend_kind=model.backend,
             tier=model.tier,
-            context_window=model.context_window,
+            context_window=model.context_window or (model.engine or EngineSettings()).context_window
+            if model.backend == "embedded"
+            else model.context_window,
         )
         for model in settings.models
     ]

