@@ -1,0 +1,130 @@
+"""The embedded backend behind the proxy, on a tiny random model, through the real `openai` SDK."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import openai
+import pytest
+
+from proxy.app import create_app
+from proxy.settings import Settings
+from tests.fakes.server import serve_in_thread
+from tests.helpers import wait_until
+from tests.tiny_model import build_tiny_model
+
+SPECIAL = r"<\|\w+\|>|<eos>"
+MESSAGES = [{"role": "user", "content": "the quick brown fox"}]
+
+
+@pytest.fixture(scope="module")
+def embedded_proxy(tmp_path_factory):
+    model_dir = build_tiny_model(tmp_path_factory.mktemp("tiny"))
+    engine = {"num_blocks": 64, "page_size": 16, "context_window": 256, "default_max_tokens": 16}
+    settings = Settings(
+        models=[
+            {"name": "tiny", "backend": "embedded", "model": str(model_dir), "engine": engine, "tier": "small"},
+            {"name": "broken", "backend": "embedded", "model": str(model_dir / "missing.gguf")},
+        ],
+        upstream={"health_interval_s": 0.2},
+    )
+    app = create_app(settings)
+    with serve_in_thread(app) as url:
+        assert wait_until(lambda: httpx.get(url + "/v1/models").json()["data"][0]["ready"], timeout_s=60)
+        yield url + "/v1", app
+
+
+@pytest.fixture
+def sdk(embedded_proxy):
+    with openai.OpenAI(base_url=embedded_proxy[0], api_key="k", max_retries=0) as client:
+        yield client
+
+
+def test_chat_stream_and_non_stream_agree(sdk):
+    raw = sdk.chat.completions.with_raw_response.create(
+        model="tiny", messages=MESSAGES, temperature=0, max_tokens=12, logprobs=True, top_logprobs=2
+    )
+    assert raw.headers["x-switchyard-backend"].startswith("embedded@")
+    reply = raw.parse()
+    choice = reply.choices[0]
+    assert choice.finish_reason in ("length", "stop")
+    tokens = choice.logprobs.content
+    assert len(tokens) == reply.usage.completion_tokens - (choice.finish_reason == "stop")
+    assert all(t.logprob <= 0 and len(t.top_logprobs) == 2 for t in tokens)
+    # Special tokens (a random model emits them) show in logprobs but not in the text, as in vLLM.
+    assert re.sub(SPECIAL, "", "".join(t.token for t in tokens)) == choice.message.content
+    chunks = list(
+        sdk.chat.completions.create(
+            model="tiny",
+            messages=MESSAGES,
+            temperature=0,
+            max_tokens=12,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == choice.message.content
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-1].usage.completion_tokens == reply.usage.completion_tokens
+    assert chunks[-1].usage.prompt_tokens == reply.usage.prompt_tokens > 0
+
+
+def test_stop_strings_cut_the_answer(sdk):
+    full = sdk.completions.create(model="tiny", prompt="one two three", temperature=0, max_tokens=16).choices[0].text
+    assert len(full) > 6
+    stop = full[3:6]
+    cut = sdk.completions.create(model="tiny", prompt="one two three", temperature=0, max_tokens=16, stop=[stop])
+    assert cut.choices[0].text == full[: full.index(stop)]
+    assert cut.choices[0].finish_reason == "stop"
+
+
+def test_completion_logprobs_in_the_legacy_format(sdk):
+    reply = sdk.completions.create(model="tiny", prompt="paris is", temperature=0, max_tokens=5, logprobs=3)
+    logprobs = reply.choices[0].logprobs
+    assert len(logprobs.tokens) == len(logprobs.token_logprobs) == len(logprobs.top_logprobs) == 5
+    assert re.sub(SPECIAL, "", "".join(logprobs.tokens)) == reply.choices[0].text
+    assert all(len(top) <= 3 for top in logprobs.top_logprobs)
+
+
+def test_seeded_sampling_repeats(sdk):
+    def draw():
+        return sdk.chat.completions.create(model="tiny", messages=MESSAGES, temperature=1.0, seed=42, max_tokens=10)
+
+    assert draw().choices[0].message.content == draw().choices[0].message.content
+
+
+def test_over_the_context_window_is_a_400(sdk):
+    with pytest.raises(openai.BadRequestError) as info:
+        sdk.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=1000)
+    error = info.value.response.json()["error"]
+    assert error["code"] == "context_length_exceeded"
+    assert "maximum context length is 256 tokens" in error["message"]
+
+
+def test_n_above_one_is_a_400(sdk):
+    with pytest.raises(openai.BadRequestError) as info:
+        sdk.chat.completions.create(model="tiny", messages=MESSAGES, n=2)
+    assert info.value.response.json()["error"]["param"] == "n"
+
+
+def test_a_model_that_failed_to_load_is_a_503_and_not_ready(sdk, embedded_proxy):
+    with pytest.raises(openai.InternalServerError) as info:
+        sdk.chat.completions.create(model="broken", messages=MESSAGES)
+    assert info.value.status_code == 503
+    assert "missing.gguf" in info.value.response.json()["error"]["message"]
+    assert info.value.response.headers["retry-after"] == "5"
+    ready = httpx.get(embedded_proxy[0].removesuffix("/v1") + "/health/ready").json()
+    assert ready["models"] == {"tiny": True, "broken": False}
+
+
+def test_client_disconnect_frees_the_engine(embedded_proxy):
+    url, app = embedded_proxy
+    engine = app.state.registry.get("tiny").backend.engine
+    body = {"model": "tiny", "messages": MESSAGES, "stream": True, "max_tokens": 200, "temperature": 0}
+    with httpx.stream("POST", url + "/chat/completions", json=body) as response:
+        lines = response.iter_lines()
+        for _ in range(4):
+            next(lines)
+        assert engine.num_reserved_blocks > 0
+    assert wait_until(lambda: engine.num_reserved_blocks == 0, timeout_s=5)
