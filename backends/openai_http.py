@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import aiohttp
 import orjson
@@ -31,6 +31,8 @@ from proxy.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
 
 @dataclass(eq=False, slots=True)
 class Replica:
+    KIND: ClassVar[str] = "openai"
+
     base_url: str
     api_key: str | None = None
     num_outstanding: int = 0
@@ -41,7 +43,7 @@ class Replica:
 
     def __post_init__(self) -> None:
         self.base_url = self.base_url.rstrip("/")
-        self.label = "openai@" + self.base_url.split("://", 1)[-1]
+        self.label = f"{self.KIND}@" + self.base_url.split("://", 1)[-1]
         self.headers = {"content-type": "application/json"}
         if self.api_key:
             self.headers["authorization"] = f"Bearer {self.api_key}"
@@ -94,10 +96,14 @@ class OpenAIHTTPBackend:
         )
         self._health_timeout = aiohttp.ClientTimeout(total=health_timeout_s)
 
-    def _pick(self) -> Replica:
-        replica = self._balancer.pick(self.replicas)
+    def _pick(self, request: AnyRequest) -> Replica:
+        replica = self._choose(request)
         answered_by.set(replica.label)
         return replica
+
+    def _choose(self, request: AnyRequest) -> Replica:
+        """Which replica takes `request`: the one with the fewest requests in flight."""
+        return self._balancer.pick(self.replicas)
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -154,7 +160,7 @@ class OpenAIHTTPBackend:
         return BackendError(reason, backend=self.name)
 
     async def complete(self, request: AnyRequest) -> CompletionResult:
-        replica = self._pick()
+        replica = self._pick(request)
         replica.num_outstanding += 1
         try:
             response = await self._post(replica, request, stream=False)
@@ -175,7 +181,7 @@ class OpenAIHTTPBackend:
         return result
 
     async def stream(self, request: AnyRequest) -> AsyncIterator[StreamChunk]:
-        replica = self._pick()
+        replica = self._pick(request)
         replica.num_outstanding += 1
         response: aiohttp.ClientResponse | None = None
         is_complete = False

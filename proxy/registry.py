@@ -9,7 +9,7 @@ import aiohttp
 from backends.base import Backend
 from backends.openai_http import OpenAIHTTPBackend, Replica
 from proxy.errors import ModelNotFound
-from proxy.settings import EngineSettings, ModelSettings, Settings, UpstreamSettings
+from proxy.settings import EngineSettings, ModelSettings, Settings, UpstreamSettings, VLLMSettings
 
 
 @dataclass(slots=True)
@@ -33,6 +33,26 @@ def _build_openai(model: ModelSettings, session: aiohttp.ClientSession, upstream
     )
 
 
+def _build_vllm(model: ModelSettings, session: aiohttp.ClientSession, upstream: UpstreamSettings) -> Backend:
+    from backends.vllm import SaturationLimits, VLLMBackend, VLLMReplica
+
+    options = model.vllm or VLLMSettings()
+    replicas = [
+        VLLMReplica(r.base_url, r.api_key.get_secret_value() if r.api_key else None) for r in model.replica_list()
+    ]
+    return VLLMBackend(
+        model.name,
+        replicas,
+        session,
+        upstream_model=model.upstream_model,
+        read_timeout_s=model.read_timeout_s,
+        health_timeout_s=upstream.health_timeout_s,
+        metrics_interval_s=options.metrics_interval_s,
+        limits=SaturationLimits(options.max_waiting, options.max_kv_cache_usage),
+        is_sticky=options.sticky_prefix,
+    )
+
+
 def _build_embedded(model: ModelSettings, session: aiohttp.ClientSession, upstream: UpstreamSettings) -> Backend:
     from backends.embedded.backend import EmbeddedBackend
     from backends.embedded.engine import EngineLimits
@@ -52,7 +72,7 @@ def _build_embedded(model: ModelSettings, session: aiohttp.ClientSession, upstre
     )
 
 
-BACKEND_BUILDERS = {"openai": _build_openai, "embedded": _build_embedded}
+BACKEND_BUILDERS = {"openai": _build_openai, "vllm": _build_vllm, "embedded": _build_embedded}
 
 
 class ModelRegistry:

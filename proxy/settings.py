@@ -70,17 +70,27 @@ class EngineSettings(_Strict):
     threads: int | None = Field(default=None, ge=1)  # torch threads; default: all cores
 
 
+class VLLMSettings(_Strict):
+    """What the `vllm` backend adds to `openai`: load from each replica's /metrics."""
+
+    metrics_interval_s: float = Field(default=2.0, gt=0)
+    max_waiting: int = Field(default=4, ge=0)  # more waiting requests than this: saturated
+    max_kv_cache_usage: float = Field(default=0.9, gt=0, le=1)  # KV cache fuller than this: saturated
+    sticky_prefix: bool = True  # one system prompt -> one replica (rendezvous hashing), unless saturated
+
+
 class ModelSettings(_Strict):
     """One public model name and the backend deployment(s) that serve it."""
 
     name: str = Field(min_length=1)
-    backend: Literal["openai", "embedded"] = "openai"
-    # backend: openai
+    backend: Literal["openai", "vllm", "embedded"] = "openai"
+    # backend: openai or vllm
     base_url: str | None = None
     api_key: SecretStr | None = None
     replicas: list[ReplicaSettings] | None = None
     upstream_model: str | None = None
     read_timeout_s: float | None = Field(default=None, gt=0)
+    vllm: VLLMSettings | None = None  # backend vllm only
     # backend: embedded
     model: str | None = None  # a built-in name (smollm2-135m), an HF model folder, or a .gguf file
     engine: EngineSettings | None = None
@@ -90,18 +100,20 @@ class ModelSettings(_Strict):
 
     @model_validator(mode="after")
     def _fits_backend(self) -> ModelSettings:
-        if self.backend == "openai":
+        if self.vllm is not None and self.backend != "vllm":
+            raise ValueError("'vllm' settings belong to backend 'vllm'")
+        if self.backend in ("openai", "vllm"):
             if (self.base_url is None) == (self.replicas is None):
                 raise ValueError("give exactly one of 'base_url' or 'replicas'")
             if self.replicas is not None and not self.replicas:
                 raise ValueError("'replicas' must list at least one replica")
             if self.model is not None or self.engine is not None:
                 raise ValueError("'model' and 'engine' belong to backend 'embedded'")
-        else:
-            if self.model is None:
-                raise ValueError("backend 'embedded' needs 'model' (e.g. smollm2-135m, an HF folder or a .gguf)")
-            if self.base_url is not None or self.replicas is not None:
-                raise ValueError("backend 'embedded' runs in-process: remove 'base_url'/'replicas'")
+            return self
+        if self.model is None:
+            raise ValueError("backend 'embedded' needs 'model' (e.g. smollm2-135m, an HF folder or a .gguf)")
+        if self.base_url is not None or self.replicas is not None:
+            raise ValueError("backend 'embedded' runs in-process: remove 'base_url'/'replicas'")
         return self
 
     def replica_list(self) -> list[ReplicaSettings]:

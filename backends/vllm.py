@@ -1,0 +1,179 @@
+"""vLLM: the OpenAI-compatible HTTP backend plus what vLLM's servers tell about their load.
+
+Every few seconds each replica's Prometheus `/metrics` is read (`vllm:num_requests_waiting`,
+`vllm:num_requests_running`, KV-cache usage). A request then goes to:
+
+1. if it has a system prompt: the replica that rendezvous hashing assigns to that prompt, so the
+   replica's prefix cache keeps serving it — unless that replica is saturated or down;
+2. otherwise (or when the sticky replica is saturated): the least-loaded ready replica, counting
+   the last scrape plus what we sent since.
+
+A replica is saturated when its waiting queue or its KV-cache usage passes the configured limits;
+`is_saturated()` (every ready replica saturated) is the signal routing uses to degrade or queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import math
+import re
+from dataclasses import dataclass
+
+import aiohttp
+
+from backends.base import AnyRequest, BackendHealth
+from backends.openai_http import OpenAIHTTPBackend, Replica
+from proxy.protocol import ChatCompletionRequest
+
+logger = logging.getLogger("switchyard.vllm")
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+KV_USAGE_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Metric name -> value, summed over label sets; comments and malformed lines are skipped."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        if match is None:
+            continue
+        try:
+            value = float(match.group(3))
+        except ValueError:
+            continue
+        if math.isfinite(value):
+            values[match.group(1)] = values.get(match.group(1), 0.0) + value
+    return values
+
+
+@dataclass(eq=False, slots=True)
+class VLLMReplica(Replica):
+    KIND = "vllm"
+
+    num_waiting: float = 0.0
+    num_running: float = 0.0
+    kv_cache_usage: float = 0.0
+    num_sent_since_scrape: int = 0
+    has_metrics: bool = False
+    is_saturated: bool = False
+
+    @property
+    def metrics_url(self) -> str:
+        return self.base_url.removesuffix("/v1") + "/metrics"
+
+    @property
+    def load(self) -> float:
+        return self.num_waiting + self.num_running + self.num_sent_since_scrape
+
+
+@dataclass(frozen=True, slots=True)
+class SaturationLimits:
+    max_waiting: int = 4
+    max_kv_cache_usage: float = 0.9
+
+
+def _prefix_key(request: AnyRequest) -> str | None:
+    if isinstance(request, ChatCompletionRequest):
+        first = request.messages[0]
+        if first.role in ("system", "developer") and first.content:
+            return first.content if isinstance(first.content, str) else str(first.content)
+    return None
+
+
+def _rendezvous_score(key: str, replica: Replica) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{key}\0{replica.base_url}".encode(), digest_size=8).digest(), "big")
+
+
+class VLLMBackend(OpenAIHTTPBackend):
+    replicas: list[VLLMReplica]
+
+    def __init__(
+        self,
+        *args,
+        metrics_interval_s: float = 2.0,
+        limits: SaturationLimits | None = None,
+        is_sticky: bool = True,
+        **kwargs,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.metrics_interval_s = metrics_interval_s
+        self.limits = limits or SaturationLimits()
+        self.is_sticky = is_sticky
+        self._scraper: asyncio.Task | None = None
+
+    # -- load signal ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.scrape()
+        self._scraper = asyncio.create_task(self._scrape_forever())
+
+    async def _scrape_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.metrics_interval_s)
+            await self.scrape()
+
+    async def scrape(self) -> None:
+        await asyncio.gather(*(self._scrape(replica) for replica in self.replicas))
+
+    async def _scrape(self, replica: VLLMReplica) -> None:
+        try:
+            async with self._session.get(
+                replica.metrics_url, headers=replica.headers, timeout=self._health_timeout
+            ) as response:
+                if response.status != 200:
+                    replica.has_metrics = False
+                    return
+                metrics = parse_prometheus(await response.text())
+        except (TimeoutError, aiohttp.ClientError):
+            replica.has_metrics = False
+            return
+        replica.num_waiting = metrics.get("vllm:num_requests_waiting", 0.0)
+        replica.num_running = metrics.get("vllm:num_requests_running", 0.0)
+        replica.kv_cache_usage = next((metrics[n] for n in KV_USAGE_NAMES if n in metrics), 0.0)
+        replica.num_sent_since_scrape = 0
+        replica.has_metrics = True
+        replica.is_saturated = (
+            replica.num_waiting > self.limits.max_waiting or replica.kv_cache_usage > self.limits.max_kv_cache_usage
+        )
+
+    def is_saturated(self) -> bool:
+        """Every ready replica is past its limits: routing should degrade or queue."""
+        ready = [r for r in self.replicas if r.is_ready]
+        return bool(ready) and all(r.is_saturated for r in ready)
+
+    # -- choice ---------------------------------------------------------------------------------
+
+    def _choose(self, request: AnyRequest) -> VLLMReplica:
+        candidates = [r for r in self.replicas if r.is_ready] or list(self.replicas)
+        key = _prefix_key(request) if self.is_sticky else None
+        if key is not None:
+            sticky = max(candidates, key=lambda r: _rendezvous_score(key, r))
+            if not sticky.is_saturated:
+                sticky.num_sent_since_scrape += 1
+                return sticky
+        unsaturated = [r for r in candidates if not r.is_saturated] or candidates
+        chosen = min(unsaturated, key=lambda r: (r.load, r.num_outstanding))
+        chosen.num_sent_since_scrape += 1
+        return chosen
+
+    async def health(self) -> BackendHealth:
+        verdict = await super().health()
+        loads = "; ".join(
+            f"{r.base_url}: waiting {r.num_waiting:g}, running {r.num_running:g}, KV {r.kv_cache_usage:.0%}"
+            + (" (saturated)" if r.is_saturated else "")
+            for r in self.replicas
+        )
+        return BackendHealth(verdict.is_ready, f"{verdict.detail} | {loads}")
+
+    async def aclose(self) -> None:
+        if self._scraper is not None:
+            self._scraper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scraper
+            self._scraper = None
