@@ -128,3 +128,21 @@ def test_client_disconnect_frees_the_engine(embedded_proxy):
             next(lines)
         assert engine.num_reserved_blocks > 0
     assert wait_until(lambda: engine.num_reserved_blocks == 0, timeout_s=5)
+
+
+async def test_concurrent_streams_match_their_solo_answers(embedded_proxy):
+    import asyncio
+
+    url, _ = embedded_proxy
+    prompts = ["one two", "paris is", "a stitch in time", "the lazy dog"]
+    async with openai.AsyncOpenAI(base_url=url, api_key="k", max_retries=0) as sdk:
+
+        async def answer(prompt: str) -> str:
+            stream = await sdk.chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": prompt}], temperature=0, max_tokens=10, stream=True
+            )
+            return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+        solo = [await answer(p) for p in prompts]
+        together = await asyncio.gather(*(answer(p) for p in prompts * 3))
+    assert together == solo * 3
