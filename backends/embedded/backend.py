@@ -90,6 +90,9 @@ class EmbeddedBackend:
             fmt.chat_prompt_ids(tokenizer, request) if is_chat else fmt.completion_prompt_ids(tokenizer, request)
         )
         params = fmt.sampling_params(request, len(prompt_ids), engine.limits.context_window, self.default_max_tokens)
+        if is_chat and not getattr(tokenizer, "chat_template", None) and len(params.stop) < 4:
+            # A base model answering a plain transcript would go on to write the user's next turn.
+            params.stop = (*params.stop, fmt.FALLBACK_TURN_STOP)
         return engine, tokenizer, is_chat, prompt_ids, params
 
     async def complete(self, request: AnyRequest) -> CompletionResult:

