@@ -24,6 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from results import write_section  # noqa: E402 - bench/ is on sys.path when run as a script
+
 TOPICS = ["a robot", "the sea", "a lighthouse", "winter", "a train", "the moon", "a garden", "a city at night"]
 
 
@@ -83,18 +85,6 @@ async def engine_run(engine, tokenizer, concurrency: int, new_tokens: int) -> tu
     return sum(counts) / (time.perf_counter() - started), statistics.median(gaps)
 
 
-def write_results(section: str) -> None:
-    path = ROOT / "bench" / "RESULTS.md"
-    begin, end = "<!-- engine:begin -->", "<!-- engine:end -->"
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
-    block = f"{begin}\n{section}\n{end}"
-    if begin in text and end in text:
-        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text)
-
-
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
@@ -136,7 +126,7 @@ async def main() -> None:
     section = "\n".join(lines) + "\n"
     print(section)
     if not args.no_write:
-        write_results(section)
+        write_section("engine", section)
 
 
 if __name__ == "__main__":

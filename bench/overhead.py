@@ -30,9 +30,9 @@ from pathlib import Path
 
 import aiohttp
 import orjson
+from results import RESULTS, write_section  # bench/ is on sys.path when run as a script
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "RESULTS.md"
 NUM_TOKENS = 50
 IN_BAND_ERROR = b'data: {"error"'
 AUTH = {"authorization": "Bearer sk-bench"}
@@ -313,17 +313,6 @@ def ratios(results: dict[Scenario, dict[str, Sample]]) -> str:
     return "\n".join(lines)
 
 
-def write_results(section: str) -> None:
-    begin, end = "<!-- overhead:begin -->", "<!-- overhead:end -->"
-    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    block = f"{begin}\n{section}\n{end}"
-    if begin in text and end in text:
-        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    RESULTS.write_text(text)
-
-
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
@@ -367,7 +356,7 @@ async def main() -> None:
     section = f"{header}\n{table(results)}\n\n### Ratios\n\n{ratios(results)}\n"
     print(section)
     if not args.no_write:
-        write_results(section)
+        write_section("overhead", section)
         print(f"wrote {RESULTS.relative_to(ROOT)}", file=sys.stderr)
 
 

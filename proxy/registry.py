@@ -21,32 +21,31 @@ class ModelEntry:
     context_window: int | None
 
 
+def _http_backend_kwargs(model: ModelSettings, upstream: UpstreamSettings) -> dict:
+    return {
+        "upstream_model": model.upstream_model,
+        "read_timeout_s": model.read_timeout_s,
+        "health_timeout_s": upstream.health_timeout_s,
+    }
+
+
+def _replicas(model: ModelSettings, replica_type: type[Replica]) -> list:
+    return [replica_type(r.base_url, r.api_key.get_secret_value() if r.api_key else None) for r in model.replica_list()]
+
+
 def _build_openai(model: ModelSettings, session: aiohttp.ClientSession, upstream: UpstreamSettings) -> Backend:
-    replicas = [Replica(r.base_url, r.api_key.get_secret_value() if r.api_key else None) for r in model.replica_list()]
-    return OpenAIHTTPBackend(
-        model.name,
-        replicas,
-        session,
-        upstream_model=model.upstream_model,
-        read_timeout_s=model.read_timeout_s,
-        health_timeout_s=upstream.health_timeout_s,
-    )
+    return OpenAIHTTPBackend(model.name, _replicas(model, Replica), session, **_http_backend_kwargs(model, upstream))
 
 
 def _build_vllm(model: ModelSettings, session: aiohttp.ClientSession, upstream: UpstreamSettings) -> Backend:
     from backends.vllm import SaturationLimits, VLLMBackend, VLLMReplica
 
     options = model.vllm or VLLMSettings()
-    replicas = [
-        VLLMReplica(r.base_url, r.api_key.get_secret_value() if r.api_key else None) for r in model.replica_list()
-    ]
     return VLLMBackend(
         model.name,
-        replicas,
+        _replicas(model, VLLMReplica),
         session,
-        upstream_model=model.upstream_model,
-        read_timeout_s=model.read_timeout_s,
-        health_timeout_s=upstream.health_timeout_s,
+        **_http_backend_kwargs(model, upstream),
         metrics_interval_s=options.metrics_interval_s,
         limits=SaturationLimits(options.max_waiting, options.max_kv_cache_usage),
         is_sticky=options.sticky_prefix,
