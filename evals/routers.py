@@ -118,7 +118,15 @@ DEFAULT_ROUTERS = ("random", "always-weak", "always-strong", "length", "category
 
 
 def make_router(name: str) -> Router:
+    if name == "classifier":  # imported on demand: it loads an embedding model
+        from classifier.model import ArtifactError
+        from classifier.router import ClassifierRouter
+
+        try:
+            return ClassifierRouter()
+        except ArtifactError as exc:
+            raise ValueError(str(exc)) from exc
     try:
         return ROUTERS[name]()
     except KeyError:
-        raise ValueError(f"unknown router {name!r}; known: {', '.join(ROUTERS)}") from None
+        raise ValueError(f"unknown router {name!r}; known: {', '.join(ROUTERS)}, classifier") from None

@@ -9,11 +9,15 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
-from evals.thresholds_file import read_thresholds
+from classifier.embedder import Embedder
+from classifier.model import DEFAULT_ARTIFACT, ArtifactError, ComplexityClassifier
+from classifier.runtime import MicroBatcher
+from evals.thresholds_file import ThresholdsError, read_thresholds
 from proxy.errors import install_error_handlers
 from proxy.middleware import RequestIdMiddleware
 from proxy.registry import ModelRegistry, build_http_session, build_registry
 from proxy.routes import ROUTERS
+from proxy.routing import AutoRouter, resolve_thresholds
 from proxy.settings import Settings, load_settings
 
 logger = logging.getLogger("switchyard")
@@ -33,11 +37,46 @@ async def _watch_health(registry: ModelRegistry, interval_s: float) -> None:
         await asyncio.sleep(interval_s)
 
 
+def _build_auto_router(settings: Settings, registry: ModelRegistry, thresholds: dict) -> AutoRouter:
+    """The classifier loads on its worker thread at the first batch; a warm-up batch starts that now."""
+    auto = settings.routing.auto
+    artifact = auto.classifier_artifact or DEFAULT_ARTIFACT
+    loaded: list[ComplexityClassifier] = []
+
+    def score_batch(texts: list[str]):
+        if not loaded:
+            loaded.append(ComplexityClassifier.load(artifact, embedder=Embedder(num_threads=auto.threads)))
+        return loaded[0].score(texts)
+
+    batcher = MicroBatcher(
+        score_batch, max_batch=auto.max_batch, max_wait_ms=auto.max_wait_ms, cache_size=auto.cache_size
+    )
+    router = AutoRouter(
+        registry,
+        auto.tiers,
+        thresholds,
+        batcher,
+        default_tier=auto.default_tier or auto.tiers[0],
+        deadline_ms=auto.deadline_ms,
+    )
+    if auto.warm_up:
+        warm_up = asyncio.get_running_loop().create_task(batcher.score("warm-up", deadline_s=600))
+        warm_up.add_done_callback(lambda task: task.cancelled() or task.exception())
+    return router
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app. A thresholds file is read here, so a bad one stops the start (ThresholdsError)."""
     settings = settings if settings is not None else load_settings(None)
     thresholds_file = settings.routing.thresholds_file
     thresholds = read_thresholds(thresholds_file) if thresholds_file is not None else None
+    auto = settings.routing.auto
+    if auto.tiers:
+        try:
+            auto_thresholds = resolve_thresholds(auto.tiers, auto.thresholds, thresholds)
+            ComplexityClassifier.read_metadata(auto.classifier_artifact or DEFAULT_ARTIFACT)
+        except (ValueError, ArtifactError) as exc:
+            raise ThresholdsError(f"routing.auto: {exc}") from exc
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -49,6 +88,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.registry = registry
         if not len(registry):
             logger.warning("no models are configured: pass --config FILE (see README)")
+        app.state.auto_router = _build_auto_router(settings, registry, auto_thresholds) if auto.tiers else None
         # Backends that load something (the embedded engine's model) do it in the background:
         # the server answers at once, and /health/ready says when each model is ready.
         starting = [asyncio.create_task(e.backend.start()) for e in registry if hasattr(e.backend, "start")]
@@ -63,6 +103,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     await task
             for entry in registry:
                 await entry.backend.aclose()
+            if app.state.auto_router is not None and app.state.auto_router.scorer is not None:
+                app.state.auto_router.scorer.close()
             await session.close()
 
     app = FastAPI(title="Switchyard", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)

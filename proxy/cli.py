@@ -8,11 +8,13 @@ from typing import Annotated
 
 import typer
 
+from classifier.cli import app as classifier_app
 from evals.cli import app as eval_app
 from proxy.settings import DEFAULT_CONFIG_NAME, ConfigError, load_settings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Switchyard: an LLM routing proxy.")
 app.add_typer(eval_app, name="eval")
+app.add_typer(classifier_app, name="classifier")
 engine_app = typer.Typer(no_args_is_help=True, add_completion=False, help="The embedded CPU engine.")
 app.add_typer(engine_app, name="engine")
 

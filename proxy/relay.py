@@ -12,6 +12,7 @@ from backends.base import AnyRequest, answered_by
 from proxy.errors import SwitchyardError, error_body
 from proxy.protocol import StreamChunk
 from proxy.registry import ModelEntry
+from proxy.routing import auto_not_configured
 
 logger = logging.getLogger("switchyard")
 
@@ -27,15 +28,22 @@ def _answer_headers(entry: ModelEntry) -> dict[str, str]:
 
 
 async def relay(request: Request, parsed: AnyRequest) -> Response:
-    entry: ModelEntry = request.app.state.registry.get(parsed.model)
+    route_headers: dict[str, str] = {}
+    if parsed.model == "auto":
+        router = request.app.state.auto_router
+        if router is None:
+            raise auto_not_configured()
+        decision = await router.route(parsed, request.headers.get("x-switchyard-quality"))
+        entry = decision.entry
+        route_headers["x-switchyard-route"] = decision.reason
+        if decision.score is not None:
+            route_headers["x-switchyard-score"] = f"{decision.score:.4f}"
+    else:
+        entry = request.app.state.registry.get(parsed.model)
     if parsed.stream:
-        return await _relay_stream(entry, parsed)
+        return await _relay_stream(entry, parsed, route_headers)
     result = await entry.backend.complete(parsed)
-    return Response(
-        result.data,
-        media_type="application/json",
-        headers=_answer_headers(entry),
-    )
+    return Response(result.data, media_type="application/json", headers=_answer_headers(entry) | route_headers)
 
 
 def _client_wants_usage(parsed: AnyRequest) -> bool:
@@ -53,7 +61,7 @@ def _without_usage(chunk: StreamChunk) -> StreamChunk | None:
     return StreamChunk.from_dict(payload)
 
 
-async def _relay_stream(entry: ModelEntry, parsed: AnyRequest) -> Response:
+async def _relay_stream(entry: ModelEntry, parsed: AnyRequest, route_headers: dict[str, str]) -> Response:
     chunks = entry.backend.stream(parsed)
     # Decide before the first byte: upstream errors up to the first chunk are real HTTP errors.
     try:
@@ -61,7 +69,7 @@ async def _relay_stream(entry: ModelEntry, parsed: AnyRequest) -> Response:
     except BaseException:
         await chunks.aclose()
         raise
-    headers = {**SSE_HEADERS, **_answer_headers(entry)}
+    headers = {**SSE_HEADERS, **_answer_headers(entry), **route_headers}
     body = _sse_body(first, chunks, include_usage=_client_wants_usage(parsed))
     return StreamingResponse(body, media_type="text/event-stream", headers=headers)
 

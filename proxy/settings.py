@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 DEFAULT_CONFIG_NAME = "switchyard.yaml"
+# Picked by `switchyard classifier train` on the train split and shipped with the classifier.
+DEFAULT_THRESHOLDS = Path(__file__).resolve().parents[1] / "classifier/artifacts/minilm-logreg/thresholds.yaml"
 
 
 class ConfigError(Exception):
@@ -48,8 +50,30 @@ class UpstreamSettings(_Strict):
     health_timeout_s: float = Field(default=2.0, gt=0)
 
 
+class AutoRoutingSettings(_Strict):
+    """`model="auto"`: tiers in ascending order; the classifier picks one (see proxy/routing.py)."""
+
+    tiers: list[str] = Field(default_factory=list)  # e.g. [small, large, commercial]; empty: no "auto"
+    thresholds: list[float] | None = None  # len(tiers) - 1, used when there is no thresholds file
+    default_tier: str | None = None  # when the classifier is late or fails; default: the first tier
+    deadline_ms: float = Field(default=50.0, gt=0)
+    classifier_artifact: Path | None = None  # default: the artifact shipped in classifier/artifacts
+    max_batch: int = Field(default=32, ge=1)
+    max_wait_ms: float = Field(default=2.0, ge=0)
+    cache_size: int = Field(default=10_000, ge=0)
+    threads: int | None = Field(default=1, ge=1)  # torch threads for the embedding model
+    warm_up: bool = True  # load the classifier at start (else at the first auto request)
+
+    @model_validator(mode="after")
+    def _default_in_tiers(self) -> AutoRoutingSettings:
+        if self.default_tier is not None and self.default_tier not in self.tiers:
+            raise ValueError(f"default_tier {self.default_tier!r} is not one of tiers {self.tiers}")
+        return self
+
+
 class RoutingSettings(_Strict):
     thresholds_file: Path | None = None  # written by `switchyard eval thresholds`; read at start
+    auto: AutoRoutingSettings = Field(default_factory=AutoRoutingSettings)
 
 
 class ReplicaSettings(_Strict):
@@ -169,6 +193,7 @@ def default_config() -> dict[str, Any]:
 
     large = "gemma3-270m" if is_installed("gemma3-270m") else "smollm2-135m"
     return {
+        "routing": {"thresholds_file": str(DEFAULT_THRESHOLDS), "auto": {"tiers": ["small", "large"]}},
         "models": [
             {"name": "local-small", "backend": "embedded", "model": "smollm2-135m", "tier": "small"},
             {
@@ -178,7 +203,7 @@ def default_config() -> dict[str, Any]:
                 "tier": "large",
                 "engine": {"num_blocks": 512, "default_max_tokens": 512},
             },
-        ]
+        ],
     }
 
 

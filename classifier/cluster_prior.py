@@ -1,0 +1,64 @@
+"""A learned stand-in for the subject: how often prompts like this one needed the strong model.
+
+Train embeddings are clustered (k-means); each cluster keeps its smoothed rate of positive labels.
+A prompt's features are the rate of its nearest cluster and a distance-weighted rate over its
+nearest few. On the training rows themselves the rates come out-of-fold, so a row never sees its
+own label.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.cluster import KMeans
+from sklearn.model_selection import KFold
+
+
+class ClusterPrior(TransformerMixin, BaseEstimator):
+    def __init__(
+        self,
+        num_clusters: int = 128,
+        num_neighbours: int = 4,
+        smoothing: float = 10.0,
+        embedding_dim: int = 384,
+        seed: int = 0,
+    ) -> None:
+        self.num_clusters = num_clusters
+        self.num_neighbours = num_neighbours
+        self.smoothing = smoothing
+        self.embedding_dim = embedding_dim
+        self.seed = seed
+
+    def _fit_rates(self, embeddings: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        k = min(self.num_clusters, len(embeddings))
+        kmeans = KMeans(n_clusters=k, n_init=1, max_iter=100, random_state=self.seed).fit(embeddings)
+        overall = float(y.mean()) if len(y) else 0.5
+        counts = np.bincount(kmeans.labels_, minlength=k)
+        positives = np.bincount(kmeans.labels_, weights=y, minlength=k)
+        rates = (positives + self.smoothing * overall) / (counts + self.smoothing)
+        return kmeans.cluster_centers_.astype(np.float32), rates
+
+    def _features(self, embeddings: np.ndarray, centres: np.ndarray, rates: np.ndarray) -> np.ndarray:
+        similarity = embeddings @ centres.T  # embeddings are unit length
+        n = min(self.num_neighbours, centres.shape[0])
+        nearest = np.argsort(-similarity, axis=1)[:, :n]
+        weights = np.exp(np.take_along_axis(similarity, nearest, axis=1) * 10)
+        weighted = (rates[nearest] * weights).sum(axis=1) / weights.sum(axis=1)
+        return np.column_stack([rates[nearest[:, 0]], weighted])
+
+    def fit(self, x: np.ndarray, y: np.ndarray):
+        self.centres_, self.rates_ = self._fit_rates(x[:, : self.embedding_dim], np.asarray(y, dtype=float))
+        return self
+
+    def fit_transform(self, x: np.ndarray, y: np.ndarray | None = None, **fit_params) -> np.ndarray:
+        y = np.asarray(y, dtype=float)
+        embeddings = x[:, : self.embedding_dim]
+        out_of_fold = np.zeros((len(x), 2))
+        for train_rows, held_rows in KFold(n_splits=5, shuffle=True, random_state=self.seed).split(embeddings):
+            centres, rates = self._fit_rates(embeddings[train_rows], y[train_rows])
+            out_of_fold[held_rows] = self._features(embeddings[held_rows], centres, rates)
+        self.fit(x, y)
+        return np.hstack([x, out_of_fold])
+
+    def transform(self, x: np.ndarray) -> np.ndarray:
+        return np.hstack([x, self._features(x[:, : self.embedding_dim], self.centres_, self.rates_)])

@@ -1,0 +1,81 @@
+"""The complexity classifier: a sentence embedding plus cheap features, into a calibrated
+scikit-learn head. Its score, in [0, 1], is the probability that the prompt needs the stronger
+model. Saved as a versioned artifact: `model.joblib` and `metadata.json` side by side."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from classifier.embedder import Embedder
+from classifier.features import feature_matrix
+
+ARTIFACT_VERSION = 1
+DEFAULT_ARTIFACT = Path(__file__).parent / "artifacts" / "minilm-logreg"
+
+
+class ArtifactError(ValueError):
+    """A classifier artifact that cannot be used; the message says why."""
+
+
+def design_matrix(embeddings: np.ndarray, texts: list[str]) -> np.ndarray:
+    return np.hstack([embeddings, feature_matrix(texts)])
+
+
+@dataclass
+class ComplexityClassifier:
+    head: Any  # a fitted scikit-learn estimator with predict_proba
+    metadata: dict[str, Any]
+    embedder: Embedder = field(default_factory=Embedder)
+
+    def score_embedded(self, embeddings: np.ndarray, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros(0)
+        return self.head.predict_proba(design_matrix(embeddings, texts))[:, 1]
+
+    def score(self, texts: list[str]) -> np.ndarray:
+        """Blocking (an embedding forward pass): call it off the event loop."""
+        return self.score_embedded(self.embedder.encode(texts), texts)
+
+    def save(self, directory: str | Path) -> None:
+        import joblib
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        joblib.dump(self.head, directory / "model.joblib", compress=3)
+        (directory / "metadata.json").write_text(json.dumps({"version": ARTIFACT_VERSION, **self.metadata}, indent=2))
+
+    @staticmethod
+    def read_metadata(directory: str | Path = DEFAULT_ARTIFACT) -> dict[str, Any]:
+        """The artifact's metadata, checked for a version this code reads (cheap: no model loads)."""
+        directory = Path(directory)
+        try:
+            metadata = json.loads((directory / "metadata.json").read_text())
+        except (OSError, ValueError) as exc:
+            raise ArtifactError(f"no readable classifier artifact in {directory}: {exc}") from exc
+        if metadata.get("version") != ARTIFACT_VERSION:
+            raise ArtifactError(
+                f"{directory} holds classifier artifact version {metadata.get('version')!r}; this Switchyard "
+                f"reads version {ARTIFACT_VERSION}. Re-run `switchyard classifier train`."
+            )
+        return metadata
+
+    @classmethod
+    def load(cls, directory: str | Path = DEFAULT_ARTIFACT, embedder: Embedder | None = None) -> ComplexityClassifier:
+        import joblib
+        import sklearn
+
+        directory = Path(directory)
+        metadata = cls.read_metadata(directory)
+        trained_with = metadata.get("libraries", {}).get("scikit-learn", "")
+        if trained_with.split(".")[:2] != sklearn.__version__.split(".")[:2]:
+            raise ArtifactError(
+                f"{directory} was trained with scikit-learn {trained_with}; this is {sklearn.__version__}. "
+                "Re-run `switchyard classifier train`."
+            )
+        head = joblib.load(directory / "model.joblib")
+        return cls(head=head, metadata=metadata, embedder=embedder or Embedder())

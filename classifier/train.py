@@ -1,0 +1,139 @@
+"""Training the complexity classifier on the evals' train split; reporting on the test split."""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from classifier.embedder import EMBEDDING_MODEL, Embedder
+from classifier.features import FEATURE_NAMES
+from classifier.model import ComplexityClassifier, design_matrix
+from evals import metrics
+from evals.datasets import prompt_hash
+from evals.evaluate import Outcomes
+from evals.traces import Trace
+
+TARGETS = ("weak-wrong", "strong-wins")
+REGULARISATION = (0.05, 0.3)
+VALIDATION_SHARE = 3 / 16  # of the train split, by prompt hash; the test split is never used here
+
+
+def target(outcomes: Outcomes, kind: str) -> np.ndarray:
+    if kind == "weak-wrong":
+        return (outcomes.q_weak < 0.5).astype(int)
+    if kind == "strong-wins":
+        return (outcomes.q_strong > outcomes.q_weak).astype(int)
+    raise ValueError(f"unknown target {kind!r}; known: {', '.join(TARGETS)}")
+
+
+def is_validation(trace: Trace) -> bool:
+    return int(prompt_hash(trace.prompt)[-2:], 16) < 256 * VALIDATION_SHARE
+
+
+def fit_head(x: np.ndarray, y: np.ndarray, c: float, seed: int):
+    from sklearn.calibration import CalibratedClassifierCV
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from classifier.cluster_prior import ClusterPrior
+
+    base = make_pipeline(
+        ClusterPrior(seed=seed), StandardScaler(), LogisticRegression(C=c, max_iter=3000, random_state=seed)
+    )
+    return CalibratedClassifierCV(base, method="sigmoid", cv=3).fit(x, y)
+
+
+class EmbeddingCache:
+    """Embeddings of a list of texts, kept on disk by a hash of the texts."""
+
+    def __init__(self, embedder: Embedder, directory: Path | None) -> None:
+        self.embedder = embedder
+        self.directory = directory
+
+    def encode(self, texts: list[str], on_batch: Callable[[int], None] | None = None) -> np.ndarray:
+        key = hashlib.sha256("\0".join(texts).encode()).hexdigest()[:24]
+        path = self.directory / f"{key}.npy" if self.directory else None
+        if path is not None and path.exists():
+            if on_batch:
+                on_batch(len(texts))
+            return np.load(path)
+        embeddings = self.embedder.encode(texts, on_batch=on_batch)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            np.save(path, embeddings)
+        return embeddings
+
+
+@dataclass
+class TrainResult:
+    classifier: ComplexityClassifier
+    validation_apgr: dict[str, float]  # "target C=…" -> mean APGR over datasets
+
+
+def _apgr(outcomes: Outcomes, scores: np.ndarray) -> float:
+    return metrics.apgr(outcomes.curve(scores), outcomes.quality_weak, outcomes.quality_strong)
+
+
+def train(
+    datasets: dict[str, Sequence[Trace]],
+    weak: str,
+    strong: str,
+    encode: Callable[[list[str]], np.ndarray],
+    *,
+    seed: int = 0,
+    data_sha256: str = "",
+) -> TrainResult:
+    """Fit on each dataset's train split; pick target and regularisation on a validation slice of it."""
+    train_traces = [t for traces in datasets.values() for t in traces if t.split == "train"]
+    dataset_of = np.array([name for name, traces in datasets.items() for t in traces if t.split == "train"])
+    embeddings = encode([t.prompt for t in train_traces])
+    is_val = np.array([is_validation(t) for t in train_traces])
+    outcomes = Outcomes.of(train_traces, weak, strong)
+    x = design_matrix(embeddings, [t.prompt for t in train_traces])
+
+    scores_by_choice: dict[str, float] = {}
+    for kind in TARGETS:
+        y = target(outcomes, kind)
+        for c in REGULARISATION:
+            head = fit_head(x[~is_val], y[~is_val], c, seed)
+            per_dataset = []
+            for name in datasets:
+                rows = np.flatnonzero(is_val & (dataset_of == name))
+                if len(rows) < 10:
+                    continue
+                val = Outcomes.of([train_traces[i] for i in rows], weak, strong)
+                per_dataset.append(_apgr(val, head.predict_proba(x[rows])[:, 1]))
+            scores_by_choice[f"{kind} C={c}"] = float(np.mean(per_dataset))
+    best = max(scores_by_choice, key=scores_by_choice.get)
+    kind, c = best.split(" C=")[0], float(best.split(" C=")[1])
+    head = fit_head(x, target(outcomes, kind), c, seed)
+
+    import joblib
+    import sklearn
+    import torch
+
+    metadata = {
+        "target": kind,
+        "regularisation_c": c,
+        "embedding_model": EMBEDDING_MODEL,
+        "features": ["embedding[384]", *FEATURE_NAMES, "cluster_rate_nearest", "cluster_rate_weighted"],
+        "weak_model": weak,
+        "strong_model": strong,
+        "data": {"datasets": sorted(datasets), "sha256": data_sha256, "num_train": len(train_traces)},
+        "validation_apgr": scores_by_choice,
+        "seed": seed,
+        "libraries": {
+            "python": platform.python_version(),
+            "scikit-learn": sklearn.__version__,
+            "joblib": joblib.__version__,
+            "numpy": np.__version__,
+            "torch": torch.__version__,
+        },
+    }
+    return TrainResult(ComplexityClassifier(head=head, metadata=metadata), scores_by_choice)
