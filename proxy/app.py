@@ -16,6 +16,7 @@ from evals.thresholds_file import ThresholdsError, read_thresholds
 from proxy.errors import install_error_handlers
 from proxy.middleware import RequestIdMiddleware
 from proxy.registry import ModelRegistry, build_http_session, build_registry
+from proxy.resilience import ResiliencePolicy, ResilientExecutor
 from proxy.routes import ROUTERS
 from proxy.routing import AutoRouter, resolve_thresholds
 from proxy.settings import Settings, load_settings
@@ -89,6 +90,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if not len(registry):
             logger.warning("no models are configured: pass --config FILE (see README)")
         app.state.auto_router = _build_auto_router(settings, registry, auto_thresholds) if auto.tiers else None
+        app.state.executor = ResilientExecutor(
+            registry,
+            {m.name: m.fallbacks for m in settings.models if m.fallbacks},
+            ResiliencePolicy(**settings.resilience.model_dump()),
+        )
         # Backends that load something (the embedded engine's model) do it in the background:
         # the server answers at once, and /health/ready says when each model is ready.
         starting = [asyncio.create_task(e.backend.start()) for e in registry if hasattr(e.backend, "start")]

@@ -40,9 +40,10 @@ async def relay(request: Request, parsed: AnyRequest) -> Response:
             route_headers["x-switchyard-score"] = f"{decision.score:.4f}"
     else:
         entry = request.app.state.registry.get(parsed.model)
+    executor = request.app.state.executor
     if parsed.stream:
-        return await _relay_stream(entry, parsed, route_headers)
-    result = await entry.backend.complete(parsed)
+        return await _relay_stream(executor, entry, parsed, route_headers)
+    entry, result = await executor.complete(entry, parsed)
     return Response(result.data, media_type="application/json", headers=_answer_headers(entry) | route_headers)
 
 
@@ -61,14 +62,10 @@ def _without_usage(chunk: StreamChunk) -> StreamChunk | None:
     return StreamChunk.from_dict(payload)
 
 
-async def _relay_stream(entry: ModelEntry, parsed: AnyRequest, route_headers: dict[str, str]) -> Response:
-    chunks = entry.backend.stream(parsed)
-    # Decide before the first byte: upstream errors up to the first chunk are real HTTP errors.
-    try:
-        first = await anext(chunks, None)
-    except BaseException:
-        await chunks.aclose()
-        raise
+async def _relay_stream(executor, entry: ModelEntry, parsed: AnyRequest, route_headers: dict[str, str]) -> Response:
+    # Decide before the first byte: retries, fallbacks and errors up to the first chunk are real
+    # HTTP outcomes; after it, only in-band errors remain.
+    entry, first, chunks = await executor.stream(entry, parsed)
     headers = {**SSE_HEADERS, **_answer_headers(entry), **route_headers}
     body = _sse_body(first, chunks, include_usage=_client_wants_usage(parsed))
     return StreamingResponse(body, media_type="text/event-stream", headers=headers)

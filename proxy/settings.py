@@ -76,6 +76,21 @@ class RoutingSettings(_Strict):
     auto: AutoRoutingSettings = Field(default_factory=AutoRoutingSettings)
 
 
+class ResilienceSettings(_Strict):
+    """Retries, timeouts, breakers and load shedding around every backend (see proxy/resilience.py)."""
+
+    max_attempts: int = Field(default=2, ge=1)  # per model in the fallback chain
+    backoff_base_s: float = Field(default=0.1, ge=0)
+    backoff_max_s: float = Field(default=2.0, ge=0)
+    max_retry_after_s: float = Field(default=5.0, ge=0)  # a longer Retry-After moves on instead of waiting
+    first_token_timeout_s: float | None = Field(default=None, gt=0)
+    attempt_timeout_s: float | None = Field(default=None, gt=0)  # non-stream answers
+    request_timeout_s: float | None = Field(default=None, gt=0)  # everything, fallbacks included
+    breaker_fail_max: int = Field(default=5, ge=1)
+    breaker_reset_s: float = Field(default=30.0, gt=0)
+    max_in_flight: int | None = Field(default=None, ge=1)  # per model; beyond it, 429 + Retry-After
+
+
 class ReplicaSettings(_Strict):
     base_url: str
     api_key: SecretStr | None = None
@@ -119,6 +134,7 @@ class ModelSettings(_Strict):
     model: str | None = None  # a built-in name (smollm2-135m), an HF model folder, or a .gguf file
     engine: EngineSettings | None = None
     # any backend
+    fallbacks: list[str] = Field(default_factory=list)  # models that answer when this one fails
     tier: str | None = None
     context_window: int | None = Field(default=None, ge=1)
 
@@ -158,6 +174,7 @@ class Settings(BaseSettings):
     server: ServerSettings = Field(default_factory=ServerSettings)
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
+    resilience: ResilienceSettings = Field(default_factory=ResilienceSettings)
     models: list[ModelSettings] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -167,6 +184,10 @@ class Settings(BaseSettings):
             if model.name in seen:
                 raise ValueError(f"model name '{model.name}' is listed twice")
             seen.add(model.name)
+        for model in self.models:
+            for fallback in model.fallbacks:
+                if fallback not in seen or fallback == model.name:
+                    raise ValueError(f"model '{model.name}' falls back to '{fallback}', which is not another model")
         return self
 
     @classmethod

@@ -4,6 +4,7 @@ format, with scripted latency, tokens, logprobs and failure modes.
 Behaviour comes from `FakeBehaviour` on the server, and any request may override it with a
 `"fake": {...}` body field (a client field the proxy forwards untouched). Failure modes:
 
+    "400"        answer 400 content_policy_violation (a refusal no retry can fix)
     "500"        answer 500 with an OpenAI error body
     "429"        answer 429 with `Retry-After`
     "hang"       accept the request and never answer
@@ -34,6 +35,7 @@ class FakeBehaviour:
     drop_after: int = 2
     retry_after_s: int = 7
     logprobs: list[float] | None = None  # per token; default: -0.1 * (i + 1)
+    fail_times: int | None = None  # the failure applies to this many requests, then the server recovers
     words: tuple[str, ...] = WORDS
 
     def updated(self, override: dict[str, Any] | None) -> FakeBehaviour:
@@ -134,6 +136,8 @@ class FakeOpenAIUpstream:
         self.state.records.append(record)
         self.state.num_requests += 1
         behaviour = self.state.behaviour.updated(body.get("fake"))
+        if behaviour.fail_times is not None and self.state.num_requests > behaviour.fail_times:
+            behaviour = dataclasses.replace(behaviour, failure=None)
         await self._answer(scope, receive, send, body, behaviour, record)
 
     async def _respond(self, send, status: int, body: bytes, headers: list | None = None) -> None:
@@ -149,6 +153,18 @@ class FakeOpenAIUpstream:
     async def _answer(self, scope, receive, send, body, behaviour: FakeBehaviour, record: FakeRecord) -> None:
         if behaviour.latency_s:
             await asyncio.sleep(behaviour.latency_s)
+        if behaviour.failure == "400":
+            await self._respond(
+                send,
+                400,
+                _error(
+                    400,
+                    "Your request was rejected by the safety system.",
+                    "invalid_request_error",
+                    "content_policy_violation",
+                ),
+            )
+            return
         if behaviour.failure == "500":
             await self._respond(send, 500, _error(500, "The fake upstream broke on purpose.", "server_error", None))
             return

@@ -10,6 +10,15 @@ from contextlib import contextmanager
 
 import uvicorn
 
+_RUNNING: dict[str, uvicorn.Server] = {}
+
+
+def stop_server(base_url: str) -> None:
+    """Kill a server started by `serve_in_thread` now: in-flight connections are dropped."""
+    server = _RUNNING[base_url]
+    server.should_exit = True
+    server.force_exit = True
+
 
 @contextmanager
 def serve_in_thread(app, *, http: str = "httptools") -> Iterator[str]:
@@ -35,9 +44,12 @@ def serve_in_thread(app, *, http: str = "httptools") -> Iterator[str]:
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError("test server did not start")
         time.sleep(0.01)
+    url = f"http://127.0.0.1:{port}"
+    _RUNNING[url] = server
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield url
     finally:
+        _RUNNING.pop(url, None)
         server.should_exit = True
         thread.join(timeout=5)
         sock.close()

@@ -83,4 +83,4 @@ def test_ready_is_503_without_models():
     with _client(app) as client:
         response = client.get("/health/ready")
     assert response.status_code == 503
-    assert response.json() == {"status": "not_ready", "models": {}}
+    assert response.json() == {"status": "not_ready", "models": {}, "breakers": {}}

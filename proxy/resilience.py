@@ -1,0 +1,235 @@
+"""Resilience around every backend call, applied in this order (like TensorZero's, written down):
+
+1. fallback chain: the requested model, then each of its `fallbacks`, in order;
+2. per model, load shedding: more than `max_in_flight` requests in flight → skip it (429 if all do);
+3. per model, the circuit breaker (aiobreaker): open → skip it without calling;
+4. per model, up to `max_attempts` attempts with exponential backoff and full jitter, honouring
+   `Retry-After` on 429/503 (up to `max_retry_after_s`); only before the first streamed byte;
+5. per attempt, timeouts: connect and read (the HTTP session), time to first token
+   (`first_token_timeout_s`), and the whole attempt (`attempt_timeout_s`);
+6. over everything, the request's deadline (`request_timeout_s`).
+
+Errors that retrying cannot fix (the upstream's 4xx: bad request, content policy) end the chain at
+once; a context-length error skips to the next fallback. When every attempt fails, one
+`AllAttemptsFailed` lists each attempt: 429 if all were rate limits, otherwise 503/504/502 —
+never 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import random
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from aiobreaker import CircuitBreaker, CircuitBreakerError
+
+from backends.base import AnyRequest
+from proxy.errors import (
+    BackendError,
+    BackendRateLimited,
+    BackendRejected,
+    BackendTimeout,
+    BackendUnavailable,
+    ContextLengthExceeded,
+    SwitchyardError,
+)
+from proxy.protocol import CompletionResult, StreamChunk
+from proxy.registry import ModelEntry, ModelRegistry
+
+logger = logging.getLogger("switchyard.resilience")
+
+
+@dataclass(frozen=True, slots=True)
+class ResiliencePolicy:
+    max_attempts: int = 2
+    backoff_base_s: float = 0.1
+    backoff_max_s: float = 2.0
+    max_retry_after_s: float = 5.0
+    first_token_timeout_s: float | None = None
+    attempt_timeout_s: float | None = None
+    request_timeout_s: float | None = None
+    breaker_fail_max: int = 5
+    breaker_reset_s: float = 30.0
+    max_in_flight: int | None = None
+
+
+@dataclass(slots=True)
+class Attempt:
+    model: str
+    error: SwitchyardError
+
+    def describe(self) -> str:
+        return f"{self.model}: {self.error.status_code} {self.error.message}"
+
+
+class AllAttemptsFailed(BackendError):
+    """Every model in the chain failed; `attempts` keeps each failure in order."""
+
+    def __init__(self, attempts: list[Attempt]) -> None:
+        kinds = {type(a.error) for a in attempts}
+        if kinds and all(issubclass(k, BackendRateLimited | _Shed) for k in kinds):
+            status, code = 429, "rate_limit_exceeded"
+        elif kinds and all(issubclass(k, BackendTimeout) for k in kinds):
+            status, code = 504, "upstream_timeout"
+        elif kinds and all(issubclass(k, BackendUnavailable | BackendTimeout) for k in kinds):
+            status, code = 503, "upstream_unavailable"
+        else:
+            status, code = 502, "upstream_error"
+        retry_after = [a.error.retry_after_s for a in attempts if a.error.retry_after_s is not None]
+        message = f"All {len(attempts)} attempts failed: " + "; ".join(a.describe() for a in attempts)
+        super().__init__(message, code=code, retry_after_s=min(retry_after) if retry_after else None)
+        self.status_code = status
+        self.error_type = "rate_limit_error" if status == 429 else "upstream_error"
+        self.attempts = attempts
+
+
+class _Shed(BackendRateLimited):
+    code = "load_shed"
+
+
+class _CircuitOpen(BackendUnavailable):
+    code = "circuit_open"
+
+
+@dataclass
+class Guard:
+    """The breaker and the in-flight count of one deployment (a model entry)."""
+
+    entry: ModelEntry
+    breaker: CircuitBreaker
+    num_in_flight: int = 0
+    num_shed: int = field(default=0)
+
+    @property
+    def breaker_state(self) -> str:
+        return self.breaker.current_state.name.lower().replace("_", "-")
+
+
+def _is_breaker_failure(exc: BaseException) -> bool:
+    """Only the upstream's own trouble trips a breaker; a client's bad request does not."""
+    return isinstance(exc, BackendError) and not isinstance(exc, BackendRejected)
+
+
+class ResilientExecutor:
+    def __init__(self, registry: ModelRegistry, fallbacks: dict[str, list[str]], policy: ResiliencePolicy) -> None:
+        self.registry = registry
+        self.fallbacks = fallbacks
+        self.policy = policy
+        self.guards: dict[str, Guard] = {}
+        for entry in registry:
+            self.guard(entry)
+
+    def guard(self, entry: ModelEntry) -> Guard:
+        guard = self.guards.get(entry.name)
+        if guard is None:
+            breaker = CircuitBreaker(
+                fail_max=self.policy.breaker_fail_max,
+                timeout_duration=dt.timedelta(seconds=self.policy.breaker_reset_s),
+                exclude=[lambda exc: not _is_breaker_failure(exc)],
+                name=entry.name,
+            )
+            guard = self.guards[entry.name] = Guard(entry, breaker)
+        return guard
+
+    def chain(self, first: ModelEntry) -> list[ModelEntry]:
+        return [first, *(self.registry.get(name) for name in self.fallbacks.get(first.name, ()))]
+
+    # -- the two entry points ------------------------------------------------------------------
+
+    async def complete(self, first: ModelEntry, request: AnyRequest) -> tuple[ModelEntry, CompletionResult]:
+        async def call(entry: ModelEntry) -> CompletionResult:
+            return await _within(entry.backend.complete(request), self.policy.attempt_timeout_s, entry.name, "answer")
+
+        return await self._run(first, call)
+
+    async def stream(
+        self, first: ModelEntry, request: AnyRequest
+    ) -> tuple[ModelEntry, StreamChunk | None, AsyncIterator[StreamChunk]]:
+        """Open a stream and wait for its first chunk: everything before that byte may be retried."""
+
+        async def call(entry: ModelEntry):
+            chunks = entry.backend.stream(request)
+            try:
+                first_chunk = await _within(
+                    anext(chunks, None), self.policy.first_token_timeout_s, entry.name, "first token"
+                )
+            except BaseException:
+                await chunks.aclose()
+                raise
+            return first_chunk, chunks
+
+        entry, (first_chunk, rest) = await self._run(first, call)
+        return entry, first_chunk, rest
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    async def _run(self, first: ModelEntry, call):
+        attempts: list[Attempt] = []
+
+        async def loop():
+            for entry in self.chain(first):
+                guard = self.guard(entry)
+                for number in range(self.policy.max_attempts):
+                    if self.policy.max_in_flight is not None and guard.num_in_flight >= self.policy.max_in_flight:
+                        guard.num_shed += 1
+                        shed = _Shed(f"over {self.policy.max_in_flight} requests in flight", retry_after_s=1)
+                        attempts.append(Attempt(entry.name, shed))
+                        break
+                    guard.num_in_flight += 1
+                    try:
+                        return entry, await guard.breaker.call_async(call, entry)
+                    except CircuitBreakerError as exc:
+                        cause = exc.__context__
+                        reason = (
+                            f"circuit open (last: {cause.message})"
+                            if isinstance(cause, BackendError)
+                            else ("circuit open")
+                        )
+                        attempts.append(Attempt(entry.name, _CircuitOpen(reason, retry_after_s=1)))
+                        break
+                    except ContextLengthExceeded as exc:
+                        attempts.append(Attempt(entry.name, exc))
+                        break
+                    except BackendRejected as exc:
+                        if len(attempts) == 0:
+                            raise  # the client's own mistake: its status and message, as they were
+                        attempts.append(Attempt(entry.name, exc))
+                        raise AllAttemptsFailed(attempts) from exc
+                    except BackendError as exc:
+                        attempts.append(Attempt(entry.name, exc))
+                        if number + 1 < self.policy.max_attempts:
+                            await asyncio.sleep(self._pause_s(number, exc))
+                    finally:
+                        guard.num_in_flight -= 1
+            if all(isinstance(a.error, ContextLengthExceeded) for a in attempts):
+                raise attempts[-1].error  # no model could hold it: the client's 400
+            raise AllAttemptsFailed(attempts)
+
+        if self.policy.request_timeout_s is None:
+            return await loop()
+        try:
+            return await asyncio.wait_for(loop(), self.policy.request_timeout_s)
+        except TimeoutError:
+            deadline = BackendTimeout(f"request deadline of {self.policy.request_timeout_s:g} s")
+            attempts.append(Attempt(first.name, deadline))
+            raise AllAttemptsFailed(attempts) from None
+
+    def _pause_s(self, number: int, exc: BackendError) -> float:
+        if exc.retry_after_s is not None and exc.retry_after_s <= self.policy.max_retry_after_s:
+            return exc.retry_after_s
+        return random.uniform(0, min(self.policy.backoff_max_s, self.policy.backoff_base_s * 2**number))
+
+    def states(self) -> dict[str, str]:
+        return {name: guard.breaker_state for name, guard in self.guards.items()}
+
+
+async def _within(awaitable, timeout_s: float | None, model: str, what: str):
+    if timeout_s is None:
+        return await awaitable
+    try:
+        return await asyncio.wait_for(awaitable, timeout_s)
+    except TimeoutError:
+        raise BackendTimeout(f"{model}: no {what} within {timeout_s:g} s", backend=model) from None

@@ -1,0 +1,185 @@
+"""Fault injection against fake upstreams: breakers, retries, timeouts, fallbacks, shedding."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import ExitStack
+
+import httpx
+import openai
+import pytest
+
+from proxy.app import create_app
+from proxy.settings import Settings
+from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
+from tests.fakes.server import serve_in_thread, stop_server
+from tests.helpers import wait_until
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture
+def pair():
+    """Two fake upstreams, 'a' (primary) and 'b' (fallback), and a way to start a proxy on them."""
+    states = {"a": FakeState(), "b": FakeState(behaviour=FakeBehaviour(words=("fallback",)))}
+    with ExitStack() as stack:
+        urls = {name: stack.enter_context(serve_in_thread(FakeOpenAIUpstream(s))) + "/v1" for name, s in states.items()}
+
+        def proxy(resilience: dict, fallbacks: bool = True) -> str:
+            settings = Settings(
+                models=[
+                    {"name": "primary", "base_url": urls["a"], "fallbacks": ["secondary"] if fallbacks else []},
+                    {"name": "secondary", "base_url": urls["b"]},
+                ],
+                resilience=resilience,
+                upstream={"read_timeout_s": 5},
+            )
+            return stack.enter_context(serve_in_thread(create_app(settings)))
+
+        proxy.urls = urls
+        yield states, proxy
+
+
+def _sdk(base: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base + "/v1", api_key="k", max_retries=0)
+
+
+def test_a_500_storm_opens_the_breaker_and_half_open_recovers(pair):
+    states, proxy = pair
+    base = proxy({"max_attempts": 1, "breaker_fail_max": 3, "breaker_reset_s": 0.5}, fallbacks=False)
+    states["a"].behaviour.failure = "500"
+    with _sdk(base) as sdk:
+        for _ in range(3):
+            with pytest.raises(openai.InternalServerError):
+                sdk.chat.completions.create(model="primary", messages=HI)
+        with pytest.raises(openai.InternalServerError) as info:
+            sdk.chat.completions.create(model="primary", messages=HI)
+        assert info.value.status_code == 503
+        assert "circuit open" in info.value.response.json()["error"]["message"]
+        assert states["a"].num_requests == 3  # the open breaker did not call the upstream
+        assert httpx.get(base + "/health/ready").json()["breakers"]["primary"] == "open"
+        states["a"].behaviour.failure = None
+        time.sleep(0.6)
+        reply = sdk.chat.completions.create(model="primary", messages=HI)  # the half-open trial
+    assert reply.choices[0].message.content.startswith("alpha")
+    assert httpx.get(base + "/health/ready").json()["breakers"]["primary"] == "closed"
+
+
+def test_429_with_retry_after_is_waited_out_then_retried(pair):
+    states, proxy = pair
+    base = proxy({"max_attempts": 2, "max_retry_after_s": 2}, fallbacks=False)
+    states["a"].behaviour = FakeBehaviour(failure="429", retry_after_s=1, fail_times=1)
+    with _sdk(base) as sdk:
+        reply = sdk.chat.completions.create(model="primary", messages=HI)
+    assert reply.choices[0].message.content.startswith("alpha")
+    first, second = states["a"].records
+    assert second.started_at - first.started_at >= 0.9  # waited for Retry-After, not backoff
+
+
+def test_a_hang_hits_the_first_token_timeout_and_falls_back(pair):
+    states, proxy = pair
+    base = proxy({"max_attempts": 1, "first_token_timeout_s": 0.3})
+    states["a"].behaviour.failure = "hang"
+    with _sdk(base) as sdk:
+        with sdk.chat.completions.with_streaming_response.create(model="primary", messages=HI, stream=True) as response:
+            assert response.headers["x-switchyard-model"] == "secondary"
+            text = "".join(c.choices[0].delta.content or "" for c in response.parse() if c.choices)
+    assert text.startswith("fallback")
+    assert wait_until(lambda: states["a"].records[-1].disconnected_at is not None, timeout_s=2)
+
+
+def test_fallbacks_contract_names_the_model_that_answered(pair):
+    states, proxy = pair
+    base = proxy({"max_attempts": 2, "backoff_base_s": 0.01})
+    states["a"].behaviour.failure = "500"
+    with _sdk(base) as sdk:
+        raw = sdk.chat.completions.with_raw_response.create(model="primary", messages=HI)
+    assert raw.headers["x-switchyard-model"] == "secondary"
+    assert raw.parse().choices[0].message.content.startswith("fallback")
+    assert states["a"].num_requests == 2 and states["b"].num_requests == 1
+
+
+def test_a_content_policy_refusal_is_not_retried_nor_passed_on(pair):
+    states, proxy = pair
+    base = proxy({"max_attempts": 3})
+    states["a"].behaviour.failure = "400"
+    with _sdk(base) as sdk, pytest.raises(openai.BadRequestError, match="safety system"):
+        sdk.chat.completions.create(model="primary", messages=HI)
+    assert states["a"].num_requests == 1 and states["b"].num_requests == 0
+
+
+def test_all_attempts_failed_lists_each_and_picks_429_for_rate_limits(pair):
+    states, proxy = pair
+    base = proxy({"max_attempts": 2, "max_retry_after_s": 0, "backoff_base_s": 0.01})
+    for state in states.values():
+        state.behaviour = FakeBehaviour(failure="429", retry_after_s=3)
+    with _sdk(base) as sdk, pytest.raises(openai.RateLimitError) as info:
+        sdk.chat.completions.create(model="primary", messages=HI)
+    error = info.value.response.json()["error"]
+    assert error["message"].startswith("All 4 attempts failed: primary: 429")
+    assert error["message"].count("secondary: 429") == 2
+    assert info.value.response.headers["retry-after"] == "3"
+    states["b"].behaviour = FakeBehaviour(failure="500")
+    with _sdk(base) as sdk, pytest.raises(openai.InternalServerError) as info:
+        sdk.chat.completions.create(model="primary", messages=HI)
+    assert info.value.status_code == 502
+
+
+def test_load_shedding_answers_429_instead_of_queueing(pair):
+    states, proxy = pair
+    base = proxy({"max_in_flight": 1, "max_attempts": 1}, fallbacks=False)
+    states["a"].behaviour = FakeBehaviour(latency_s=0.5)
+
+    async def two_at_once():
+        async with openai.AsyncOpenAI(base_url=base + "/v1", api_key="k", max_retries=0) as sdk:
+            return await asyncio.gather(
+                sdk.chat.completions.create(model="primary", messages=HI),
+                sdk.chat.completions.create(model="primary", messages=HI),
+                return_exceptions=True,
+            )
+
+    results = asyncio.run(two_at_once())
+    errors = [r for r in results if isinstance(r, Exception)]
+    assert len(errors) == 1 and isinstance(errors[0], openai.RateLimitError)
+    assert errors[0].response.headers["retry-after"] == "1"
+    assert states["a"].num_requests == 1
+
+
+@pytest.mark.slow
+def test_a_backend_killed_under_200_concurrent_requests(pair):
+    states, proxy = pair
+    for state in states.values():
+        state.behaviour = FakeBehaviour(num_tokens=20, token_delay_s=0.02, words=state.behaviour.words)
+    base = proxy({"max_attempts": 1, "first_token_timeout_s": 2})
+    counts = asyncio.run(
+        _storm(base, 200, stop_after_s=0.3, stop=lambda: stop_server(proxy.urls["a"].removesuffix("/v1")))
+    )
+    assert counts["answered"] + counts["clean_error"] == 200, counts
+    assert counts["other"] == 0
+    assert counts["answered"] > 0 and states["b"].num_requests > 0  # the fallback took over
+
+
+async def _storm(front: str, n: int, *, stop_after_s: float, stop) -> dict[str, int]:
+    counts = {"answered": 0, "clean_error": 0, "other": 0}
+    async with openai.AsyncOpenAI(base_url=front + "/v1", api_key="k", max_retries=0, timeout=30) as sdk:
+
+        async def one(i: int) -> None:
+            await asyncio.sleep(i * 0.005)  # arrivals spread over a second: some before the kill, some after
+            try:
+                stream = await sdk.chat.completions.create(model="primary", messages=HI, stream=True)
+                text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+                counts["answered" if text else "other"] += 1
+            except openai.APIStatusError as exc:
+                body = exc.response.json()
+                counts["clean_error" if set(body.get("error", {})) >= {"message", "type", "code"} else "other"] += 1
+            except openai.APIError:
+                counts["clean_error"] += 1  # an in-band error after the first byte
+            except Exception:
+                counts["other"] += 1
+
+        tasks = [asyncio.create_task(one(i)) for i in range(n)]
+        await asyncio.sleep(stop_after_s)
+        await asyncio.to_thread(stop)
+        await asyncio.gather(*tasks)
+    return counts
