@@ -71,7 +71,27 @@ def _build_embedded(model: ModelSettings, session: aiohttp.ClientSession, upstre
     )
 
 
-BACKEND_BUILDERS = {"openai": _build_openai, "vllm": _build_vllm, "embedded": _build_embedded}
+def _build_litellm(model: ModelSettings, session: aiohttp.ClientSession, upstream: UpstreamSettings) -> Backend:
+    from backends.commercial import CommercialBackend
+
+    assert model.litellm_model is not None
+    price = (model.price.input_usd_per_mtok, model.price.output_usd_per_mtok) if model.price else None
+    return CommercialBackend(
+        model.name,
+        model.litellm_model,
+        api_base=model.base_url,
+        api_key=model.api_key.get_secret_value() if model.api_key else None,
+        timeout_s=model.timeout_s,
+        price_usd_per_mtok=price,
+    )
+
+
+BACKEND_BUILDERS = {
+    "openai": _build_openai,
+    "vllm": _build_vllm,
+    "embedded": _build_embedded,
+    "litellm": _build_litellm,
+}
 
 
 class ModelRegistry:

@@ -118,18 +118,27 @@ class VLLMSettings(_Strict):
     sticky_prefix: bool = True  # one system prompt -> one replica (rendezvous hashing), unless saturated
 
 
+class PriceSettings(_Strict):
+    input_usd_per_mtok: float = Field(ge=0)
+    output_usd_per_mtok: float = Field(ge=0)
+
+
 class ModelSettings(_Strict):
     """One public model name and the backend deployment(s) that serve it."""
 
     name: str = Field(min_length=1)
-    backend: Literal["openai", "vllm", "embedded"] = "openai"
-    # backend: openai or vllm
+    backend: Literal["openai", "vllm", "embedded", "litellm"] = "openai"
+    # backend: openai or vllm (and litellm: base_url is its api_base, optional)
     base_url: str | None = None
     api_key: SecretStr | None = None
     replicas: list[ReplicaSettings] | None = None
     upstream_model: str | None = None
     read_timeout_s: float | None = Field(default=None, gt=0)
     vllm: VLLMSettings | None = None  # backend vllm only
+    # backend: litellm
+    litellm_model: str | None = None  # e.g. openai/gpt-4o, anthropic/claude-3-5-sonnet-20241022
+    price: PriceSettings | None = None  # default: LiteLLM's price map
+    timeout_s: float = Field(default=600.0, gt=0)
     # backend: embedded
     model: str | None = None  # a built-in name (smollm2-135m), an HF model folder, or a .gguf file
     engine: EngineSettings | None = None
@@ -142,6 +151,14 @@ class ModelSettings(_Strict):
     def _fits_backend(self) -> ModelSettings:
         if self.vllm is not None and self.backend != "vllm":
             raise ValueError("'vllm' settings belong to backend 'vllm'")
+        if (self.litellm_model is not None or self.price is not None) and self.backend != "litellm":
+            raise ValueError("'litellm_model' and 'price' belong to backend 'litellm'")
+        if self.backend == "litellm":
+            if self.litellm_model is None:
+                raise ValueError("backend 'litellm' needs 'litellm_model' (e.g. anthropic/claude-3-5-sonnet-20241022)")
+            if self.replicas is not None or self.model is not None or self.engine is not None:
+                raise ValueError("backend 'litellm' takes base_url (its api_base), not replicas, model or engine")
+            return self
         if self.backend in ("openai", "vllm"):
             if (self.base_url is None) == (self.replicas is None):
                 raise ValueError("give exactly one of 'base_url' or 'replicas'")

@@ -1,0 +1,178 @@
+"""Commercial APIs through the `litellm` library: OpenAI, Anthropic and every provider it knows.
+
+The client always sees OpenAI's format; LiteLLM translates requests, responses and streams.
+LiteLLM's own retries are off (ours apply, see proxy/resilience.py) and its exceptions become ours
+in `_translate`, the one place that knows them. Prices come from LiteLLM's bundled model price map
+(read locally: LITELLM_LOCAL_MODEL_COST_MAP), unless the config sets them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+from backends.base import AnyRequest, BackendHealth, answered_by
+from proxy.errors import (
+    BackendError,
+    BackendRateLimited,
+    BackendRejected,
+    BackendTimeout,
+    BackendUnavailable,
+    ContextLengthExceeded,
+    InvalidRequest,
+)
+from proxy.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
+
+_PASSED_THROUGH = (
+    "frequency_penalty",
+    "logit_bias",
+    "logprobs",
+    "max_completion_tokens",
+    "max_tokens",
+    "n",
+    "presence_penalty",
+    "response_format",
+    "seed",
+    "stop",
+    "temperature",
+    "tool_choice",
+    "tools",
+    "top_logprobs",
+    "top_p",
+    "user",
+)
+
+
+def _litellm():
+    # The price map would otherwise be fetched from the network at import.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("LITELLM_TELEMETRY", "False")
+    import litellm
+
+    return litellm
+
+
+def _retry_after_s(exc: Exception) -> float | None:
+    response = getattr(exc, "response", None)
+    value = getattr(response, "headers", {}).get("retry-after") if response is not None else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+class CommercialBackend:
+    def __init__(
+        self,
+        name: str,
+        litellm_model: str,
+        *,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 600.0,
+        price_usd_per_mtok: tuple[float, float] | None = None,
+    ) -> None:
+        self.name = name
+        self.litellm_model = litellm_model
+        self.api_base = api_base
+        self._api_key = api_key
+        self.timeout_s = timeout_s
+        self.label = f"litellm@{litellm_model}"
+        self._price = price_usd_per_mtok
+
+    def price_usd_per_mtok(self) -> tuple[float, float] | None:
+        """(input, output) USD per million tokens: the config's, else LiteLLM's price map."""
+        if self._price is not None:
+            return self._price
+        entry = _litellm().model_cost.get(self.litellm_model.split("/", 1)[-1]) or {}
+        if "input_cost_per_token" not in entry:
+            return None
+        return entry["input_cost_per_token"] * 1e6, entry.get("output_cost_per_token", 0.0) * 1e6
+
+    def _kwargs(self, request: AnyRequest, *, stream: bool) -> dict[str, Any]:
+        if not isinstance(request, ChatCompletionRequest):
+            raise InvalidRequest(f"{self.name} answers chat completions only.", param="model")
+        payload = request.wire_payload()
+        kwargs: dict[str, Any] = {k: payload[k] for k in _PASSED_THROUGH if k in payload}
+        kwargs.update(
+            model=self.litellm_model,
+            messages=payload["messages"],
+            stream=stream,
+            api_base=self.api_base,
+            api_key=self._api_key,
+            timeout=self.timeout_s,
+            num_retries=0,
+            max_retries=0,
+        )
+        if stream:
+            kwargs["stream_options"] = {"include_usage": True}
+        return kwargs
+
+    def _translate(self, exc: Exception) -> Exception:
+        """The one place where LiteLLM's exceptions become ours."""
+        litellm = _litellm()
+        message = f"{self.name} ({self.litellm_model}): {getattr(exc, 'message', None) or exc}"
+        if isinstance(exc, litellm.ContextWindowExceededError):
+            return ContextLengthExceeded(message, param="messages")
+        if isinstance(exc, litellm.RateLimitError):
+            return BackendRateLimited(message, backend=self.name, retry_after_s=_retry_after_s(exc))
+        if isinstance(exc, litellm.Timeout):
+            return BackendTimeout(message, backend=self.name)
+        if isinstance(exc, litellm.ServiceUnavailableError | litellm.APIConnectionError):
+            return BackendUnavailable(message, backend=self.name, retry_after_s=_retry_after_s(exc))
+        if isinstance(
+            exc,
+            litellm.ContentPolicyViolationError
+            | litellm.BadRequestError
+            | litellm.AuthenticationError
+            | litellm.NotFoundError
+            | litellm.PermissionDeniedError,
+        ):
+            status = getattr(exc, "status_code", 400) or 400
+            return BackendRejected(message, backend=self.name, status_code=status if 400 <= status < 500 else 400)
+        status = getattr(exc, "status_code", None)
+        if status == 529 or "overloaded_error" in message:  # Anthropic's "overloaded"
+            return BackendUnavailable(message, backend=self.name, retry_after_s=_retry_after_s(exc))
+        return BackendError(message, backend=self.name)
+
+    async def complete(self, request: AnyRequest) -> CompletionResult:
+        answered_by.set(self.label)
+        litellm = _litellm()
+        kwargs = self._kwargs(request, stream=False)
+        try:
+            response = await litellm.acompletion(**kwargs)
+        except Exception as exc:  # the boundary: whatever LiteLLM raises becomes one of ours
+            raise self._translate(exc) from exc
+        body = response.model_dump(exclude_none=True)
+        body["model"] = self.name
+        return CompletionResult.from_dict(body)
+
+    async def stream(self, request: AnyRequest) -> AsyncIterator[StreamChunk]:
+        answered_by.set(self.label)
+        litellm = _litellm()
+        kwargs = self._kwargs(request, stream=True)
+        try:
+            response = await litellm.acompletion(**kwargs)
+        except Exception as exc:  # the boundary, as in complete()
+            raise self._translate(exc) from exc
+        chunks = aiter(response)
+        while True:
+            try:
+                chunk = await anext(chunks)
+            except StopAsyncIteration:
+                return
+            except Exception as exc:
+                raise self._translate(exc) from exc
+            body = chunk.model_dump(exclude_none=True)
+            body["model"] = self.name
+            yield StreamChunk.from_dict(body)
+
+    async def health(self) -> BackendHealth:
+        return BackendHealth(True, "not probed (a commercial API; its breaker tracks it)")
+
+    def is_ready(self) -> bool:
+        return True
+
+    async def aclose(self) -> None:
+        """LiteLLM's clients are its own."""
