@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 
-from fastapi.testclient import TestClient
+import httpx
 
 from backends.base import BackendHealth
 from proxy.app import create_app
 from proxy.protocol import StreamChunk
 from proxy.registry import ModelEntry, ModelRegistry
 from proxy.settings import Settings
+from tests.fakes.server import serve_in_thread
 
 
 class BrokenBackend:
@@ -33,8 +35,10 @@ class BrokenBackend:
         pass
 
 
-def _client(app) -> TestClient:
-    return TestClient(app, raise_server_exceptions=False)
+@contextmanager
+def _client(app) -> Iterator[httpx.Client]:
+    with serve_in_thread(app) as url, httpx.Client(base_url=url) as client:
+        yield client
 
 
 BODY = {"model": "broken", "messages": [{"role": "user", "content": "hi"}]}
