@@ -19,6 +19,7 @@ from proxy.registry import ModelRegistry, build_http_session, build_registry
 from proxy.resilience import ResiliencePolicy, ResilientExecutor
 from proxy.routes import ROUTERS
 from proxy.routing import AutoRouter, resolve_thresholds
+from proxy.saturation import SaturationGate
 from proxy.settings import Settings, load_settings
 
 logger = logging.getLogger("switchyard")
@@ -90,6 +91,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if not len(registry):
             logger.warning("no models are configured: pass --config FILE (see README)")
         app.state.auto_router = _build_auto_router(settings, registry, auto_thresholds) if auto.tiers else None
+        app.state.saturation = SaturationGate(
+            registry,
+            {m.name: m.degrade_to for m in settings.models if m.degrade_to},
+            wait_s=settings.resilience.saturation_wait_s,
+            max_waiting=settings.resilience.saturation_max_waiting,
+        )
         app.state.executor = ResilientExecutor(
             registry,
             {m.name: m.fallbacks for m in settings.models if m.fallbacks},

@@ -40,6 +40,10 @@ async def relay(request: Request, parsed: AnyRequest) -> Response:
             route_headers["x-switchyard-score"] = f"{decision.score:.4f}"
     else:
         entry = request.app.state.registry.get(parsed.model)
+    admission = await request.app.state.saturation.admit(entry, request.headers.get("x-switchyard-priority"))
+    entry = admission.entry
+    if admission.is_degraded:
+        route_headers["x-switchyard-degraded"] = "1"
     executor = request.app.state.executor
     if parsed.stream:
         return await _relay_stream(executor, entry, parsed, route_headers)

@@ -54,6 +54,8 @@ class ResiliencePolicy:
     breaker_fail_max: int = 5
     breaker_reset_s: float = 30.0
     max_in_flight: int | None = None
+    saturation_wait_s: float = 10.0
+    saturation_max_waiting: int = 64
 
 
 @dataclass(slots=True)

@@ -89,6 +89,8 @@ class ResilienceSettings(_Strict):
     breaker_fail_max: int = Field(default=5, ge=1)
     breaker_reset_s: float = Field(default=30.0, gt=0)
     max_in_flight: int | None = Field(default=None, ge=1)  # per model; beyond it, 429 + Retry-After
+    saturation_wait_s: float = Field(default=10.0, gt=0)  # how long a priority request waits out saturation
+    saturation_max_waiting: int = Field(default=64, ge=0)  # priority requests waiting at once; beyond, 429
 
 
 class ReplicaSettings(_Strict):
@@ -144,6 +146,7 @@ class ModelSettings(_Strict):
     engine: EngineSettings | None = None
     # any backend
     fallbacks: list[str] = Field(default_factory=list)  # models that answer when this one fails
+    degrade_to: str | None = None  # a smaller model for best-effort requests while this one is saturated
     tier: str | None = None
     context_window: int | None = Field(default=None, ge=1)
 
@@ -202,6 +205,8 @@ class Settings(BaseSettings):
                 raise ValueError(f"model name '{model.name}' is listed twice")
             seen.add(model.name)
         for model in self.models:
+            if model.degrade_to is not None and (model.degrade_to not in seen or model.degrade_to == model.name):
+                raise ValueError(f"model '{model.name}' degrades to '{model.degrade_to}', which is not another model")
             for fallback in model.fallbacks:
                 if fallback not in seen or fallback == model.name:
                     raise ValueError(f"model '{model.name}' falls back to '{fallback}', which is not another model")

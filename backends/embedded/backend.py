@@ -66,6 +66,10 @@ class EmbeddedBackend:
     def is_ready(self) -> bool:
         return self.engine is not None and self.engine.is_running
 
+    def is_saturated(self) -> bool:
+        """Requests are waiting for KV blocks: a new one would queue behind them."""
+        return self.engine is not None and self.engine.num_waiting > 0
+
     async def health(self) -> BackendHealth:
         if self.is_ready():
             assert self.engine is not None

@@ -1,0 +1,98 @@
+"""A saturated vLLM replica: best-effort requests degrade, priority requests wait, others go ahead."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import ExitStack
+
+import openai
+import pytest
+
+from proxy.app import create_app
+from proxy.settings import Settings
+from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
+from tests.fakes.server import serve_in_thread
+from tests.fakes.vllm_upstream import FakeVLLMUpstream, VLLMLoad
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture
+def saturated():
+    big, small, load = (
+        FakeState(behaviour=FakeBehaviour(words=("big",))),
+        FakeState(behaviour=FakeBehaviour(words=("small",))),
+        VLLMLoad(waiting=10),
+    )
+    with ExitStack() as stack:
+        big_url = stack.enter_context(serve_in_thread(FakeVLLMUpstream(big, load))) + "/v1"
+        small_url = stack.enter_context(serve_in_thread(FakeOpenAIUpstream(small))) + "/v1"
+        settings = Settings(
+            models=[
+                {
+                    "name": "big",
+                    "backend": "vllm",
+                    "base_url": big_url,
+                    "degrade_to": "small",
+                    "vllm": {"metrics_interval_s": 0.05, "max_waiting": 4},
+                },
+                {"name": "small", "base_url": small_url},
+            ],
+            resilience={"saturation_wait_s": 3},
+        )
+        app = create_app(settings)
+        base = stack.enter_context(serve_in_thread(app))
+        sdk = stack.enter_context(openai.OpenAI(base_url=base + "/v1", api_key="k", max_retries=0))
+        assert app.state.registry.get("big").backend.is_saturated()
+        yield sdk, big, small, load, app
+
+
+def _ask(sdk, priority: str | None):
+    headers = {"x-switchyard-priority": priority} if priority else None
+    return sdk.chat.completions.with_raw_response.create(model="big", messages=HI, extra_headers=headers)
+
+
+def test_best_effort_degrades_to_the_smaller_model(saturated):
+    sdk, big, small, _, _ = saturated
+    raw = _ask(sdk, "best-effort")
+    assert raw.headers["x-switchyard-degraded"] == "1"
+    assert raw.headers["x-switchyard-model"] == "small"
+    assert raw.parse().choices[0].message.content.startswith("small")
+    assert big.num_requests == 0
+
+
+def test_standard_goes_ahead(saturated):
+    sdk, big, _, _, _ = saturated
+    raw = _ask(sdk, None)
+    assert raw.headers["x-switchyard-model"] == "big"
+    assert "x-switchyard-degraded" not in raw.headers
+    assert big.num_requests == 1
+
+
+def test_priority_waits_until_the_saturation_clears(saturated):
+    sdk, big, _, load, app = saturated
+    timer = threading.Timer(0.3, lambda: setattr(load, "waiting", 0))
+    timer.start()
+    raw = _ask(sdk, "priority")
+    timer.join()
+    assert raw.headers["x-switchyard-model"] == "big"
+    assert "x-switchyard-degraded" not in raw.headers
+    assert big.num_requests == 1
+    assert app.state.saturation.num_waiting == 0
+
+
+def test_priority_gives_up_after_its_deadline(saturated):
+    sdk, big, _, _, app = saturated
+    app.state.saturation.wait_s = 0.2
+    with pytest.raises(openai.InternalServerError) as info:
+        _ask(sdk, "priority")
+    assert info.value.status_code == 503
+    assert info.value.response.headers["retry-after"] == "2"
+    assert "stayed saturated" in info.value.response.json()["error"]["message"]
+    assert big.num_requests == 0
+
+
+def test_an_unknown_priority_is_a_400(saturated):
+    sdk, *_ = saturated
+    with pytest.raises(openai.BadRequestError, match="best-effort, standard, priority"):
+        _ask(sdk, "urgent")
