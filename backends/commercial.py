@@ -71,7 +71,6 @@ class CommercialBackend:
         api_base: str | None = None,
         api_key: str | None = None,
         timeout_s: float = 600.0,
-        price_usd_per_mtok: tuple[float, float] | None = None,
     ) -> None:
         self.name = name
         self.litellm_model = litellm_model
@@ -79,12 +78,9 @@ class CommercialBackend:
         self._api_key = api_key
         self.timeout_s = timeout_s
         self.label = f"litellm@{litellm_model}"
-        self._price = price_usd_per_mtok
 
     def price_usd_per_mtok(self) -> tuple[float, float] | None:
-        """(input, output) USD per million tokens: the config's, else LiteLLM's price map."""
-        if self._price is not None:
-            return self._price
+        """(input, output) USD per million tokens from LiteLLM's price map (config overrides it)."""
         entry = _litellm().model_cost.get(self.litellm_model.split("/", 1)[-1]) or {}
         if "input_cost_per_token" not in entry:
             return None

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
+from billing.ledger import SQLiteLedger
 from classifier.embedder import Embedder
 from classifier.model import DEFAULT_ARTIFACT, ArtifactError, ComplexityClassifier
 from classifier.runtime import MicroBatcher
@@ -37,6 +38,19 @@ async def _watch_health(registry: ModelRegistry, interval_s: float) -> None:
                 log("model %s is %s", entry.name, summary)
             last[entry.name] = summary
         await asyncio.sleep(interval_s)
+
+
+def _prices(settings: Settings, registry: ModelRegistry) -> dict[str, tuple[float, float]]:
+    """USD per million (input, output) tokens per model: the config's, else the backend's own."""
+    prices = {}
+    for model in settings.models:
+        if model.price is not None:
+            prices[model.name] = (model.price.input_usd_per_mtok, model.price.output_usd_per_mtok)
+            continue
+        own = getattr(registry.get(model.name).backend, "price_usd_per_mtok", None)
+        if own is not None and (value := own()) is not None:
+            prices[model.name] = value
+    return prices
 
 
 def _build_auto_router(settings: Settings, registry: ModelRegistry, thresholds: dict) -> AutoRouter:
@@ -91,6 +105,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if not len(registry):
             logger.warning("no models are configured: pass --config FILE (see README)")
         app.state.auto_router = _build_auto_router(settings, registry, auto_thresholds) if auto.tiers else None
+        app.state.ledger = SQLiteLedger(settings.billing.ledger_path) if settings.billing.ledger_path else None
+        if app.state.ledger is not None:
+            await app.state.ledger.start()
+        app.state.prices = _prices(settings, registry)
         app.state.saturation = SaturationGate(
             registry,
             {m.name: m.degrade_to for m in settings.models if m.degrade_to},
@@ -118,6 +136,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await entry.backend.aclose()
             if app.state.auto_router is not None and app.state.auto_router.scorer is not None:
                 app.state.auto_router.scorer.close()
+            if app.state.ledger is not None:
+                await app.state.ledger.aclose()
             await session.close()
 
     app = FastAPI(title="Switchyard", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)

@@ -75,14 +75,12 @@ def _build_litellm(model: ModelSettings, session: aiohttp.ClientSession, upstrea
     from backends.commercial import CommercialBackend
 
     assert model.litellm_model is not None
-    price = (model.price.input_usd_per_mtok, model.price.output_usd_per_mtok) if model.price else None
     return CommercialBackend(
         model.name,
         model.litellm_model,
         api_base=model.base_url,
         api_key=model.api_key.get_secret_value() if model.api_key else None,
         timeout_s=model.timeout_s,
-        price_usd_per_mtok=price,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 
@@ -10,6 +11,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from backends.base import AnyRequest, answered_by
 from proxy.errors import SwitchyardError, error_body
+from proxy.metering import RequestMeter, usage_of
 from proxy.protocol import StreamChunk
 from proxy.registry import ModelEntry
 from proxy.routing import auto_not_configured
@@ -45,9 +47,15 @@ async def relay(request: Request, parsed: AnyRequest) -> Response:
     if admission.is_degraded:
         route_headers["x-switchyard-degraded"] = "1"
     executor = request.app.state.executor
+    meter = RequestMeter(request.app.state.ledger, request.app.state.prices, request.scope["state"]["request_id"])
     if parsed.stream:
-        return await _relay_stream(executor, entry, parsed, route_headers)
-    entry, result = await executor.complete(entry, parsed)
+        return await _relay_stream(executor, entry, parsed, route_headers, meter)
+    try:
+        entry, result = await executor.complete(entry, parsed, meter)
+    except asyncio.CancelledError:
+        meter.finished(meter.current_entry or entry, "cancelled", None)
+        raise
+    meter.finished(entry, "completed", usage_of(result))
     return Response(result.data, media_type="application/json", headers=_answer_headers(entry) | route_headers)
 
 
@@ -66,32 +74,51 @@ def _without_usage(chunk: StreamChunk) -> StreamChunk | None:
     return StreamChunk.from_dict(payload)
 
 
-async def _relay_stream(executor, entry: ModelEntry, parsed: AnyRequest, route_headers: dict[str, str]) -> Response:
+async def _relay_stream(
+    executor, entry: ModelEntry, parsed: AnyRequest, route_headers: dict[str, str], meter: RequestMeter
+) -> Response:
     # Decide before the first byte: retries, fallbacks and errors up to the first chunk are real
     # HTTP outcomes; after it, only in-band errors remain.
-    entry, first, chunks = await executor.stream(entry, parsed)
+    try:
+        entry, first, chunks = await executor.stream(entry, parsed, meter)
+    except asyncio.CancelledError:
+        meter.finished(meter.current_entry or entry, "cancelled", None)
+        raise
     headers = {**SSE_HEADERS, **_answer_headers(entry), **route_headers}
-    body = _sse_body(first, chunks, include_usage=_client_wants_usage(parsed))
+    body = _sse_body(first, chunks, include_usage=_client_wants_usage(parsed), meter=meter, entry=entry)
     return StreamingResponse(body, media_type="text/event-stream", headers=headers)
 
 
 async def _sse_body(
-    first: StreamChunk | None, rest: AsyncIterator[StreamChunk], *, include_usage: bool
+    first: StreamChunk | None,
+    rest: AsyncIterator[StreamChunk],
+    *,
+    include_usage: bool,
+    meter: RequestMeter,
+    entry: ModelEntry,
 ) -> AsyncIterator[bytes]:
+    usage, num_chunks, status, error = None, 0, "cancelled", None  # unless the loop below ends otherwise
     try:
         chunk: StreamChunk | None = first
         while chunk is not None:
+            num_chunks += 1
+            if chunk.has_usage:
+                usage = chunk.parsed["usage"]
             if not include_usage:
                 chunk = _without_usage(chunk)
             if chunk is not None:
                 yield b"data: " + chunk.data + b"\n\n"
             chunk = await anext(rest, None)
+        status = "completed"
     except SwitchyardError as exc:
+        status, error = "failed", exc.message
         logger.warning("stream failed after the first byte: %s", exc.message)
         yield b"data: " + error_body(exc) + b"\n\n"
-    except Exception:
+    except Exception as exc:
+        status, error = "failed", f"{type(exc).__name__}: {exc}"
         logger.exception("stream failed after the first byte")
         yield b"data: " + error_body(SwitchyardError("The server had an internal error.")) + b"\n\n"
     finally:
+        meter.finished(entry, status, usage, num_chunks, error)
         await rest.aclose()
     yield DONE_EVENT

@@ -36,6 +36,7 @@ from proxy.errors import (
     ContextLengthExceeded,
     SwitchyardError,
 )
+from proxy.metering import RequestMeter
 from proxy.protocol import CompletionResult, StreamChunk
 from proxy.registry import ModelEntry, ModelRegistry
 
@@ -141,14 +142,16 @@ class ResilientExecutor:
 
     # -- the two entry points ------------------------------------------------------------------
 
-    async def complete(self, first: ModelEntry, request: AnyRequest) -> tuple[ModelEntry, CompletionResult]:
+    async def complete(
+        self, first: ModelEntry, request: AnyRequest, meter: RequestMeter | None = None
+    ) -> tuple[ModelEntry, CompletionResult]:
         async def call(entry: ModelEntry) -> CompletionResult:
             return await _within(entry.backend.complete(request), self.policy.attempt_timeout_s, entry.name, "answer")
 
-        return await self._run(first, call)
+        return await self._run(first, call, meter)
 
     async def stream(
-        self, first: ModelEntry, request: AnyRequest
+        self, first: ModelEntry, request: AnyRequest, meter: RequestMeter | None = None
     ) -> tuple[ModelEntry, StreamChunk | None, AsyncIterator[StreamChunk]]:
         """Open a stream and wait for its first chunk: everything before that byte may be retried."""
 
@@ -163,13 +166,18 @@ class ResilientExecutor:
                 raise
             return first_chunk, chunks
 
-        entry, (first_chunk, rest) = await self._run(first, call)
+        entry, (first_chunk, rest) = await self._run(first, call, meter)
         return entry, first_chunk, rest
 
     # -- the loop -------------------------------------------------------------------------------
 
-    async def _run(self, first: ModelEntry, call):
+    async def _run(self, first: ModelEntry, call, meter: RequestMeter | None):
         attempts: list[Attempt] = []
+
+        def fail(entry: ModelEntry, error: SwitchyardError) -> None:
+            attempts.append(Attempt(entry.name, error))
+            if meter is not None:
+                meter.failed(entry, error)
 
         async def loop():
             for entry in self.chain(first):
@@ -177,10 +185,12 @@ class ResilientExecutor:
                 for number in range(self.policy.max_attempts):
                     if self.policy.max_in_flight is not None and guard.num_in_flight >= self.policy.max_in_flight:
                         guard.num_shed += 1
-                        shed = _Shed(f"over {self.policy.max_in_flight} requests in flight", retry_after_s=1)
-                        attempts.append(Attempt(entry.name, shed))
+                        fail(entry, _Shed(f"over {self.policy.max_in_flight} requests in flight", retry_after_s=1))
                         break
                     guard.num_in_flight += 1
+                    if meter is not None:
+                        meter.begin_attempt()
+                        meter.current_entry = entry
                     try:
                         return entry, await guard.breaker.call_async(call, entry)
                     except CircuitBreakerError as exc:
@@ -190,18 +200,18 @@ class ResilientExecutor:
                             if isinstance(cause, BackendError)
                             else ("circuit open")
                         )
-                        attempts.append(Attempt(entry.name, _CircuitOpen(reason, retry_after_s=1)))
+                        fail(entry, _CircuitOpen(reason, retry_after_s=1))
                         break
                     except ContextLengthExceeded as exc:
-                        attempts.append(Attempt(entry.name, exc))
+                        fail(entry, exc)
                         break
                     except BackendRejected as exc:
-                        if len(attempts) == 0:
+                        fail(entry, exc)
+                        if len(attempts) == 1:
                             raise  # the client's own mistake: its status and message, as they were
-                        attempts.append(Attempt(entry.name, exc))
                         raise AllAttemptsFailed(attempts) from exc
                     except BackendError as exc:
-                        attempts.append(Attempt(entry.name, exc))
+                        fail(entry, exc)
                         if number + 1 < self.policy.max_attempts:
                             await asyncio.sleep(self._pause_s(number, exc))
                     finally:

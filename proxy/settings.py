@@ -71,6 +71,10 @@ class AutoRoutingSettings(_Strict):
         return self
 
 
+class BillingSettings(_Strict):
+    ledger_path: Path | None = Path("~/.cache/switchyard/usage.sqlite3")  # null: no ledger
+
+
 class RoutingSettings(_Strict):
     thresholds_file: Path | None = None  # written by `switchyard eval thresholds`; read at start
     auto: AutoRoutingSettings = Field(default_factory=AutoRoutingSettings)
@@ -139,12 +143,12 @@ class ModelSettings(_Strict):
     vllm: VLLMSettings | None = None  # backend vllm only
     # backend: litellm
     litellm_model: str | None = None  # e.g. openai/gpt-4o, anthropic/claude-3-5-sonnet-20241022
-    price: PriceSettings | None = None  # default: LiteLLM's price map
     timeout_s: float = Field(default=600.0, gt=0)
     # backend: embedded
     model: str | None = None  # a built-in name (smollm2-135m), an HF model folder, or a .gguf file
     engine: EngineSettings | None = None
     # any backend
+    price: PriceSettings | None = None  # for metering; backend litellm defaults to LiteLLM's price map
     fallbacks: list[str] = Field(default_factory=list)  # models that answer when this one fails
     degrade_to: str | None = None  # a smaller model for best-effort requests while this one is saturated
     tier: str | None = None
@@ -154,8 +158,8 @@ class ModelSettings(_Strict):
     def _fits_backend(self) -> ModelSettings:
         if self.vllm is not None and self.backend != "vllm":
             raise ValueError("'vllm' settings belong to backend 'vllm'")
-        if (self.litellm_model is not None or self.price is not None) and self.backend != "litellm":
-            raise ValueError("'litellm_model' and 'price' belong to backend 'litellm'")
+        if self.litellm_model is not None and self.backend != "litellm":
+            raise ValueError("'litellm_model' belongs to backend 'litellm'")
         if self.backend == "litellm":
             if self.litellm_model is None:
                 raise ValueError("backend 'litellm' needs 'litellm_model' (e.g. anthropic/claude-3-5-sonnet-20241022)")
@@ -195,6 +199,7 @@ class Settings(BaseSettings):
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     resilience: ResilienceSettings = Field(default_factory=ResilienceSettings)
+    billing: BillingSettings = Field(default_factory=BillingSettings)
     models: list[ModelSettings] = Field(default_factory=list)
 
     @model_validator(mode="after")

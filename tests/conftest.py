@@ -68,3 +68,13 @@ def client(proxy_url: str) -> Iterator[openai.OpenAI]:
 async def aclient(proxy_url: str) -> AsyncIterator[openai.AsyncOpenAI]:
     async with openai.AsyncOpenAI(base_url=proxy_url, api_key="sk-test", max_retries=0) as sdk:
         yield sdk
+
+
+def pytest_configure(config) -> None:
+    """Keep every proxy a test starts from writing its usage ledger into the home directory."""
+    import os
+    import tempfile
+
+    os.environ.setdefault(
+        "SWITCHYARD__BILLING__LEDGER_PATH", os.path.join(tempfile.mkdtemp(prefix="switchyard-tests-"), "usage.db")
+    )

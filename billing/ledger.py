@@ -1,0 +1,111 @@
+"""The usage ledger: one record per attempt at a backend, linked by request id.
+
+Records are queued on the event loop (an append) and written by a background task in batches on
+a worker thread, so metering never blocks a request. SQLite by default; the `Ledger` protocol is
+what a PostgreSQL ledger will implement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import time
+from dataclasses import astuple, dataclass, fields
+from pathlib import Path
+from typing import Protocol
+
+STATUSES = ("completed", "cancelled", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRecord:
+    request_id: str
+    attempt: int  # 1, 2, … in the order they were made
+    model: str  # the public model name that was tried
+    backend: str  # the deployment that took it
+    status: str  # completed | cancelled | failed
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    is_estimated: bool  # token counts estimated (no usage from the upstream)
+    started_at: float  # unix seconds
+    duration_ms: float
+    error: str | None = None
+
+
+class Ledger(Protocol):
+    def record(self, record: UsageRecord) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+_COLUMNS = [f.name for f in fields(UsageRecord)]
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS usage (
+    request_id TEXT NOT NULL, attempt INTEGER NOT NULL, model TEXT NOT NULL, backend TEXT NOT NULL,
+    status TEXT NOT NULL, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
+    cost_usd REAL NOT NULL, is_estimated INTEGER NOT NULL, started_at REAL NOT NULL, duration_ms REAL NOT NULL,
+    error TEXT,
+    PRIMARY KEY (request_id, attempt)
+);
+CREATE INDEX IF NOT EXISTS usage_started_at ON usage (started_at);
+"""
+
+
+class SQLiteLedger:
+    def __init__(self, path: str | Path, flush_interval_s: float = 0.2) -> None:
+        self.path = Path(path).expanduser()
+        self.flush_interval_s = flush_interval_s
+        self._pending: list[UsageRecord] = []
+        self._writer: asyncio.Task | None = None
+
+    def record(self, record: UsageRecord) -> None:
+        self._pending.append(record)
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self._create)
+        self._writer = asyncio.create_task(self._write_forever())
+
+    def _create(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.closing(sqlite3.connect(self.path)) as db:
+            db.executescript(_SCHEMA)
+
+    async def _write_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.flush_interval_s)
+            await self.flush()
+
+    async def flush(self) -> None:
+        batch, self._pending = self._pending, []
+        if batch:
+            await asyncio.to_thread(self._insert, batch)
+
+    def _insert(self, batch: list[UsageRecord]) -> None:
+        placeholders = ", ".join("?" for _ in _COLUMNS)
+        with contextlib.closing(sqlite3.connect(self.path, timeout=10)) as db, db:
+            db.executemany(f"INSERT OR REPLACE INTO usage VALUES ({placeholders})", [astuple(r) for r in batch])
+
+    def read(self, request_id: str | None = None) -> list[UsageRecord]:
+        """Blocking; for reports and tests."""
+        query, args = "SELECT * FROM usage", ()
+        if request_id is not None:
+            query, args = query + " WHERE request_id = ?", (request_id,)
+        with contextlib.closing(sqlite3.connect(self.path)) as db:
+            rows = db.execute(query + " ORDER BY started_at, attempt", args).fetchall()
+        return [UsageRecord(*row[:8], bool(row[8]), *row[9:]) for row in rows]
+
+    async def aclose(self) -> None:
+        if self._writer is not None:
+            self._writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._writer
+            self._writer = None
+        await self.flush()
+
+
+def now() -> float:
+    return time.time()

@@ -1,0 +1,84 @@
+"""Metering: every attempt at a backend becomes one ledger record, linked by the request id.
+
+Completed, cancelled (the client left) and failed attempts are all recorded, exactly once each:
+failed attempts by the resilience loop as they fail, the answering attempt by the relay when the
+answer is sent or the stream ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+import orjson
+
+from backends.base import answered_by
+from billing.ledger import Ledger, UsageRecord
+from proxy.errors import SwitchyardError
+from proxy.protocol import CompletionResult
+from proxy.registry import ModelEntry
+
+_USAGE = re.compile(rb'"usage"\s*:\s*(\{[^{}]*\})')
+
+
+def usage_of(result: CompletionResult) -> dict | None:
+    """The usage object of an answer, found without parsing the whole (possibly large) body."""
+    if result._parsed is not None:
+        return result._parsed.get("usage")
+    match = _USAGE.search(result.data)
+    return orjson.loads(match.group(1)) if match else None
+
+
+@dataclass
+class RequestMeter:
+    """The metering of one client request; attempts are numbered in the order they were made."""
+
+    ledger: Ledger | None
+    prices: dict[str, tuple[float, float]]
+    request_id: str
+    num_attempts: int = 0
+    attempt_started_at: float = field(default_factory=time.time)
+    current_entry: ModelEntry | None = None
+    is_closed: bool = False
+
+    def begin_attempt(self) -> None:
+        self.attempt_started_at = time.time()
+
+    def failed(self, entry: ModelEntry, error: SwitchyardError) -> None:
+        self._write(entry, "failed", None, 0, error=error.message)
+
+    def finished(
+        self, entry: ModelEntry, status: str, usage: dict | None, num_chunks: int = 0, error: str | None = None
+    ) -> None:
+        """The answering attempt: once, however it ended."""
+        if self.is_closed:
+            return
+        self.is_closed = True
+        self._write(entry, status, usage, num_chunks, error)
+
+    def _write(self, entry: ModelEntry, status: str, usage: dict | None, num_chunks: int, error: str | None = None):
+        self.num_attempts += 1
+        if self.ledger is None:
+            return
+        prompt = int((usage or {}).get("prompt_tokens") or 0)
+        completion = int((usage or {}).get("completion_tokens") or 0) if usage else num_chunks
+        price = self.prices.get(entry.name)
+        cost = (prompt * price[0] + completion * price[1]) / 1e6 if price else 0.0
+        self.ledger.record(
+            UsageRecord(
+                request_id=self.request_id,
+                attempt=self.num_attempts,
+                model=entry.name,
+                backend=answered_by.get() or entry.backend_kind,
+                status=status,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                cost_usd=cost,
+                is_estimated=usage is None and completion > 0,
+                started_at=self.attempt_started_at,
+                duration_ms=(time.time() - self.attempt_started_at) * 1000,
+                error=error,
+            )
+        )
+        self.begin_attempt()

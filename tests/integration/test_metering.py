@@ -1,0 +1,116 @@
+"""Every attempt lands in the usage ledger once: completed, failed or cancelled, linked by request id."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+
+import httpx
+import openai
+import pytest
+
+from proxy.app import create_app
+from proxy.settings import Settings
+from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
+from tests.fakes.server import serve_in_thread
+from tests.helpers import wait_until
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture
+def metered(tmp_path):
+    states = {"a": FakeState(), "b": FakeState()}
+    with ExitStack() as stack:
+        urls = {n: stack.enter_context(serve_in_thread(FakeOpenAIUpstream(s))) + "/v1" for n, s in states.items()}
+        settings = Settings(
+            models=[
+                {
+                    "name": "primary",
+                    "base_url": urls["a"],
+                    "fallbacks": ["secondary"],
+                    "price": {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0},
+                },
+                {"name": "secondary", "base_url": urls["b"]},
+            ],
+            resilience={"max_attempts": 2, "backoff_base_s": 0.01},
+            billing={"ledger_path": tmp_path / "usage.db"},
+        )
+        app = create_app(settings)
+        base = stack.enter_context(serve_in_thread(app))
+        yield base, states, app
+
+
+def _records(app, request_id: str, count: int):
+    ledger = app.state.ledger
+    assert wait_until(lambda: len(ledger.read(request_id)) >= count, timeout_s=5), ledger.read(request_id)
+    return ledger.read(request_id)
+
+
+def test_a_completed_request_is_one_record_with_tokens_and_cost(metered):
+    base, _, app = metered
+    with openai.OpenAI(base_url=base + "/v1", api_key="k", max_retries=0) as sdk:
+        raw = sdk.chat.completions.with_raw_response.create(model="primary", messages=HI)
+    usage = raw.parse().usage
+    [record] = _records(app, raw.headers["x-request-id"], 1)
+    assert (record.status, record.attempt, record.model) == ("completed", 1, "primary")
+    assert record.backend.startswith("openai@127.0.0.1")
+    assert (record.prompt_tokens, record.completion_tokens) == (usage.prompt_tokens, usage.completion_tokens)
+    assert record.cost_usd == pytest.approx((usage.prompt_tokens * 1.0 + usage.completion_tokens * 2.0) / 1e6)
+    assert not record.is_estimated
+
+
+def test_a_stream_is_metered_from_its_usage_even_when_the_client_did_not_ask(metered):
+    base, _, app = metered
+    with httpx.stream(
+        "POST", base + "/v1/chat/completions", json={"model": "primary", "messages": HI, "stream": True}
+    ) as response:
+        body = response.read()
+        request_id = response.headers["x-request-id"]
+    assert b'"usage"' not in body
+    [record] = _records(app, request_id, 1)
+    assert record.status == "completed" and record.completion_tokens == 5 and not record.is_estimated
+
+
+def test_a_stream_dropped_mid_way_ends_in_band_and_is_metered_as_failed(metered):
+    base, states, app = metered
+    with httpx.stream(
+        "POST",
+        base + "/v1/chat/completions",
+        json={"model": "primary", "messages": HI, "stream": True, "fake": {"failure": "drop", "drop_after": 2}},
+    ) as response:
+        events = [line for line in response.iter_lines() if line]
+        request_id = response.headers["x-request-id"]
+    assert '"error"' in events[-2] and events[-1] == "data: [DONE]"
+    [record] = _records(app, request_id, 1)
+    assert record.status == "failed"
+    assert record.completion_tokens == 2 and record.is_estimated  # counted from the chunks that arrived
+    assert "dropped the connection" in record.error
+
+
+def test_a_client_that_leaves_is_metered_as_cancelled(metered):
+    base, states, app = metered
+    states["a"].behaviour = FakeBehaviour(num_tokens=100, token_delay_s=0.05)
+    with httpx.stream(
+        "POST", base + "/v1/chat/completions", json={"model": "primary", "messages": HI, "stream": True}
+    ) as response:
+        lines = response.iter_lines()
+        next(lines)
+        next(lines)
+        request_id = response.headers["x-request-id"]
+    [record] = _records(app, request_id, 1)
+    assert record.status == "cancelled"
+
+
+def test_every_attempt_of_a_fallback_chain_is_a_record(metered):
+    base, states, app = metered
+    states["a"].behaviour.failure = "500"
+    with openai.OpenAI(base_url=base + "/v1", api_key="k", max_retries=0) as sdk:
+        raw = sdk.chat.completions.with_raw_response.create(model="primary", messages=HI)
+    records = _records(app, raw.headers["x-request-id"], 3)
+    assert [(r.attempt, r.model, r.status) for r in records] == [
+        (1, "primary", "failed"),
+        (2, "primary", "failed"),
+        (3, "secondary", "completed"),
+    ]
+    assert "500" in records[0].error
+    assert records[2].cost_usd == 0.0  # secondary has no price
