@@ -40,6 +40,8 @@ $(VENV)/.installed-bench: $(STAMP)
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/overhead.py
+	$(BIN)/python bench/engine.py
+	$(BIN)/python bench/classifier.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

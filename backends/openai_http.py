@@ -25,6 +25,8 @@ from proxy.errors import (
     BackendRejected,
     BackendTimeout,
     BackendUnavailable,
+    ContextLengthExceeded,
+    SwitchyardError,
 )
 from proxy.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
 
@@ -146,9 +148,11 @@ class OpenAIHTTPBackend:
             return BackendError(f"{where} sent a malformed stream: {exc}", backend=self.name)
         return BackendError(f"{where} failed: {type(exc).__name__}: {exc}", backend=self.name)
 
-    def _status_error(self, status: int, headers: Mapping[str, str], body: bytes) -> BackendError:
+    def _status_error(self, status: int, headers: Mapping[str, str], body: bytes) -> SwitchyardError:
         reason = f"upstream {self.name} returned {status}: {_upstream_message(body)}"
         retry_after_s = _retry_after_s(headers)
+        if status == 400 and b"context_length_exceeded" in body:
+            return ContextLengthExceeded(reason, param="messages")  # a model with a larger window may answer
         if status == 429:
             return BackendRateLimited(reason, backend=self.name, retry_after_s=retry_after_s)
         if status in (400, 404, 413, 422):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
@@ -109,6 +110,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if app.state.ledger is not None:
             await app.state.ledger.start()
         app.state.prices = _prices(settings, registry)
+        app.state.attempt_counts = Counter()
         app.state.saturation = SaturationGate(
             registry,
             {m.name: m.degrade_to for m in settings.models if m.degrade_to},

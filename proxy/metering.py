@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 import orjson
@@ -37,6 +38,7 @@ class RequestMeter:
     ledger: Ledger | None
     prices: dict[str, tuple[float, float]]
     request_id: str
+    counts: Counter | None = None  # (model, status) -> attempts, for /metrics
     num_attempts: int = 0
     attempt_started_at: float = field(default_factory=time.time)
     current_entry: ModelEntry | None = None
@@ -59,6 +61,8 @@ class RequestMeter:
 
     def _write(self, entry: ModelEntry, status: str, usage: dict | None, num_chunks: int, error: str | None = None):
         self.num_attempts += 1
+        if self.counts is not None:
+            self.counts[(entry.name, status)] += 1
         if self.ledger is None:
             return
         prompt = int((usage or {}).get("prompt_tokens") or 0)

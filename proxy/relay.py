@@ -47,7 +47,8 @@ async def relay(request: Request, parsed: AnyRequest) -> Response:
     if admission.is_degraded:
         route_headers["x-switchyard-degraded"] = "1"
     executor = request.app.state.executor
-    meter = RequestMeter(request.app.state.ledger, request.app.state.prices, request.scope["state"]["request_id"])
+    state = request.app.state
+    meter = RequestMeter(state.ledger, state.prices, request.scope["state"]["request_id"], state.attempt_counts)
     if parsed.stream:
         return await _relay_stream(executor, entry, parsed, route_headers, meter)
     try:

@@ -5,6 +5,7 @@ Behaviour comes from `FakeBehaviour` on the server, and any request may override
 `"fake": {...}` body field (a client field the proxy forwards untouched). Failure modes:
 
     "400"        answer 400 content_policy_violation (a refusal no retry can fix)
+    "context"    answer 400 context_length_exceeded
     "500"        answer 500 with an OpenAI error body
     "429"        answer 429 with `Retry-After`
     "hang"       accept the request and never answer
@@ -162,6 +163,18 @@ class FakeOpenAIUpstream:
                     "Your request was rejected by the safety system.",
                     "invalid_request_error",
                     "content_policy_violation",
+                ),
+            )
+            return
+        if behaviour.failure == "context":
+            await self._respond(
+                send,
+                400,
+                _error(
+                    400,
+                    "This model's maximum context length is 16 tokens.",
+                    "invalid_request_error",
+                    "context_length_exceeded",
                 ),
             )
             return

@@ -59,6 +59,9 @@ def test_a_500_storm_opens_the_breaker_and_half_open_recovers(pair):
         assert "circuit open" in info.value.response.json()["error"]["message"]
         assert states["a"].num_requests == 3  # the open breaker did not call the upstream
         assert httpx.get(base + "/health/ready").json()["breakers"]["primary"] == "open"
+        metrics = httpx.get(base + "/metrics").text
+        assert 'switchyard_breaker_state{model="primary"} 2' in metrics
+        assert 'switchyard_attempts_total{model="primary",status="failed"} 4' in metrics
         states["a"].behaviour.failure = None
         time.sleep(0.6)
         reply = sdk.chat.completions.create(model="primary", messages=HI)  # the half-open trial
@@ -107,6 +110,20 @@ def test_a_content_policy_refusal_is_not_retried_nor_passed_on(pair):
     with _sdk(base) as sdk, pytest.raises(openai.BadRequestError, match="safety system"):
         sdk.chat.completions.create(model="primary", messages=HI)
     assert states["a"].num_requests == 1 and states["b"].num_requests == 0
+
+
+def test_a_context_window_error_falls_back_to_the_next_model(pair):
+    states, proxy = pair
+    base = proxy({"max_attempts": 3})
+    states["a"].behaviour.failure = "context"
+    with _sdk(base) as sdk:
+        raw = sdk.chat.completions.with_raw_response.create(model="primary", messages=HI)
+    assert raw.headers["x-switchyard-model"] == "secondary"
+    assert states["a"].num_requests == 1  # not retried on the same model
+    states["b"].behaviour.failure = "context"
+    with _sdk(base) as sdk, pytest.raises(openai.BadRequestError) as info:
+        sdk.chat.completions.create(model="primary", messages=HI)
+    assert info.value.response.json()["error"]["code"] == "context_length_exceeded"
 
 
 def test_all_attempts_failed_lists_each_and_picks_429_for_rate_limits(pair):

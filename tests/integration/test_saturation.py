@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from contextlib import ExitStack
 
+import httpx
 import openai
 import pytest
 
@@ -59,6 +60,9 @@ def test_best_effort_degrades_to_the_smaller_model(saturated):
     assert raw.headers["x-switchyard-model"] == "small"
     assert raw.parse().choices[0].message.content.startswith("small")
     assert big.num_requests == 0
+    metrics = httpx.get(str(sdk.base_url).removesuffix("/v1/") + "/metrics").text
+    assert "switchyard_degraded_total 1" in metrics
+    assert 'switchyard_model_saturated{model="big"} 1' in metrics
 
 
 def test_standard_goes_ahead(saturated):
