@@ -29,30 +29,34 @@ def _answer_headers(entry: ModelEntry) -> dict[str, str]:
     }
 
 
-async def relay(request: Request, parsed: AnyRequest) -> Response:
-    route_headers: dict[str, str] = {}
-    if parsed.model == "auto":
-        router = request.app.state.auto_router
-        if router is None:
-            raise auto_not_configured()
-        decision = await router.route(parsed, request.headers.get("x-switchyard-quality"))
-        entry = decision.entry
-        route_headers["x-switchyard-route"] = decision.reason
-        if decision.score is not None:
-            route_headers["x-switchyard-score"] = f"{decision.score:.4f}"
-    else:
-        entry = request.app.state.registry.get(parsed.model)
-    admission = await request.app.state.saturation.admit(entry, request.headers.get("x-switchyard-priority"))
-    entry = admission.entry
-    if admission.is_degraded:
-        route_headers["x-switchyard-degraded"] = "1"
-    executor = request.app.state.executor
+async def _choose(request: Request, parsed: AnyRequest) -> tuple[ModelEntry, dict[str, str]]:
+    """Routing (for "auto"), then saturation; the headers that explain both."""
     state = request.app.state
+    headers: dict[str, str] = {}
+    if parsed.model == "auto":
+        if state.auto_router is None:
+            raise auto_not_configured()
+        decision = await state.auto_router.route(parsed, request.headers.get("x-switchyard-quality"))
+        entry = decision.entry
+        headers["x-switchyard-route"] = decision.reason
+        if decision.score is not None:
+            headers["x-switchyard-score"] = f"{decision.score:.4f}"
+    else:
+        entry = state.registry.get(parsed.model)
+    admission = await state.saturation.admit(entry, request.headers.get("x-switchyard-priority"))
+    if admission.is_degraded:
+        headers["x-switchyard-degraded"] = "1"
+    return admission.entry, headers
+
+
+async def relay(request: Request, parsed: AnyRequest) -> Response:
+    state = request.app.state
+    entry, route_headers = await _choose(request, parsed)
     meter = RequestMeter(state.ledger, state.prices, request.scope["state"]["request_id"], state.attempt_counts)
     if parsed.stream:
-        return await _relay_stream(executor, entry, parsed, route_headers, meter)
+        return await _relay_stream(state.executor, entry, parsed, route_headers, meter)
     try:
-        entry, result = await executor.complete(entry, parsed, meter)
+        entry, result = await state.executor.complete(entry, parsed, meter)
     except asyncio.CancelledError:
         meter.finished(meter.current_entry or entry, "cancelled", None)
         raise
