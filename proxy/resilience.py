@@ -167,6 +167,8 @@ class ResilientExecutor:
             return first_chunk, chunks
 
         entry, (first_chunk, rest) = await self._run(first, call, meter)
+        if self.policy.attempt_timeout_s is not None:
+            rest = _with_deadline(rest, self.policy.attempt_timeout_s, entry.name)
         return entry, first_chunk, rest
 
     # -- the loop -------------------------------------------------------------------------------
@@ -236,6 +238,23 @@ class ResilientExecutor:
 
     def states(self) -> dict[str, str]:
         return {name: guard.breaker_state for name, guard in self.guards.items()}
+
+
+async def _with_deadline(chunks: AsyncIterator[StreamChunk], timeout_s: float, model: str):
+    """The rest of a stream, cut with BackendTimeout (an in-band error) once the attempt is over time."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    try:
+        while True:
+            try:
+                chunk = await asyncio.wait_for(anext(chunks), max(0.0, deadline - loop.time()))
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise BackendTimeout(f"{model}: the answer took longer than {timeout_s:g} s", backend=model) from None
+            yield chunk
+    finally:
+        await chunks.aclose()
 
 
 async def _within(awaitable, timeout_s: float | None, model: str, what: str):

@@ -88,7 +88,7 @@ class ResilienceSettings(_Strict):
     backoff_max_s: float = Field(default=2.0, ge=0)
     max_retry_after_s: float = Field(default=5.0, ge=0)  # a longer Retry-After moves on instead of waiting
     first_token_timeout_s: float | None = Field(default=None, gt=0)
-    attempt_timeout_s: float | None = Field(default=None, gt=0)  # non-stream answers
+    attempt_timeout_s: float | None = Field(default=None, gt=0)  # a whole answer; streams end in-band
     request_timeout_s: float | None = Field(default=None, gt=0)  # everything, fallbacks included
     breaker_fail_max: int = Field(default=5, ge=1)
     breaker_reset_s: float = Field(default=30.0, gt=0)

@@ -83,6 +83,9 @@ def test_openai_through_litellm(commercial):
     assert reply.choices[0].message.content == "alpha bravo charlie delta echo "
     assert openai_state.records[-1].body["temperature"] == 0.2
     assert openai_state.records[-1].headers["authorization"] == "Bearer sk-test"
+    chunks = list(sdk.chat.completions.create(model="gpt", messages=HI, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "alpha bravo charlie delta echo "
+    assert openai_state.records[-1].body["stream"] is True
 
 
 @pytest.mark.parametrize(

@@ -92,6 +92,20 @@ def test_a_hang_hits_the_first_token_timeout_and_falls_back(pair):
     assert wait_until(lambda: states["a"].records[-1].disconnected_at is not None, timeout_s=2)
 
 
+def test_a_stream_over_its_total_time_ends_with_an_in_band_timeout(pair):
+    states, proxy = pair
+    base = proxy({"max_attempts": 1, "attempt_timeout_s": 0.3}, fallbacks=False)
+    states["a"].behaviour = FakeBehaviour(num_tokens=50, token_delay_s=0.05)
+    with httpx.stream(
+        "POST", base + "/v1/chat/completions", json={"model": "primary", "messages": HI, "stream": True}
+    ) as response:
+        events = [line for line in response.iter_lines() if line]
+    assert response.status_code == 200
+    assert '"code":"upstream_timeout"' in events[-2] and events[-1] == "data: [DONE]"
+    assert 2 < len(events) < 50
+    assert wait_until(lambda: states["a"].records[-1].disconnected_at is not None, timeout_s=2)
+
+
 def test_fallbacks_contract_names_the_model_that_answered(pair):
     states, proxy = pair
     base = proxy({"max_attempts": 2, "backoff_base_s": 0.01})
