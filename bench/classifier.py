@@ -20,7 +20,14 @@ from pathlib import Path
 
 import aiohttp
 import orjson
-from overhead import AUTH, percentile, start, wait_ready  # bench/ is on sys.path as a script
+from overhead import (
+    AUTH,
+    free_port,
+    percentile,
+    start,
+    start_fake_upstream,
+    wait_ready,
+)  # bench/ is on sys.path as a script
 from results import write_section
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,24 +70,7 @@ async def main() -> None:
 
     logs = Path(tempfile.mkdtemp(prefix="switchyard-bench-"))
     python = sys.executable
-    upstream_port, proxy_port = 9431, 9432
-    upstream = start(
-        "upstream",
-        [
-            python,
-            "-m",
-            "uvicorn",
-            "--factory",
-            "tests.fakes.openai_upstream:create_fake_app",
-            "--port",
-            str(upstream_port),
-            "--log-level",
-            "warning",
-            "--no-access-log",
-        ],
-        upstream_port,
-        logs,
-    )
+    upstream, proxy_port = start_fake_upstream(logs), free_port()
     config = logs / "switchyard.yaml"
     config.write_text(
         "server: {log_level: warning}\n"

@@ -98,30 +98,31 @@ async def wait_ready(server: Server, timeout_s: float = 120.0) -> None:
     raise RuntimeError(f"{server.name} did not become ready in {timeout_s:.0f} s")
 
 
+def start_fake_upstream(logs: Path) -> Server:
+    """The fast fake OpenAI upstream (uvloop + httptools), answering FAKE_NUM_TOKENS tokens."""
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "tests.fakes.openai_upstream:create_fake_app",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        "--no-access-log",
+        "--loop",
+        "uvloop",
+        "--http",
+        "httptools",
+    ]
+    return start("upstream", argv, port, logs)
+
+
 def start_all(logs: Path, targets: tuple[str, ...]) -> dict[str, Server]:
     python = sys.executable
-    up_port = free_port()
-    upstream = start(
-        "upstream",
-        [
-            python,
-            "-m",
-            "uvicorn",
-            "--factory",
-            "tests.fakes.openai_upstream:create_fake_app",
-            "--port",
-            str(up_port),
-            "--log-level",
-            "warning",
-            "--no-access-log",
-            "--loop",
-            "uvloop",
-            "--http",
-            "httptools",
-        ],
-        up_port,
-        logs,
-    )
+    upstream = start_fake_upstream(logs)
     servers = {"direct": upstream}
     if "switchyard" in targets:
         port = free_port()

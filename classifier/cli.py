@@ -8,12 +8,9 @@ from typing import Annotated
 
 import typer
 
+from proxy.cli_support import cli_error
+
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="The query-complexity classifier.")
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"switchyard: {message}", err=True)
-    return typer.Exit(2)
 
 
 def _sample(traces: list, limit: int | None, seed: int) -> list:
@@ -54,7 +51,7 @@ def train(
     names = dataset or ["mmlu", "gsm8k"]
     unknown = [n for n in names if n not in LOADERS]
     if unknown:
-        raise _fail(f"unknown dataset {unknown[0]!r}; known: {', '.join(LOADERS)}")
+        raise cli_error(f"unknown dataset {unknown[0]!r}; known: {', '.join(LOADERS)}")
     datasets = {name: _sample(LOADERS[name](), limit, seed) for name in names}
     texts = sorted({t.prompt for traces in datasets.values() for t in traces})
     cache = EmbeddingCache(Embedder(), cache_dir or default_cache_dir().parent / "embeddings")
@@ -181,19 +178,19 @@ def score(
     try:
         classifier = ComplexityClassifier.load(artifact or DEFAULT_ARTIFACT)
     except ArtifactError as exc:
-        raise _fail(str(exc)) from exc
+        raise cli_error(str(exc)) from exc
     rows = []
     try:
         for number, line in enumerate(source.read_bytes().splitlines(), 1):
             if line.strip():
                 row = orjson.loads(line)
                 if not isinstance(row, dict) or "id" not in row or not isinstance(row.get("prompt"), str):
-                    raise _fail(f'{source}:{number}: each line needs "id" and a string "prompt"')
+                    raise cli_error(f'{source}:{number}: each line needs "id" and a string "prompt"')
                 rows.append(row)
     except OSError as exc:
-        raise _fail(f"cannot read {source}: {exc.strerror}") from exc
+        raise cli_error(f"cannot read {source}: {exc.strerror}") from exc
     except orjson.JSONDecodeError as exc:
-        raise _fail(f"{source}: not JSON lines ({exc})") from exc
+        raise cli_error(f"{source}: not JSON lines ({exc})") from exc
     with Progress(transient=True) as progress, out.open("wb") as handle:
         task = progress.add_task("scoring", total=len(rows))
         for start in range(0, len(rows), batch_size):

@@ -7,16 +7,13 @@ from typing import Annotated
 
 import typer
 
+from proxy.cli_support import cli_error
+
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Offline evaluation of routing and cascading.")
 
 DatasetOption = Annotated[str, typer.Option("--dataset", "-d", help="mmlu, gsm8k, or a trace file (.jsonl[.gz]).")]
 WeakOption = Annotated[str | None, typer.Option(help="Weak model in the traces (default: from the data).")]
 StrongOption = Annotated[str | None, typer.Option(help="Strong model in the traces (default: from the data).")]
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"switchyard: {message}", err=True)
-    return typer.Exit(2)
 
 
 def _load(dataset: str, weak: str | None, strong: str | None):
@@ -28,7 +25,7 @@ def _load(dataset: str, weak: str | None, strong: str | None):
         traces, meta = load_dataset(dataset)
         weak, strong = resolve_models(traces, meta, weak, strong)
     except (TraceFormatError, EvalError) as exc:
-        raise _fail(str(exc)) from exc
+        raise cli_error(str(exc)) from exc
     return traces, meta, weak, strong
 
 
@@ -55,7 +52,7 @@ def route(
     try:
         routers = [make_router(name) for name in names]
     except ValueError as exc:
-        raise _fail(str(exc)) from exc
+        raise cli_error(str(exc)) from exc
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -73,7 +70,7 @@ def route(
                 routers, traces, weak, strong, on_step=lambda name: progress.advance(scoring)
             )
         except EvalError as exc:
-            raise _fail(str(exc)) from exc
+            raise cli_error(str(exc)) from exc
     label = Path(dataset).name if Path(dataset).exists() else dataset
     title = f"Routing on {label}: {weak} → {strong}"
     console.print(report.rich_table(title, results))
@@ -113,7 +110,7 @@ def thresholds(
     from evals.traces import traces_digest
 
     if (target_quality is None) == (max_strong_share is None):
-        raise _fail("give exactly one of --target-quality or --max-strong-share")
+        raise cli_error("give exactly one of --target-quality or --max-strong-share")
     traces, meta, weak, strong = _load(dataset, weak, strong)
     try:
         chosen = make_router(router)
@@ -125,7 +122,7 @@ def thresholds(
         train_scores, test_scores = chosen.score(train.traces), chosen.score(test.traces)
         value = pick_threshold(train, train_scores, quality_fraction=target_quality, max_strong_share=max_strong_share)
     except (ValueError, EvalError) as exc:
-        raise _fail(str(exc)) from exc
+        raise cli_error(str(exc)) from exc
     target = (
         {"quality_fraction": target_quality} if target_quality is not None else {"max_strong_share": max_strong_share}
     )
@@ -149,7 +146,7 @@ def thresholds(
     try:
         write_section(out, "routing", section)
     except ThresholdsError as exc:
-        raise _fail(str(exc)) from exc
+        raise cli_error(str(exc)) from exc
     typer.echo(f"{router}: route to {strong} when score >= {value:.6g}")
     for name, point in (("train", section["train"]), ("test", test_point)):
         typer.echo(

@@ -10,6 +10,7 @@ import typer
 
 from classifier.cli import app as classifier_app
 from evals.cli import app as eval_app
+from proxy.cli_support import cli_error
 from proxy.settings import DEFAULT_CONFIG_NAME, ConfigError, load_settings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Switchyard: an LLM routing proxy.")
@@ -46,8 +47,7 @@ def serve(
     try:
         settings = load_settings(_resolve_config(config))
     except ConfigError as exc:
-        typer.echo(f"switchyard: {exc}", err=True)
-        raise typer.Exit(2) from exc
+        raise cli_error(str(exc)) from exc
     if host is not None:
         settings.server.host = host
     if port is not None:
@@ -64,8 +64,7 @@ def _run(settings) -> None:
     try:
         app_ = create_app(settings)
     except ThresholdsError as exc:
-        typer.echo(f"switchyard: {exc}", err=True)
-        raise typer.Exit(2) from exc
+        raise cli_error(str(exc)) from exc
     uvicorn.run(
         app_,
         host=settings.server.host,
@@ -112,8 +111,7 @@ def check_config(config: ConfigOption = None) -> None:
     try:
         settings = load_settings(_resolve_config(config))
     except ConfigError as exc:
-        typer.echo(f"switchyard: {exc}", err=True)
-        raise typer.Exit(2) from exc
+        raise cli_error(str(exc)) from exc
     typer.echo(yaml.safe_dump(settings.model_dump(mode="json", exclude_none=True), sort_keys=False))
 
 

@@ -51,6 +51,15 @@ class ChatMessage(_Open):
     name: str | None = None
 
 
+def message_text(content: str | list[dict[str, Any]] | None) -> str:
+    """The text of a message's content: the string itself, or its text parts joined."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") == "text")
+
+
 class StreamOptions(_Open):
     include_usage: bool | None = None
 

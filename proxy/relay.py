@@ -69,9 +69,7 @@ def _client_wants_usage(parsed: AnyRequest) -> bool:
 
 
 def _without_usage(chunk: StreamChunk) -> StreamChunk | None:
-    """The chunk as a client that did not ask for usage should see it (None: drop it)."""
-    if not chunk.has_usage:
-        return chunk
+    """A usage-carrying chunk as a client that did not ask for usage should see it (None: drop it)."""
     if not chunk.has_choices:
         return None
     payload = dict(chunk.parsed)
@@ -109,8 +107,8 @@ async def _sse_body(
             num_chunks += 1
             if chunk.has_usage:
                 usage = chunk.parsed["usage"]
-            if not include_usage:
-                chunk = _without_usage(chunk)
+                if not include_usage:
+                    chunk = _without_usage(chunk)
             if chunk is not None:
                 yield b"data: " + chunk.data + b"\n\n"
             chunk = await anext(rest, None)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from classifier.runtime import MicroBatcher, ScoreUnavailable
 from proxy.errors import InvalidRequest, ModelNotFound
-from proxy.protocol import ChatCompletionRequest, CompletionRequest
+from proxy.protocol import ChatCompletionRequest, CompletionRequest, message_text
 from proxy.registry import ModelEntry, ModelRegistry
 
 QUALITY_MODES = ("economy", "balanced", "max")
@@ -41,23 +41,17 @@ def routing_text(request: ChatCompletionRequest | CompletionRequest) -> str:
     if isinstance(request, CompletionRequest):
         prompt = request.prompt
         return prompt if isinstance(prompt, str) else (prompt[0] if prompt and isinstance(prompt[0], str) else "")
-    parts = [_text(m.content) for m in request.messages if m.role in ("system", "developer")]
+    parts = [message_text(m.content) for m in request.messages if m.role in ("system", "developer")]
     users = [m for m in request.messages if m.role == "user"]
     if users:
-        parts.append(_text(users[-1].content))
+        parts.append(message_text(users[-1].content))
     return "\n".join(p for p in parts if p)
-
-
-def _text(content) -> str:
-    if isinstance(content, str):
-        return content
-    return " ".join(p.get("text", "") for p in content or () if isinstance(p, dict))
 
 
 def estimated_tokens(request: ChatCompletionRequest | CompletionRequest) -> int:
     """Prompt tokens at four characters a token, plus the answer budget asked for."""
     if isinstance(request, ChatCompletionRequest):
-        chars = sum(len(_text(m.content)) for m in request.messages)
+        chars = sum(len(message_text(m.content)) for m in request.messages)
         answer = request.max_completion_tokens or request.max_tokens or 0
     else:
         chars = len(routing_text(request))

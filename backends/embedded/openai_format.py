@@ -8,22 +8,14 @@ from typing import Any
 
 from backends.embedded.sampler import MAX_TOP_LOGPROBS, SamplingParams
 from proxy.errors import InvalidRequest
-from proxy.protocol import ChatCompletionRequest, CompletionRequest
+from proxy.protocol import ChatCompletionRequest, CompletionRequest, message_text
 
 FALLBACK_TURN_STOP = "\nUser:"
 FALLBACK_TEMPLATE_ROLES = {"system": "System", "developer": "System", "user": "User", "assistant": "Assistant"}
 
 
-def _text_of(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "".join(part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") == "text")
-
-
 def chat_prompt_ids(tokenizer, request: ChatCompletionRequest) -> list[int]:
-    messages = [{"role": m.role, "content": _text_of(m.content)} for m in request.messages]
+    messages = [{"role": m.role, "content": message_text(m.content)} for m in request.messages]
     if getattr(tokenizer, "chat_template", None):
         return list(
             tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)

@@ -1,0 +1,9 @@
+"""What every `switchyard` subcommand does with an error the user can fix: say it, exit 2."""
+
+import typer
+
+
+def cli_error(message: str) -> typer.Exit:
+    """Print `switchyard: message` to stderr; raise the returned Exit (status 2)."""
+    typer.echo(f"switchyard: {message}", err=True)
+    return typer.Exit(2)
