@@ -14,6 +14,8 @@ class SSEDecodeError(ValueError):
 async def iter_sse_data(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
     """Yield the `data` payload of each event; stops after `[DONE]`.
 
+    A stream that ends without `[DONE]` was cut short: SSEDecodeError, never a silent end.
+
     Multi-line data fields are joined with newlines, as the SSE spec says; comments (`:`), `event`,
     `id` and `retry` fields are skipped.
     """
@@ -44,5 +46,7 @@ async def iter_sse_data(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
                 raise SSEDecodeError(f"not a server-sent event line: {line[:80]!r}")
     if data_lines:
         payload = b"\n".join(data_lines)
-        if payload != DONE:
-            yield payload
+        if payload == DONE:
+            return
+        yield payload
+    raise SSEDecodeError("the stream ended without [DONE]")

@@ -58,6 +58,7 @@ class FakeState:
     records: list[FakeRecord] = field(default_factory=list)
     num_requests: int = 0
     model_id: str = "fake-model"
+    is_dead: bool = False  # every stream in flight drops its connection at its next chunk
 
 
 def _token(behaviour: FakeBehaviour, i: int) -> str:
@@ -268,6 +269,8 @@ class FakeOpenAIUpstream:
             for i, chunk in enumerate(self._chunks(body, behaviour, is_chat)):
                 if watcher.done():
                     return
+                if self.state.is_dead:
+                    raise ConnectionAbortedError("fake upstream killed")
                 if behaviour.failure == "drop" and i == behaviour.drop_after:
                     raise ConnectionAbortedError("fake upstream drops the stream on purpose")
                 if behaviour.failure == "malformed" and i == 1:

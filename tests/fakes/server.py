@@ -14,10 +14,9 @@ _RUNNING: dict[str, uvicorn.Server] = {}
 
 
 def stop_server(base_url: str) -> None:
-    """Kill a server started by `serve_in_thread` now: in-flight connections are dropped."""
-    server = _RUNNING[base_url]
-    server.should_exit = True
-    server.force_exit = True
+    """Stop a server started by `serve_in_thread`: it stops listening at once (new connections are
+    refused) and cancels what is still running after its 1 s grace, cleanly."""
+    _RUNNING[base_url].should_exit = True
 
 
 @contextmanager

@@ -183,16 +183,21 @@ def test_a_backend_killed_under_200_concurrent_requests(pair):
     for state in states.values():
         state.behaviour = FakeBehaviour(num_tokens=20, token_delay_s=0.02, words=state.behaviour.words)
     base = proxy({"max_attempts": 1, "first_token_timeout_s": 2})
-    counts = asyncio.run(
-        _storm(base, 200, stop_after_s=0.3, stop=lambda: stop_server(proxy.urls["a"].removesuffix("/v1")))
-    )
+    counts = asyncio.run(_storm(base, 200, stop_after_s=0.3, stop=lambda: _kill(states["a"], proxy.urls["a"])))
     assert counts["answered"] + counts["clean_error"] == 200, counts
-    assert counts["other"] == 0
+    assert counts["other"] == 0, counts
     assert counts["answered"] > 0 and states["b"].num_requests > 0  # the fallback took over
+
+
+def _kill(state: FakeState, url: str) -> None:
+    """The upstream dies: streams in flight drop, new connections are refused."""
+    state.is_dead = True
+    stop_server(url.removesuffix("/v1"))
 
 
 async def _storm(front: str, n: int, *, stop_after_s: float, stop) -> dict[str, int]:
     counts = {"answered": 0, "clean_error": 0, "other": 0}
+    others: list[str] = []
     async with openai.AsyncOpenAI(base_url=front + "/v1", api_key="k", max_retries=0, timeout=30) as sdk:
 
         async def one(i: int) -> None:
@@ -201,16 +206,20 @@ async def _storm(front: str, n: int, *, stop_after_s: float, stop) -> dict[str, 
                 stream = await sdk.chat.completions.create(model="primary", messages=HI, stream=True)
                 text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
                 counts["answered" if text else "other"] += 1
+                if not text:
+                    others.append("empty answer")
             except openai.APIStatusError as exc:
                 body = exc.response.json()
                 counts["clean_error" if set(body.get("error", {})) >= {"message", "type", "code"} else "other"] += 1
             except openai.APIError:
                 counts["clean_error"] += 1  # an in-band error after the first byte
-            except Exception:
+            except Exception as exc:
                 counts["other"] += 1
+                others.append(f"{type(exc).__name__}: {exc}")
 
         tasks = [asyncio.create_task(one(i)) for i in range(n)]
         await asyncio.sleep(stop_after_s)
         await asyncio.to_thread(stop)
         await asyncio.gather(*tasks)
+    counts["other_reasons"] = sorted(set(others))
     return counts

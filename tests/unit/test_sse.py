@@ -19,12 +19,17 @@ async def test_events_split_across_reads():
 
 
 async def test_comments_and_fields_are_skipped_and_multiline_joined():
-    parts = [b": keep-alive\n\nevent: message\nid: 3\ndata: line1\ndata:line2\n\n"]
+    parts = [b": keep-alive\n\nevent: message\nid: 3\ndata: line1\ndata:line2\n\ndata: [DONE]\n\n"]
     assert await _collect(parts) == [b"line1\nline2"]
 
 
-async def test_trailing_event_without_blank_line():
-    assert await _collect([b'data: {"x": 1}\n']) == [b'{"x": 1}']
+async def test_trailing_done_without_blank_line():
+    assert await _collect([b'data: {"x": 1}\n\ndata: [DONE]\n']) == [b'{"x": 1}']
+
+
+async def test_a_stream_cut_short_is_an_error():
+    with pytest.raises(SSEDecodeError, match="without \\[DONE\\]"):
+        await _collect([b'data: {"x": 1}\n\n'])
 
 
 async def test_garbage_is_an_error():
