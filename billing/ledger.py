@@ -15,7 +15,7 @@ from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 from typing import Protocol
 
-STATUSES = ("completed", "cancelled", "failed")
+STATUSES = ("completed", "cancelled", "failed", "escalated")
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +24,7 @@ class UsageRecord:
     attempt: int  # 1, 2, … in the order they were made
     model: str  # the public model name that was tried
     backend: str  # the deployment that took it
-    status: str  # completed | cancelled | failed
+    status: str  # completed | cancelled | failed | escalated (judged by the cascade, not sent)
     prompt_tokens: int
     completion_tokens: int
     cost_usd: float

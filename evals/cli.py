@@ -154,3 +154,105 @@ def thresholds(
             f"(PGR {point['pgr']:.3f}), ${point['cost_usd_per_1k']:.4f} / 1k prompts"
         )
     typer.echo(f"wrote {out}")
+
+
+@app.command()
+def cascade(
+    traces: Annotated[
+        Path, typer.Option("--traces", "-t", help="A trace file (.jsonl[.gz]) with weak-model logprobs.")
+    ],
+    weak: Annotated[str | None, typer.Option(help="The cheap rung (default: from the file).")] = None,
+    strong: Annotated[str | None, typer.Option(help="The rung it escalates to (default: from the file).")] = None,
+    target_quality: Annotated[
+        float | None,
+        typer.Option(help="Reach this fraction of the strong model's quality, as cheaply as possible (default 0.95)."),
+    ] = None,
+    max_cost: Annotated[
+        float | None, typer.Option(help="Best quality at a mean cost of at most this many USD per prompt.")
+    ] = None,
+    scorer: Annotated[
+        str, typer.Option(help="auto (best train AUROC), learned, or one confidence feature (e.g. p10_logprob).")
+    ] = "auto",
+    first_k: Annotated[int, typer.Option(min=1, help="The 'first k tokens' of the first_* features.")] = 16,
+    out: Annotated[Path, typer.Option(help="Thresholds file to write (other sections and rungs are kept).")] = Path(
+        "thresholds.yaml"
+    ),
+    report_dir: Annotated[Path, typer.Option("--report", help="Folder for the PNG plot and the HTML page.")] = Path(
+        "eval-out"
+    ),
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object to stdout instead of tables.")] = False,
+) -> None:
+    """Fit the cascade's confidence scorer and threshold on the train split; report on the test split."""
+    import orjson
+
+    from evals import cascade_report
+    from evals.cascade import CascadeData, tune
+    from evals.datasets import assign_splits
+    from evals.evaluate import EvalError, resolve_models
+    from evals.thresholds_file import ThresholdsError, read_thresholds, write_section
+    from evals.traces import TraceFormatError, read_traces, traces_digest
+
+    if target_quality is not None and max_cost is not None:
+        raise cli_error("give at most one of --target-quality or --max-cost")
+    if target_quality is None and max_cost is None:
+        target_quality = 0.95
+    try:
+        loaded, meta = read_traces(traces)
+        weak, strong = resolve_models(loaded, meta, weak, strong)
+        notes = []
+        if not any(t.split == "train" for t in loaded):
+            assign_splits(loaded)
+            notes.append("the file has no train split: split 80/20 by prompt hash")
+        train = CascadeData.of([t for t in loaded if t.split == "train"], weak, strong, first_k)
+        test = CascadeData.of([t for t in loaded if t.split == "test"], weak, strong, first_k)
+        report = tune(
+            train,
+            test,
+            weak,
+            strong,
+            scorer_name=scorer,
+            first_k=first_k,
+            quality_fraction=target_quality,
+            max_cost_usd=max_cost,
+        )
+    except (TraceFormatError, EvalError) as exc:
+        raise cli_error(str(exc)) from exc
+    report.notes += notes
+    result = report.to_json()
+    rung = {
+        "strong_model": strong,
+        "scorer": result["scorer"],
+        "threshold": result["threshold"],
+        "target": result["target"],
+        "data": {
+            "source": meta.get("source", str(traces)),
+            "sha256": traces_digest(loaded),
+            "num_train": len(train.traces),
+            "num_test": len(test.traces),
+        },
+        "train": report.train,
+        "test": report.test,
+    }
+    try:
+        existing = read_thresholds(out).get("cascade") if out.exists() else None
+        rungs = dict((existing or {}).get("rungs") or {})
+        rungs[weak] = rung
+        write_section(out, "cascade", {"rungs": rungs})
+    except ThresholdsError as exc:
+        raise cli_error(str(exc)) from exc
+    report_dir.mkdir(parents=True, exist_ok=True)
+    stem = traces.name.split(".")[0]
+    png, page = report_dir / f"cascade-{stem}.png", report_dir / f"cascade-{stem}.html"
+    title = f"Cascade on {traces.name}: {weak} → {strong}"
+    cascade_report.write_plot(png, title, report)
+    cascade_report.write_html(page, title, report)
+    if as_json:
+        typer.echo(orjson.dumps({**result, "thresholds_file": str(out), "plot": str(png), "html": str(page)}).decode())
+        return
+    from rich.console import Console
+
+    console = Console()
+    console.print(cascade_report.auroc_table(report))
+    for line in cascade_report.summary_lines(report):
+        console.print(line, highlight=False)
+    console.print(f"wrote {out} (cascade.rungs.{weak}), {png} and {page}")

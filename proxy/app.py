@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 
 from billing.ledger import SQLiteLedger
+from cascade.build import build_cascade, rung_specs
 from classifier.embedder import Embedder
 from classifier.model import DEFAULT_ARTIFACT, ArtifactError, ComplexityClassifier
 from classifier.runtime import MicroBatcher
@@ -88,6 +89,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     thresholds_file = settings.routing.thresholds_file
     thresholds = read_thresholds(thresholds_file) if thresholds_file is not None else None
     auto = settings.routing.auto
+    try:
+        cascade_specs = rung_specs(settings.cascade, thresholds)
+    except ValueError as exc:
+        raise ThresholdsError(str(exc)) from exc
     if auto.tiers:
         try:
             auto_thresholds = resolve_thresholds(auto.tiers, auto.thresholds, thresholds)
@@ -121,6 +126,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             registry,
             {m.name: m.fallbacks for m in settings.models if m.fallbacks},
             ResiliencePolicy(**settings.resilience.model_dump()),
+        )
+        app.state.cascade = (
+            build_cascade(settings.cascade, cascade_specs, registry, app.state.executor) if cascade_specs else None
         )
         # Backends that load something (the embedded engine's model) do it in the background:
         # the server answers at once, and /health/ready says when each model is ready.

@@ -39,16 +39,37 @@ class RequestMeter:
     prices: dict[str, tuple[float, float]]
     request_id: str
     counts: Counter | None = None  # (model, status) -> attempts, for /metrics
-    num_attempts: int = 0
+    prompt_tokens_estimate: int = 0  # used when an attempt ends without the upstream's usage
     attempt_started_at: float = field(default_factory=time.time)
     current_entry: ModelEntry | None = None
+    backend_label: str | None = None  # the deployment, when it answered in another task (a cascade rung)
     is_closed: bool = False
+    _sequence: list[int] = field(default_factory=lambda: [0])  # shared by forks: attempt numbers
+
+    @property
+    def num_attempts(self) -> int:
+        return self._sequence[0]
+
+    def fork(self) -> RequestMeter:
+        """A meter for an attempt that runs beside this one (a hedge): same request, same numbering."""
+        return RequestMeter(
+            self.ledger,
+            self.prices,
+            self.request_id,
+            self.counts,
+            self.prompt_tokens_estimate,
+            _sequence=self._sequence,
+        )
 
     def begin_attempt(self) -> None:
         self.attempt_started_at = time.time()
 
     def failed(self, entry: ModelEntry, error: SwitchyardError) -> None:
         self._write(entry, "failed", None, 0, error=error.message)
+
+    def escalated(self, entry: ModelEntry, usage: dict | None, num_tokens: int, reason: str) -> None:
+        """An answer the cascade judged and did not send (a stream cut short, or a whole answer)."""
+        self.finished(entry, "escalated", usage, num_tokens, reason)
 
     def finished(
         self, entry: ModelEntry, status: str, usage: dict | None, num_chunks: int = 0, error: str | None = None
@@ -60,12 +81,12 @@ class RequestMeter:
         self._write(entry, status, usage, num_chunks, error)
 
     def _write(self, entry: ModelEntry, status: str, usage: dict | None, num_chunks: int, error: str | None = None):
-        self.num_attempts += 1
+        self._sequence[0] += 1
         if self.counts is not None:
             self.counts[(entry.name, status)] += 1
         if self.ledger is None:
             return
-        prompt = int((usage or {}).get("prompt_tokens") or 0)
+        prompt = int(usage.get("prompt_tokens") or 0) if usage else (self.prompt_tokens_estimate if num_chunks else 0)
         completion = int((usage or {}).get("completion_tokens") or 0) if usage else num_chunks
         price = self.prices.get(entry.name)
         cost = (prompt * price[0] + completion * price[1]) / 1e6 if price else 0.0
@@ -74,7 +95,7 @@ class RequestMeter:
                 request_id=self.request_id,
                 attempt=self.num_attempts,
                 model=entry.name,
-                backend=answered_by.get() or entry.backend_kind,
+                backend=answered_by.get() or self.backend_label or entry.backend_kind,
                 status=status,
                 prompt_tokens=prompt,
                 completion_tokens=completion,

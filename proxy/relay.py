@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
@@ -14,7 +15,7 @@ from proxy.errors import SwitchyardError, error_body
 from proxy.metering import RequestMeter, usage_of
 from proxy.protocol import StreamChunk
 from proxy.registry import ModelEntry
-from proxy.routing import auto_not_configured
+from proxy.routing import CASCADE_MODEL, auto_not_configured, cascade_not_configured, estimated_prompt_tokens
 
 logger = logging.getLogger("switchyard")
 
@@ -22,17 +23,27 @@ SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 DONE_EVENT = b"data: [DONE]\n\n"
 
 
-def _answer_headers(entry: ModelEntry) -> dict[str, str]:
+def _answer_headers(entry: ModelEntry, backend: str | None = None) -> dict[str, str]:
     return {
         "x-switchyard-model": entry.name,
-        "x-switchyard-backend": answered_by.get() or entry.backend_kind,
+        "x-switchyard-backend": backend or answered_by.get() or entry.backend_kind,
     }
 
 
-async def _choose(request: Request, parsed: AnyRequest) -> tuple[ModelEntry, dict[str, str]]:
-    """Routing (for "auto"), then saturation; the headers that explain both."""
+@dataclass(slots=True)
+class Choice:
+    """Where a request goes, and why (the headers that explain it)."""
+
+    entry: ModelEntry
+    headers: dict[str, str]
+    is_near_threshold: bool = False  # the classifier's score is close to a threshold (cascade hedging)
+
+
+async def _choose(request: Request, parsed: AnyRequest) -> Choice:
+    """Routing (for "auto"), the cascade's first rung (for "cascade"), then saturation."""
     state = request.app.state
     headers: dict[str, str] = {}
+    is_near = False
     if parsed.model == "auto":
         if state.auto_router is None:
             raise auto_not_configured()
@@ -41,18 +52,38 @@ async def _choose(request: Request, parsed: AnyRequest) -> tuple[ModelEntry, dic
         headers["x-switchyard-route"] = decision.reason
         if decision.score is not None:
             headers["x-switchyard-score"] = f"{decision.score:.4f}"
+        margin = state.cascade.policy.hedge_margin if state.cascade is not None else None
+        is_near = margin is not None and decision.margin is not None and decision.margin <= margin
+    elif parsed.model == CASCADE_MODEL:
+        if state.cascade is None:
+            raise cascade_not_configured()
+        entry = state.cascade.rungs[0].entry
+        headers["x-switchyard-route"] = f"cascade->{entry.name}"
     else:
         entry = state.registry.get(parsed.model)
     admission = await state.saturation.admit(entry, request.headers.get("x-switchyard-priority"))
     if admission.is_degraded:
         headers["x-switchyard-degraded"] = "1"
-    return admission.entry, headers
+    return Choice(admission.entry, headers, is_near)
 
 
 async def relay(request: Request, parsed: AnyRequest) -> Response:
     state = request.app.state
-    entry, route_headers = await _choose(request, parsed)
-    meter = RequestMeter(state.ledger, state.prices, request.scope["state"]["request_id"], state.attempt_counts)
+    choice = await _choose(request, parsed)
+    entry, route_headers = choice.entry, choice.headers
+    meter = RequestMeter(
+        state.ledger,
+        state.prices,
+        request.scope["state"]["request_id"],
+        state.attempt_counts,
+        prompt_tokens_estimate=estimated_prompt_tokens(parsed),
+    )
+    if state.cascade is not None and parsed.model in ("auto", CASCADE_MODEL):
+        plan = state.cascade.plan(entry, parsed, request.headers.get("x-switchyard-cascade"), choice.is_near_threshold)
+        if isinstance(plan, str):
+            route_headers["x-switchyard-cascade"] = plan
+        elif plan is not None:
+            return await _relay_cascade(state.cascade, plan, parsed, route_headers, meter)
     if parsed.stream:
         return await _relay_stream(state.executor, entry, parsed, route_headers, meter)
     try:
@@ -62,6 +93,30 @@ async def relay(request: Request, parsed: AnyRequest) -> Response:
         raise
     meter.finished(entry, "completed", usage_of(result))
     return Response(result.data, media_type="application/json", headers=_answer_headers(entry) | route_headers)
+
+
+async def _relay_cascade(cascade, plan, parsed: AnyRequest, route_headers: dict[str, str], meter: RequestMeter):
+    """The cascade meters each rung's attempt itself, cancellations included; the answer's is finished here."""
+    if parsed.stream:
+        outcome = await cascade.stream(plan, parsed, meter)
+    else:
+        outcome = await cascade.complete(plan, parsed, meter)
+    headers = (
+        _answer_headers(outcome.entry, outcome.meter.backend_label)
+        | route_headers
+        | {"x-switchyard-cascade": outcome.header}
+    )
+    if not parsed.stream:
+        outcome.meter.finished(outcome.entry, "completed", usage_of(outcome.result))
+        return Response(outcome.result.data, media_type="application/json", headers=headers)
+    body = _sse_body(
+        outcome.first,
+        outcome.rest,
+        include_usage=_client_wants_usage(parsed),
+        meter=outcome.meter,
+        entry=outcome.entry,
+    )
+    return StreamingResponse(body, media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
 
 
 def _client_wants_usage(parsed: AnyRequest) -> bool:

@@ -34,6 +34,7 @@ class RouteDecision:
     entry: ModelEntry
     reason: str
     score: float | None
+    margin: float | None = None  # distance from the score to the nearest threshold
 
 
 def routing_text(request: ChatCompletionRequest | CompletionRequest) -> str:
@@ -48,15 +49,22 @@ def routing_text(request: ChatCompletionRequest | CompletionRequest) -> str:
     return "\n".join(p for p in parts if p)
 
 
+def estimated_prompt_tokens(request: ChatCompletionRequest | CompletionRequest) -> int:
+    """Prompt tokens at four characters a token."""
+    if isinstance(request, ChatCompletionRequest):
+        chars = sum(len(message_text(m.content)) for m in request.messages)
+    else:
+        chars = len(routing_text(request))
+    return math.ceil(chars / 4)
+
+
 def estimated_tokens(request: ChatCompletionRequest | CompletionRequest) -> int:
     """Prompt tokens at four characters a token, plus the answer budget asked for."""
     if isinstance(request, ChatCompletionRequest):
-        chars = sum(len(message_text(m.content)) for m in request.messages)
         answer = request.max_completion_tokens or request.max_tokens or 0
     else:
-        chars = len(routing_text(request))
         answer = request.max_tokens or 0
-    return math.ceil(chars / 4) + answer
+    return estimated_prompt_tokens(request) + answer
 
 
 class AutoRouter:
@@ -107,7 +115,8 @@ class AutoRouter:
                 if mode != "balanced":
                     reason += f"({mode})"
         entry, notes = self._constrain(index, request)
-        return RouteDecision(entry, reason + "->" + entry.tier + "".join(notes), score)
+        margin = min(abs(score - t) for t in thresholds) if score is not None and thresholds else None
+        return RouteDecision(entry, reason + "->" + entry.tier + "".join(notes), score, margin)
 
     def _constrain(self, index: int, request) -> tuple[ModelEntry, list[str]]:
         notes: list[str] = []
@@ -147,6 +156,15 @@ class AutoRouter:
             if backend.is_ready() and not getattr(backend, "is_saturated", lambda: False)():
                 return entry
         return None
+
+
+CASCADE_MODEL = "cascade"
+
+
+def cascade_not_configured() -> ModelNotFound:
+    return ModelNotFound(
+        "model='cascade' needs cascade.ladder in the configuration (see the README, Cascade).", param="model"
+    )
 
 
 def auto_not_configured() -> ModelNotFound:

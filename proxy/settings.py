@@ -21,6 +21,9 @@ DEFAULT_CONFIG_NAME = "switchyard.yaml"
 DEFAULT_THRESHOLDS = Path(__file__).resolve().parents[1] / "classifier/artifacts/minilm-logreg/thresholds.yaml"
 
 
+RESERVED_MODEL_NAMES = ("auto", "cascade")
+
+
 class ConfigError(Exception):
     """The configuration cannot be used; the message names the file and the key."""
 
@@ -78,6 +81,50 @@ class BillingSettings(_Strict):
 class RoutingSettings(_Strict):
     thresholds_file: Path | None = None  # written by `switchyard eval thresholds`; read at start
     auto: AutoRoutingSettings = Field(default_factory=AutoRoutingSettings)
+
+
+class ThrashSettings(_Strict):
+    """The thrash guard (see cascade/thrash.py)."""
+
+    window: int = Field(default=50, ge=1)  # judged requests per route kept
+    min_requests: int = Field(default=20, ge=1)  # before the guard may trip
+    limit: float = Field(default=0.6, gt=0, le=1)  # escalation share that trips it
+    cool_off_s: float = Field(default=60.0, gt=0)  # how long the route starts one rung higher
+
+
+class CascadeSettings(_Strict):
+    """Escalate on low token-logprob confidence (see cascade/runtime.py).
+
+    `model="cascade"` starts at the first rung; `model="auto"` starts where the classifier routes
+    it, when that model is a rung. A thresholds file's `cascade` section (written by `switchyard
+    eval cascade`) sets the scorer and threshold of the rungs it names; the others use
+    `scorer` and `threshold` from here.
+    """
+
+    ladder: list[str] = Field(default_factory=list)  # model names, cheapest first; empty: no cascade
+    max_depth: int | None = Field(default=None, ge=1)  # rungs one request may use; default: all
+    scorer: str = "first_mean_logprob"  # a confidence feature (cascade/confidence.py)
+    threshold: float = -0.8  # escalate when the rung's confidence is below this
+    first_k: int = Field(default=16, ge=1)  # the "first k tokens" of the first_* features
+    top_logprobs: int = Field(default=5, ge=1, le=20)  # asked of judged rungs
+    stream_tokens: int = Field(default=16, ge=1)  # a stream is judged after this many tokens …
+    stream_budget_ms: float = Field(default=300.0, gt=0)  # … or this long after its first chunk
+    hedge_margin: float | None = Field(default=None, ge=0)  # auto: classifier score this close to a threshold
+    thrash: ThrashSettings = Field(default_factory=ThrashSettings)
+
+    @model_validator(mode="after")
+    def _ladder_shape(self) -> CascadeSettings:
+        if len(self.ladder) == 1:
+            raise ValueError("a cascade ladder needs at least two rungs")
+        if len(set(self.ladder)) != len(self.ladder):
+            raise ValueError(f"the cascade ladder names a model twice: {self.ladder}")
+        from cascade.confidence import FEATURES
+
+        if self.scorer not in FEATURES:
+            raise ValueError(
+                f"cascade.scorer {self.scorer!r} is not a confidence feature; known: {', '.join(FEATURES)}"
+            )
+        return self
 
 
 class ResilienceSettings(_Strict):
@@ -153,6 +200,13 @@ class ModelSettings(_Strict):
     degrade_to: str | None = None  # a smaller model for best-effort requests while this one is saturated
     tier: str | None = None
     context_window: int | None = Field(default=None, ge=1)
+    # answers carry token logprobs (needed to be judged by the cascade); default: yes for
+    # embedded, openai and vllm; no for litellm (most commercial APIs return none)
+    logprobs: bool | None = None
+
+    @property
+    def has_logprobs(self) -> bool:
+        return self.logprobs if self.logprobs is not None else self.backend != "litellm"
 
     @model_validator(mode="after")
     def _fits_backend(self) -> ModelSettings:
@@ -200,12 +254,15 @@ class Settings(BaseSettings):
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     resilience: ResilienceSettings = Field(default_factory=ResilienceSettings)
     billing: BillingSettings = Field(default_factory=BillingSettings)
+    cascade: CascadeSettings = Field(default_factory=CascadeSettings)
     models: list[ModelSettings] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique_names(self) -> Settings:
         seen: set[str] = set()
         for model in self.models:
+            if model.name in RESERVED_MODEL_NAMES:
+                raise ValueError(f"model name '{model.name}' is reserved: it asks Switchyard to choose")
             if model.name in seen:
                 raise ValueError(f"model name '{model.name}' is listed twice")
             seen.add(model.name)
@@ -215,6 +272,16 @@ class Settings(BaseSettings):
             for fallback in model.fallbacks:
                 if fallback not in seen or fallback == model.name:
                     raise ValueError(f"model '{model.name}' falls back to '{fallback}', which is not another model")
+        by_name = {model.name: model for model in self.models}
+        for name in self.cascade.ladder:
+            if name not in by_name:
+                raise ValueError(f"cascade.ladder names '{name}', which is not a configured model")
+        for name in self.cascade.ladder[:-1]:
+            if not by_name[name].has_logprobs:
+                raise ValueError(
+                    f"cascade.ladder: '{name}' returns no token logprobs, so it cannot be judged; "
+                    "such a model can only be the last rung (or set its 'logprobs: true')"
+                )
         return self
 
     @classmethod

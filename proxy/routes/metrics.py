@@ -82,4 +82,43 @@ async def metrics(request: Request) -> Response:
         lines += _metric(
             "switchyard_classifier_scored_total", "counter", "Prompts scored (cache misses).", [({}, scorer.num_scored)]
         )
+    if state.cascade is not None:
+        lines += _cascade_metrics(state.cascade)
     return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+
+
+def _cascade_metrics(cascade) -> list[str]:
+    guard = cascade.guard
+    routes = cascade.names[:-1]
+    cooling = set(guard.cooling_routes())
+    lines = _metric(
+        "switchyard_cascade_judged_total",
+        "counter",
+        "Answers the cascade judged, by verdict (accepted, escalated, no-logprobs, error).",
+        (({"model": m, "verdict": v}, n) for (m, v), n in sorted(cascade.judged.items())),
+    )
+    lines += _metric(
+        "switchyard_cascade_thrash_trips_total",
+        "counter",
+        "Times a route's escalation rate passed the limit and it started one rung higher.",
+        (({"route": r}, guard.trips[r]) for r in routes),
+    )
+    lines += _metric(
+        "switchyard_cascade_thrash_active",
+        "gauge",
+        "1 while the thrash guard starts the route one rung higher.",
+        (({"route": r}, float(r in cooling)) for r in routes),
+    )
+    lines += _metric(
+        "switchyard_cascade_moved_up_total",
+        "counter",
+        "Requests the thrash guard started one rung higher.",
+        (({"route": r}, cascade.moved_up[r]) for r in routes),
+    )
+    lines += _metric(
+        "switchyard_cascade_hedge_wins_total",
+        "counter",
+        "Hedged requests, by the rung whose answer was used.",
+        (({"model": m}, n) for m, n in sorted(cascade.hedges.items())),
+    )
+    return lines

@@ -154,7 +154,11 @@ class FakeOpenAIUpstream:
 
     async def _answer(self, scope, receive, send, body, behaviour: FakeBehaviour, record: FakeRecord) -> None:
         if behaviour.latency_s:
-            await asyncio.sleep(behaviour.latency_s)
+            try:  # a client that leaves while the fake "thinks" is recorded as leaving
+                await asyncio.wait_for(self._wait_for_disconnect(receive, record), behaviour.latency_s)
+                return
+            except TimeoutError:
+                pass
         if behaviour.failure == "400":
             await self._respond(
                 send,

@@ -1,0 +1,386 @@
+"""The cascade at request time: answer with the cheap rung, climb when its confidence is low.
+
+A ladder lists models cheapest first. A request starts at a rung (the first for
+`model="cascade"`, the classifier's pick for `model="auto"`), and climbs at most `max_depth`
+rungs; the last rung it may reach is never judged.
+
+- Non-stream: the judged rung is asked for logprobs (top `top_logprobs`); its whole answer is
+  scored; confident → it is the answer, else the next rung is called.
+- Stream: decided before the first byte. The judged rung's stream fills a buffer until
+  `stream_tokens` tokens, the end of the answer, or `stream_budget_s` after its first chunk
+  (whichever first; at least one token is waited for). Confident → the buffer is flushed and the
+  rest streams on; else the stream is cancelled and the next rung streams from the start. The
+  client sees one rung's stream, nothing else.
+- Hedging (`x-switchyard-cascade: hedge`, or a classifier score within `hedge_margin` of its
+  threshold): the next rung starts in parallel with the judged one; the loser is cancelled.
+- A rung that fails (after the resilience layer's retries and fallbacks) counts as not confident,
+  unless the client's request itself was refused; the last rung's failure is the answer.
+
+Metering: every attempt is one ledger record (`RequestMeter.fork()` per rung, shared numbering):
+the judged-and-dropped answer as `escalated` (its tokens counted), a hedge's loser as `cancelled`.
+`x-switchyard-cascade` says what happened, e.g. `local-small(0.42<0.60)->local-large`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from backends.base import AnyRequest, answered_by
+from cascade import wire
+from cascade.confidence import Scorer, score
+from cascade.thrash import ThrashGuard
+from proxy.errors import BackendError, BackendRejected, InvalidRequest
+from proxy.metering import RequestMeter
+from proxy.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
+from proxy.registry import ModelEntry
+from proxy.resilience import AllAttemptsFailed, ResilientExecutor
+
+logger = logging.getLogger("switchyard.cascade")
+
+MODES = ("on", "off", "hedge")
+
+
+@dataclass(frozen=True, slots=True)
+class Rung:
+    entry: ModelEntry
+    scorer: Scorer
+    threshold: float
+
+
+@dataclass(frozen=True, slots=True)
+class CascadePolicy:
+    top_logprobs: int = 5
+    stream_tokens: int = 16
+    stream_budget_s: float = 0.3
+    max_depth: int | None = None
+    hedge_margin: float | None = None
+
+
+@dataclass(slots=True)
+class Plan:
+    rungs: list[Rung]
+    route: str  # the rung the request would start at: the thrash guard's key
+    hedge: bool
+    steps: list[str] = field(default_factory=list)  # what happened, for the header
+    is_moved_up: bool = False
+
+
+@dataclass(slots=True)
+class Outcome:
+    entry: ModelEntry
+    meter: RequestMeter  # the attempt that answered: the relay finishes it
+    header: str
+    result: CompletionResult | None = None
+    first: StreamChunk | None = None
+    rest: AsyncIterator[StreamChunk] | None = None
+
+
+def _is_client_error(exc: BaseException) -> bool:
+    if isinstance(exc, AllAttemptsFailed):
+        return False
+    return isinstance(exc, BackendRejected)
+
+
+class Cascade:
+    def __init__(self, rungs: list[Rung], policy: CascadePolicy, executor: ResilientExecutor, guard: ThrashGuard):
+        self.rungs = rungs
+        self.names = [r.entry.name for r in rungs]
+        self.policy = policy
+        self.executor = executor
+        self.guard = guard
+        self.judged: Counter[tuple[str, str]] = Counter()  # (model, accepted|escalated|no-logprobs|error)
+        self.moved_up: Counter[str] = Counter()
+        self.hedges: Counter[str] = Counter()  # winner rung
+
+    # -- deciding what to do ---------------------------------------------------------------------
+
+    def plan(
+        self, start: ModelEntry, request: AnyRequest, mode: str | None, near_threshold: bool = False
+    ) -> Plan | str | None:
+        """The rungs to climb; a string says why the cascade is off; None: `start` is not a rung."""
+        mode = (mode or "on").strip().lower()
+        if mode not in MODES:
+            raise InvalidRequest(
+                f"x-switchyard-cascade must be one of {', '.join(MODES)}, not {mode!r}.", param="x-switchyard-cascade"
+            )
+        if start.name not in self.names:
+            return None
+        if mode == "off":
+            return "off"
+        if (request.n or 1) > 1:
+            return "off(n>1)"
+        if isinstance(request, ChatCompletionRequest) and request.tools:
+            return "off(tools)"
+        index = self.names.index(start.name)
+        steps: list[str] = []
+        is_moved_up = False
+        if index + 1 < len(self.rungs) and self.guard.is_cooling(start.name):
+            steps.append(f"{start.name}(skipped:thrash-guard)")
+            self.moved_up[start.name] += 1
+            index, is_moved_up = index + 1, True
+        depth = self.policy.max_depth or len(self.rungs)
+        rungs = self.rungs[index : index + depth]
+        hedge = mode == "hedge" or (near_threshold and self.policy.hedge_margin is not None)
+        return Plan(rungs, start.name, hedge and len(rungs) > 1, steps, is_moved_up)
+
+    def _judge(self, plan: Plan, rung: Rung, answered: ModelEntry, evidence, is_first: bool) -> bool:
+        confidence = score(rung.scorer, evidence)
+        if confidence is None:
+            verdict, step = "no-logprobs", f"{answered.name}(no-logprobs)"
+            accepted = False
+        else:
+            accepted = confidence >= rung.threshold
+            verdict = "accepted" if accepted else "escalated"
+            sign = ">=" if accepted else "<"
+            step = f"{answered.name}({confidence:.2f}{sign}{rung.threshold:.2f})"
+        self.judged[(answered.name, verdict)] += 1
+        plan.steps.append(step)
+        if is_first and not plan.is_moved_up:
+            self.guard.record(plan.route, escalated=not accepted)
+        return accepted
+
+    def _failed(self, plan: Plan, rung: Rung, exc: BaseException, is_first: bool) -> None:
+        logger.info("cascade: %s failed, climbing: %s", rung.entry.name, getattr(exc, "message", exc))
+        self.judged[(rung.entry.name, "error")] += 1
+        plan.steps.append(f"{rung.entry.name}(error)")
+        if is_first and not plan.is_moved_up:
+            self.guard.record(plan.route, escalated=True)
+
+    # -- non-stream ------------------------------------------------------------------------------
+
+    async def complete(self, plan: Plan, request: AnyRequest, meter: RequestMeter) -> Outcome:
+        judged_request = wire.with_logprobs(request, self.policy.top_logprobs)
+        wanted = wire.client_top_logprobs(request)
+        tasks: dict[int, asyncio.Task] = {}
+        meters: dict[int, RequestMeter] = {}
+
+        def start(i: int) -> asyncio.Task:
+            if i not in tasks:
+                meters[i] = meter.fork()
+                is_last = i == len(plan.rungs) - 1
+                tasks[i] = asyncio.ensure_future(
+                    self._call(plan.rungs[i].entry, request if is_last else judged_request, meters[i])
+                )
+            return tasks[i]
+
+        try:
+            for i, rung in enumerate(plan.rungs):
+                is_last = i == len(plan.rungs) - 1
+                task = start(i)
+                hedge = start(i + 1) if plan.hedge and i == 0 and not is_last else None
+                if hedge is not None:
+                    await asyncio.wait({task, hedge}, return_when=asyncio.FIRST_COMPLETED)
+                    if hedge.done() and not hedge.exception() and not task.done():
+                        task.cancel()
+                        plan.steps.append(f"{rung.entry.name}(hedge-lost)")
+                        self.hedges[plan.rungs[i + 1].entry.name] += 1
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await task
+                        continue
+                try:
+                    entry, result = await task
+                except BackendError as exc:
+                    if is_last or _is_client_error(exc):
+                        raise
+                    self._failed(plan, rung, exc, i == 0)
+                    continue
+                if is_last:
+                    plan.steps.append(entry.name)
+                    return Outcome(entry, meters[i], self._header(plan), result=result)
+                if self._judge(plan, rung, entry, wire.evidence_of(result).evidence(), i == 0):
+                    if hedge is not None:
+                        self.hedges[entry.name] += 1
+                    return Outcome(entry, meters[i], self._header(plan), result=self._for_client(result, wanted))
+                usage = result.parsed.get("usage")
+                meters[i].escalated(entry, usage, 0, "low confidence")
+            raise AssertionError("the last rung always answers or raises")
+        finally:
+            for task in tasks.values():
+                if not task.done():
+                    task.cancel()
+            for task in tasks.values():
+                with contextlib.suppress(BaseException):
+                    await task
+
+    async def _call(self, entry: ModelEntry, request: AnyRequest, meter: RequestMeter):
+        try:
+            answered = await self.executor.complete(entry, request, meter)
+            meter.backend_label = answered_by.get()
+            return answered
+        except asyncio.CancelledError:
+            meter.finished(meter.current_entry or entry, "cancelled", None)
+            raise
+
+    # -- stream ----------------------------------------------------------------------------------
+
+    async def stream(self, plan: Plan, request: AnyRequest, meter: RequestMeter) -> Outcome:
+        judged_request = wire.with_logprobs(request, self.policy.top_logprobs)
+        wanted = wire.client_top_logprobs(request)
+        opening: dict[int, asyncio.Task] = {}
+        meters: dict[int, RequestMeter] = {}
+
+        def open_(i: int) -> asyncio.Task:
+            if i not in opening:
+                meters[i] = meter.fork()
+                is_last = i == len(plan.rungs) - 1
+                opening[i] = asyncio.ensure_future(
+                    self._open(plan.rungs[i].entry, request if is_last else judged_request, meters[i])
+                )
+            return opening[i]
+
+        handed_over: set[int] = set()
+        try:
+            for i, rung in enumerate(plan.rungs):
+                is_last = i == len(plan.rungs) - 1
+                task = open_(i)
+                if plan.hedge and i == 0 and not is_last:
+                    open_(i + 1)
+                try:
+                    entry, first, rest = await task
+                except BackendError as exc:
+                    if is_last or _is_client_error(exc):
+                        raise
+                    self._failed(plan, rung, exc, i == 0)
+                    continue
+                if is_last:
+                    plan.steps.append(entry.name)
+                    handed_over.add(i)
+                    return Outcome(entry, meters[i], self._header(plan), first=first, rest=rest)
+                buffered = _Buffered(first, rest)
+                try:
+                    await buffered.fill(self.policy.stream_tokens, self.policy.stream_budget_s)
+                except BackendError as exc:
+                    meters[i].finished(entry, "failed", None, buffered.num_chunks, exc.message)
+                    await buffered.aclose()
+                    self._failed(plan, rung, exc, i == 0)
+                    continue
+                except BaseException:
+                    meters[i].finished(entry, "cancelled", buffered.usage, buffered.num_tokens)
+                    await buffered.aclose()
+                    raise
+                if self._judge(plan, rung, entry, buffered.evidence.evidence(), i == 0):
+                    if i + 1 in opening:
+                        self.hedges[entry.name] += 1
+                    handed_over.add(i)
+                    first, rest = buffered.replay(lambda chunk: self._for_client(chunk, wanted))
+                    return Outcome(entry, meters[i], self._header(plan), first=first, rest=rest)
+                await buffered.aclose()
+                meters[i].escalated(entry, buffered.usage, buffered.num_tokens, "low confidence")
+            raise AssertionError("the last rung always answers or raises")
+        finally:
+            for i, task in opening.items():
+                if i in handed_over:
+                    continue
+                await _abandon(task, meters[i], plan.rungs[i].entry)
+
+    async def _open(self, entry: ModelEntry, request: AnyRequest, meter: RequestMeter):
+        try:
+            opened = await self.executor.stream(entry, request, meter)
+            meter.backend_label = answered_by.get()
+            return opened
+        except asyncio.CancelledError:
+            meter.finished(meter.current_entry or entry, "cancelled", None)
+            raise
+
+    def _for_client(self, obj, wanted: int | None):
+        """Logprobs the cascade asked for, cut back to what the client asked for."""
+        if wanted is not None and wanted >= self.policy.top_logprobs:
+            return obj
+        return wire.for_client(obj, wanted)
+
+    def _header(self, plan: Plan) -> str:
+        return "->".join(plan.steps) + (";hedged" if plan.hedge else "")
+
+
+async def _abandon(task: asyncio.Task, meter: RequestMeter, entry: ModelEntry) -> None:
+    """An opened (or opening) stream nobody will read: cancel it, meter it once."""
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        return  # `_open` metered the cancellation
+    if task.cancelled() or task.exception() is not None:
+        return
+    answered, first, rest = task.result()
+    await rest.aclose()
+    if not meter.is_closed:
+        meter.finished(answered, "cancelled", None, 1 if first is not None else 0)
+
+
+class _Buffered:
+    """A judged stream: chunks held back until the verdict, then replayed or dropped."""
+
+    def __init__(self, first: StreamChunk | None, rest: AsyncIterator[StreamChunk]) -> None:
+        self.chunks: list[StreamChunk] = []
+        self.evidence = wire.EvidenceBuffer()
+        self.rest = rest
+        self.pending: asyncio.Future | None = None
+        self.is_ended = False
+        self.usage: dict | None = None
+        if first is None:
+            self.is_ended = True
+        else:
+            self._add(first)
+
+    def _add(self, chunk: StreamChunk) -> None:
+        self.chunks.append(chunk)
+        self.evidence.add(chunk)
+        if chunk.has_usage:
+            self.usage = chunk.parsed["usage"]
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self.chunks)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.evidence.num_tokens or len(self.chunks)
+
+    async def fill(self, max_tokens: int, budget_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + budget_s
+        while not self.is_ended and not self.evidence.is_finished and self.evidence.num_tokens < max_tokens:
+            if self.pending is None:
+                self.pending = asyncio.ensure_future(anext(self.rest, None))
+            timeout = max(0.0, deadline - loop.time()) if self.evidence.num_tokens else None
+            done, _ = await asyncio.wait({self.pending}, timeout=timeout)
+            if not done:
+                return  # over budget: judge what is here; the pending read carries on
+            chunk, self.pending = self.pending.result(), None
+            if chunk is None:
+                self.is_ended = True
+            else:
+                self._add(chunk)
+
+    def replay(self, for_client) -> tuple[StreamChunk | None, AsyncIterator[StreamChunk]]:
+        chunks = [for_client(c) for c in self.chunks]
+        return (chunks[0] if chunks else None), self._continue(chunks[1:], for_client)
+
+    async def _continue(self, held: list[StreamChunk], for_client) -> AsyncIterator[StreamChunk]:
+        try:
+            for chunk in held:
+                yield chunk
+            if self.pending is not None:
+                chunk, self.pending = await self.pending, None
+                if chunk is None:
+                    return
+                yield for_client(chunk)
+            if self.is_ended:
+                return
+            async for chunk in self.rest:
+                yield for_client(chunk)
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        if self.pending is not None:
+            self.pending.cancel()
+            with contextlib.suppress(BaseException):
+                await self.pending
+            self.pending = None
+        await self.rest.aclose()

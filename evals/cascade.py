@@ -1,0 +1,286 @@
+"""Tuning the cascade offline: how confidence in the weak model's answer should decide escalation.
+
+A cascade answers every prompt with the weak model and escalates those whose confidence is below
+a threshold: an escalated prompt costs both answers and gets the strong model's quality. On the
+train split this module picks the scorer (one feature or the learned one) and the threshold; on
+the test split it reports quality, cost, escalation rate and the AUROC of confidence against the
+weak answer being right (quality >= 0.5).
+
+Works on any trace file: a trace whose weak answer has no logprobs cannot be judged and is always
+escalated; a file with no `split` fields is split 80/20 by prompt hash (and says so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cascade.confidence import (
+    DEFAULT_FIRST_K,
+    FEATURE_NAMES,
+    FeatureScorer,
+    Scorer,
+    evidence_from_trace,
+    feature_matrix,
+    fit_logistic,
+)
+from evals import metrics
+from evals.evaluate import EvalError
+from evals.traces import Trace
+
+ACCEPTABLE_QUALITY = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class CascadeData:
+    """Per prompt: both models' quality and cost, and the weak answer's confidence features."""
+
+    traces: list[Trace]
+    q_weak: np.ndarray
+    q_strong: np.ndarray
+    c_weak: np.ndarray
+    c_strong: np.ndarray
+    features: np.ndarray  # rows of FEATURE_NAMES; NaN rows: no logprobs
+
+    @classmethod
+    def of(cls, traces: Sequence[Trace], weak: str, strong: str, first_k: int = DEFAULT_FIRST_K) -> CascadeData:
+        usable = [t for t in traces if weak in t.models and strong in t.models]
+        if not usable:
+            raise EvalError(f"no trace has outcomes for both {weak!r} and {strong!r}")
+
+        def column(model: str, attr: str) -> np.ndarray:
+            return np.array([getattr(t.models[model], attr) for t in usable], dtype=float)
+
+        evidence = [evidence_from_trace(t.models[weak].token_logprobs, t.models[weak].top_logprobs) for t in usable]
+        return cls(
+            usable,
+            column(weak, "quality"),
+            column(strong, "quality"),
+            column(weak, "cost_usd"),
+            column(strong, "cost_usd"),
+            feature_matrix(evidence, first_k),
+        )
+
+    @property
+    def acceptable(self) -> np.ndarray:
+        return (self.q_weak >= ACCEPTABLE_QUALITY).astype(int)
+
+    @property
+    def has_evidence(self) -> np.ndarray:
+        return ~np.isnan(self.features).any(axis=1)
+
+    def confidence(self, scorer: Scorer) -> np.ndarray:
+        """The scorer's confidence per prompt; -inf where there is nothing to judge."""
+        out = np.full(len(self.traces), -np.inf)
+        rows = self.has_evidence
+        if rows.any():
+            out[rows] = scorer.score_matrix(self.features[rows])
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class CascadeCurve:
+    """Operating points as the threshold rises from 'never escalate' to 'always escalate'.
+
+    Point i escalates prompts with confidence < thresholds[i]; ties move together.
+    """
+
+    thresholds: np.ndarray
+    escalation_rate: np.ndarray
+    quality: np.ndarray
+    cost_usd: np.ndarray
+
+
+def cascade_curve(confidence: np.ndarray, data: CascadeData) -> CascadeCurve:
+    n = len(confidence)
+    order = np.argsort(confidence, kind="stable")
+    ordered = confidence[order]
+    gain_q = (data.q_strong - data.q_weak)[order]
+    gain_c = data.c_strong[order]
+    cuts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
+    ends = np.concatenate([[0], cuts, [n]])
+    cum_q = np.concatenate([[0.0], np.cumsum(gain_q)])[ends]
+    cum_c = np.concatenate([[0.0], np.cumsum(gain_c)])[ends]
+    # escalate when confidence < threshold: the first value kept, or +inf past the end
+    thresholds = np.concatenate([ordered[ends[:-1]], [np.inf]])
+    # Answers with nothing to judge (-inf) are always escalated, as the proxy does.
+    start = 1 if n and ordered[0] == -np.inf else 0
+    return CascadeCurve(
+        thresholds=thresholds[start:],
+        escalation_rate=ends[start:] / n,
+        quality=(data.q_weak.sum() + cum_q[start:]) / n,
+        cost_usd=(data.c_weak.sum() + cum_c[start:]) / n,
+    )
+
+
+def pick_threshold(curve: CascadeCurve, data: CascadeData, *, quality_fraction=None, max_cost_usd=None) -> int:
+    """The index of the curve point that meets the target most cheaply (or comes closest)."""
+    if (quality_fraction is None) == (max_cost_usd is None):
+        raise EvalError("give exactly one target: --target-quality or --max-cost")
+    if quality_fraction is not None:
+        reached = np.flatnonzero(curve.quality >= quality_fraction * data.q_strong.mean() - 1e-12)
+        if len(reached):
+            return int(reached[np.argmin(curve.cost_usd[reached])])
+        return int(np.argmax(curve.quality))
+    allowed = np.flatnonzero(curve.cost_usd <= max_cost_usd + 1e-15)
+    if not len(allowed):
+        return int(np.argmin(curve.cost_usd))
+    best = curve.quality[allowed].max()
+    return int(allowed[np.flatnonzero(curve.quality[allowed] >= best - 1e-12)][0])
+
+
+def operating_point(data: CascadeData, confidence: np.ndarray, threshold: float) -> dict[str, float]:
+    escalate = confidence < threshold
+    quality = float(np.where(escalate, data.q_strong, data.q_weak).mean())
+    cost = float((data.c_weak + escalate * data.c_strong).mean())
+    qw, qs = float(data.q_weak.mean()), float(data.q_strong.mean())
+    return {
+        "quality": round(quality, 6),
+        "cost_usd": round(cost, 9),
+        "escalation_rate": round(float(escalate.mean()), 6),
+        "auroc": _round(metrics.auroc(confidence, data.acceptable.astype(bool))),
+        "pgr": _round(float(metrics.pgr(quality, qw, qs))),
+        "quality_weak": round(qw, 6),
+        "quality_strong": round(qs, 6),
+        "cost_weak_usd": round(float(data.c_weak.mean()), 9),
+        "cost_strong_usd": round(float(data.c_strong.mean()), 9),
+        "num_prompts": len(data.traces),
+        "num_unjudged": int((~data.has_evidence).sum()),
+    }
+
+
+def _round(value: float) -> float | None:
+    return None if np.isnan(value) else round(value, 6)
+
+
+def fit_scorer(name: str, train: CascadeData, first_k: int, seed: int = 0) -> tuple[Scorer, dict[str, float | None]]:
+    """The scorer called `name` ("auto": the best by train AUROC; "learned"; or a feature) and every
+    candidate's train AUROC (the learned scorer's by 5-fold cross-validation)."""
+    labels = train.acceptable
+    rows = train.has_evidence
+    if not rows.any():
+        raise EvalError("no weak answer in the train split carries token_logprobs: the cascade has nothing to judge")
+    candidates: dict[str, float | None] = {}
+    for feature in FEATURE_NAMES:
+        candidates[feature] = _round(
+            metrics.auroc(FeatureScorer(feature, first_k).score_matrix(train.features[rows]), labels[rows] == 1)
+        )
+    candidates["learned"] = _cv_auroc(train.features[rows], labels[rows], first_k, seed)
+    if name == "auto":
+        scored = {k: v for k, v in candidates.items() if v is not None}
+        if not scored:
+            raise EvalError("the train split's weak answers are all right or all wrong: confidence cannot be fitted")
+        name = max(scored, key=lambda k: (scored[k], k == "learned"))
+    if name == "learned":
+        try:
+            return fit_logistic(train.features, labels, first_k), candidates
+        except ValueError as exc:
+            raise EvalError(str(exc)) from exc
+    try:
+        return FeatureScorer(name, first_k), candidates
+    except ValueError as exc:
+        raise EvalError(str(exc)) from exc
+
+
+def _cv_auroc(x: np.ndarray, y: np.ndarray, first_k: int, seed: int, folds: int = 5) -> float | None:
+    if min(int(y.sum()), int(len(y) - y.sum())) < folds:
+        return None
+    rng = np.random.default_rng(seed)
+    fold_of = rng.permutation(len(y)) % folds
+    predicted = np.empty(len(y))
+    for k in range(folds):
+        held = fold_of == k
+        if len(set(y[~held].tolist())) < 2:
+            return None
+        predicted[held] = fit_logistic(x[~held], y[~held], first_k).score_matrix(x[held])
+    return _round(metrics.auroc(predicted, y == 1))
+
+
+@dataclass(slots=True)
+class CascadeReport:
+    weak: str
+    strong: str
+    scorer: Scorer
+    threshold: float
+    target: dict[str, float]
+    train: dict[str, float]
+    test: dict[str, float]
+    train_auroc: dict[str, float | None]
+    test_auroc: dict[str, float | None]
+    curve: CascadeCurve
+    chosen: int
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self, max_points: int = 101) -> dict:
+        index = np.unique(np.linspace(0, len(self.curve.quality) - 1, min(max_points, len(self.curve.quality))).round())
+        index = index.astype(int)
+        return {
+            "weak_model": self.weak,
+            "strong_model": self.strong,
+            "scorer": self.scorer.to_dict(),
+            "threshold": _finite(self.threshold),
+            "target": self.target,
+            "train": self.train,
+            "test": self.test,
+            "auroc_by_scorer": {"train": self.train_auroc, "test": self.test_auroc},
+            "curve": {
+                "escalation_rate": [round(float(x), 6) for x in self.curve.escalation_rate[index]],
+                "quality": [round(float(x), 6) for x in self.curve.quality[index]],
+                "cost_usd": [float(x) for x in self.curve.cost_usd[index]],
+            },
+            "notes": self.notes,
+        }
+
+
+def _finite(value: float) -> float | str:
+    """YAML and JSON both hold a finite number; an infinite threshold is written as a string."""
+    if np.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return round(float(value), 8)
+
+
+def tune(
+    train: CascadeData,
+    test: CascadeData,
+    weak: str,
+    strong: str,
+    *,
+    scorer_name: str = "auto",
+    first_k: int = DEFAULT_FIRST_K,
+    quality_fraction: float | None = None,
+    max_cost_usd: float | None = None,
+) -> CascadeReport:
+    scorer, train_auroc = fit_scorer(scorer_name, train, first_k)
+    train_conf = train.confidence(scorer)
+    train_curve = cascade_curve(train_conf, train)
+    index = pick_threshold(train_curve, train, quality_fraction=quality_fraction, max_cost_usd=max_cost_usd)
+    threshold = float(train_curve.thresholds[index])
+    test_conf = test.confidence(scorer)
+    test_curve = cascade_curve(test_conf, test)
+    test_point = operating_point(test, test_conf, threshold)
+    chosen = int(np.argmin(np.abs(test_curve.escalation_rate - test_point["escalation_rate"])))
+    rows = test.has_evidence
+    test_auroc = {
+        feature: _round(
+            metrics.auroc(FeatureScorer(feature, first_k).score_matrix(test.features[rows]), test.acceptable[rows] == 1)
+        )
+        for feature in FEATURE_NAMES
+    }
+    if scorer.name == "learned":
+        test_auroc["learned"] = test_point["auroc"]
+    target = {"quality_fraction": quality_fraction} if quality_fraction is not None else {"max_cost_usd": max_cost_usd}
+    return CascadeReport(
+        weak=weak,
+        strong=strong,
+        scorer=scorer,
+        threshold=threshold,
+        target=target,
+        train=operating_point(train, train_conf, threshold),
+        test=test_point,
+        train_auroc=train_auroc,
+        test_auroc=test_auroc,
+        curve=test_curve,
+        chosen=chosen,
+    )
