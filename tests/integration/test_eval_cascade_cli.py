@@ -1,0 +1,135 @@
+"""`switchyard eval cascade` on trace files it did not write, and the proxy loading what it wrote."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import orjson
+import yaml
+from typer.testing import CliRunner
+
+from cascade.confidence import LogisticScorer
+from proxy.app import create_app
+from proxy.cli import app
+from proxy.settings import Settings
+from tests.fakes.server import serve_in_thread
+
+runner = CliRunner()
+
+
+def _mmlu_like(path, n=500, seed=0):
+    """Multiple-choice answers: one token each (the letter), its logprob only; no split, no header."""
+    rng = np.random.default_rng(seed)
+    with path.open("wb") as handle:
+        for i in range(n):
+            p = float(rng.uniform(0.25, 1.0))
+            right = bool(rng.random() < p)  # the surer the letter, the likelier it is right
+            weak = {"quality": float(right), "cost_usd": 0.00001, "output_tokens": 1, "token_logprobs": [math.log(p)]}
+            strong = {"quality": float(rng.random() < 0.9), "cost_usd": 0.0003, "output_tokens": 1}
+            row = {
+                "id": f"mmlu/{i}",
+                "prompt": f"Question {i}?\nA. x\nB. y\nAnswer:",
+                "models": {"tiny": weak, "big": strong},
+            }
+            handle.write(orjson.dumps(row) + b"\n")
+
+
+def test_eval_cascade_json_on_single_token_traces(tmp_path):
+    traces = tmp_path / "mc.jsonl"
+    _mmlu_like(traces)
+    out = tmp_path / "thresholds.yaml"
+    result = runner.invoke(
+        app,
+        [
+            "eval",
+            "cascade",
+            "--traces",
+            str(traces),
+            "--weak",
+            "tiny",
+            "--strong",
+            "big",
+            "--out",
+            str(out),
+            "--report",
+            str(tmp_path),
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    report = orjson.loads(result.stdout)  # one JSON object, nothing else
+    assert isinstance(report["threshold"], float)
+    test = report["test"]
+    assert set(test) >= {"quality", "cost_usd", "escalation_rate", "auroc"}
+    assert test["auroc"] > 0.6 and 0 < test["escalation_rate"] < 1
+    assert "split 80/20" in " ".join(report["notes"])
+    section = yaml.safe_load(out.read_text())["cascade"]["rungs"]["tiny"]
+    assert section["strong_model"] == "big" and section["threshold"] == report["threshold"]
+    assert (tmp_path / "cascade-mc.png").read_bytes().startswith(b"\x89PNG")
+    assert "<svg" in (tmp_path / "cascade-mc.html").read_text()
+
+
+def test_the_proxy_loads_the_scorer_eval_cascade_wrote(tmp_path):
+    traces = tmp_path / "mc.jsonl"
+    _mmlu_like(traces)
+    out = tmp_path / "thresholds.yaml"
+    result = runner.invoke(
+        app,
+        [
+            "eval",
+            "cascade",
+            "--traces",
+            str(traces),
+            "--weak",
+            "tiny",
+            "--strong",
+            "big",
+            "--scorer",
+            "learned",
+            "--max-cost",
+            "0.0002",
+            "--out",
+            str(out),
+            "--report",
+            str(tmp_path),
+        ],
+        env={"COLUMNS": "200"},
+    )
+    assert result.exit_code == 0, result.output
+    assert "cascade.rungs.tiny" in result.output and "AUROC" in result.output
+    cost = yaml.safe_load(out.read_text())["cascade"]["rungs"]["tiny"]["train"]["cost_usd"]
+    assert cost <= 0.0002
+    settings = Settings(
+        models=[
+            {"name": "tiny", "base_url": "http://127.0.0.1:9/v1"},
+            {"name": "big", "base_url": "http://127.0.0.1:9/v1"},
+        ],
+        routing={"thresholds_file": out},
+        cascade={"ladder": ["tiny", "big"]},
+    )
+    application = create_app(settings)
+    with serve_in_thread(application):
+        rung = application.state.cascade.rungs[0]
+    assert isinstance(rung.scorer, LogisticScorer)
+    assert rung.threshold == yaml.safe_load(out.read_text())["cascade"]["rungs"]["tiny"]["threshold"]
+
+
+def test_eval_cascade_names_the_problem_with_traces_without_logprobs(tmp_path):
+    traces = tmp_path / "plain.jsonl"
+    rows = [
+        {
+            "id": str(i),
+            "prompt": "p",
+            "split": "train" if i % 2 else "test",
+            "models": {
+                "a": {"quality": i % 2, "cost_usd": 0.1, "output_tokens": 1},
+                "b": {"quality": 1, "cost_usd": 1.0, "output_tokens": 1},
+            },
+        }
+        for i in range(20)
+    ]
+    traces.write_bytes(b"\n".join(orjson.dumps(r) for r in rows))
+    result = runner.invoke(app, ["eval", "cascade", "--traces", str(traces), "--out", str(tmp_path / "t.yaml")])
+    assert result.exit_code != 0
+    assert "token_logprobs" in result.output
