@@ -256,3 +256,87 @@ def cascade(
     for line in cascade_report.summary_lines(report):
         console.print(line, highlight=False)
     console.print(f"wrote {out} (cascade.rungs.{weak}), {png} and {page}")
+
+
+@app.command()
+def collect(
+    dataset: Annotated[
+        str, typer.Option("--dataset", "-d", help='gsm8k, mmlu, or a JSONL file of {"id", "prompt", "answer"}.')
+    ],
+    models: Annotated[str, typer.Option(help="Comma-separated model names from the config, cheapest first.")],
+    out: Annotated[Path, typer.Option(help="Trace file to write or resume (.jsonl).")] = Path("traces.jsonl"),
+    limit: Annotated[int | None, typer.Option(min=1, help="Answer at most this many prompts (a fixed sample).")] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="Switchyard config (default: the embedded models).")
+    ] = None,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Answer budget per prompt.")] = 256,
+    concurrency: Annotated[int, typer.Option(min=1, help="Requests in flight at once.")] = 4,
+) -> None:
+    """Answer a dataset with configured models (logprobs on), grade the answers, write traces; resumable."""
+    import asyncio
+
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from evals.collect import CollectError, collect_with_settings, load_items, sample
+    from proxy.settings import ConfigError, load_settings
+
+    if out.suffix == ".gz":
+        raise cli_error("collect appends as it goes: write a plain .jsonl (compress it afterwards)")
+    names = [name.strip() for name in models.split(",") if name.strip()]
+    if not names:
+        raise cli_error("--models names no model")
+    try:
+        settings = load_settings(config)
+        items, source = load_items(dataset)
+    except (ConfigError, CollectError) as exc:
+        raise cli_error(str(exc)) from exc
+    chosen = sample(items, limit)
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+    ) as progress:
+        loading = progress.add_task(f"starting {', '.join(names)}", total=None)
+        answering = progress.add_task("answers", total=len(chosen) * len(names), visible=False)
+
+        def ready() -> None:
+            progress.update(loading, visible=False)
+            progress.update(answering, visible=True)
+
+        try:
+            written, skipped, failures = asyncio.run(
+                collect_with_settings(
+                    settings,
+                    names,
+                    chosen,
+                    out,
+                    source,
+                    max_tokens=max_tokens,
+                    concurrency=concurrency,
+                    on_ready=ready,
+                    on_answer=lambda: progress.advance(answering),
+                )
+            )
+        except CollectError as exc:
+            raise cli_error(str(exc)) from exc
+    for failure in failures[:10]:
+        console.print(f"failed: {failure}", highlight=False)
+    typer.echo(
+        f"wrote {written} prompts to {out} ({skipped} already complete"
+        + (f", {len(failures)} answers failed: run again to retry them" if failures else "")
+        + ")"
+    )
+    if failures:
+        raise typer.Exit(1)
