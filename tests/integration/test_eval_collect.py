@@ -6,6 +6,7 @@ from contextlib import ExitStack
 
 import orjson
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from evals.traces import read_traces
@@ -22,11 +23,19 @@ def two_models(tmp_path):
     with ExitStack() as stack:
         urls = {n: stack.enter_context(serve_in_thread(FakeOpenAIUpstream(s))) + "/v1" for n, s in states.items()}
         config = tmp_path / "switchyard.yaml"
-        config.write_text(
-            "models:\n"
-            f"  - {{name: cheap, base_url: '{urls['cheap']}', price: {{input_usd_per_mtok: 0.1, output_usd_per_mtok: 0.2}}}}\n"
-            f"  - {{name: strong, base_url: '{urls['strong']}', price: {{input_usd_per_mtok: 1, output_usd_per_mtok: 2}}}}\n"
-        )
+        models = [
+            {
+                "name": "cheap",
+                "base_url": urls["cheap"],
+                "price": {"input_usd_per_mtok": 0.1, "output_usd_per_mtok": 0.2},
+            },
+            {
+                "name": "strong",
+                "base_url": urls["strong"],
+                "price": {"input_usd_per_mtok": 1, "output_usd_per_mtok": 2},
+            },
+        ]
+        config.write_text(yaml.safe_dump({"models": models}))
         yield states, config
 
 
