@@ -115,10 +115,15 @@ def cascade_curve(confidence: np.ndarray, data: CascadeData) -> CascadeCurve:
     )
 
 
-def pick_threshold(curve: CascadeCurve, data: CascadeData, *, quality_fraction=None, max_cost_usd=None) -> int:
-    """The index of the curve point that meets the target most cheaply (or comes closest)."""
+def pick_threshold(
+    curve: CascadeCurve, data: CascadeData, *, quality_fraction=None, max_cost_usd=None, best_quality=False
+) -> int:
+    """The index of the curve point that meets the target most cheaply (or comes closest);
+    `best_quality`: the highest quality on the curve, the cheapest such point."""
+    if best_quality:
+        return int(np.flatnonzero(curve.quality >= curve.quality.max() - 1e-12)[0])
     if (quality_fraction is None) == (max_cost_usd is None):
-        raise EvalError("give exactly one target: --target-quality or --max-cost")
+        raise EvalError("give exactly one target: --target-quality, --max-cost or --best-quality")
     if quality_fraction is not None:
         reached = np.flatnonzero(curve.quality >= quality_fraction * data.q_strong.mean() - 1e-12)
         if len(reached):
@@ -251,11 +256,14 @@ def tune(
     first_k: int = DEFAULT_FIRST_K,
     quality_fraction: float | None = None,
     max_cost_usd: float | None = None,
+    best_quality: bool = False,
 ) -> CascadeReport:
     scorer, train_auroc = fit_scorer(scorer_name, train, first_k)
     train_conf = train.confidence(scorer)
     train_curve = cascade_curve(train_conf, train)
-    index = pick_threshold(train_curve, train, quality_fraction=quality_fraction, max_cost_usd=max_cost_usd)
+    index = pick_threshold(
+        train_curve, train, quality_fraction=quality_fraction, max_cost_usd=max_cost_usd, best_quality=best_quality
+    )
     threshold = float(train_curve.thresholds[index])
     test_conf = test.confidence(scorer)
     test_curve = cascade_curve(test_conf, test)
@@ -270,7 +278,12 @@ def tune(
     }
     if scorer.name == "learned":
         test_auroc["learned"] = test_point["auroc"]
-    target = {"quality_fraction": quality_fraction} if quality_fraction is not None else {"max_cost_usd": max_cost_usd}
+    if best_quality:
+        target: dict = {"best_quality": True}
+    elif quality_fraction is not None:
+        target = {"quality_fraction": quality_fraction}
+    else:
+        target = {"max_cost_usd": max_cost_usd}
     return CascadeReport(
         weak=weak,
         strong=strong,

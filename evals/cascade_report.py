@@ -63,6 +63,9 @@ def _figure(title: str, report: CascadeReport):
         axis.grid(alpha=0.3)
         axis.set_ylabel("quality (share answered correctly)")
         axis.legend(fontsize=8, loc="lower right")
+    from matplotlib.ticker import MaxNLocator
+
+    right.xaxis.set_major_locator(MaxNLocator(5))
     left.set_xlabel("prompts escalated (%)")
     left.set_title("Quality vs escalation rate (test split)")
     right.set_xlabel("cost (USD per 1k prompts)")

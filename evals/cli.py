@@ -170,6 +170,9 @@ def cascade(
     max_cost: Annotated[
         float | None, typer.Option(help="Best quality at a mean cost of at most this many USD per prompt.")
     ] = None,
+    best_quality: Annotated[
+        bool, typer.Option("--best-quality", help="The highest quality on the train curve, as cheaply as possible.")
+    ] = False,
     scorer: Annotated[
         str, typer.Option(help="auto (best train AUROC), learned, or one confidence feature (e.g. p10_logprob).")
     ] = "auto",
@@ -192,9 +195,9 @@ def cascade(
     from evals.thresholds_file import ThresholdsError, read_thresholds, write_section
     from evals.traces import TraceFormatError, read_traces, traces_digest
 
-    if target_quality is not None and max_cost is not None:
-        raise cli_error("give at most one of --target-quality or --max-cost")
-    if target_quality is None and max_cost is None:
+    if sum(x is not None for x in (target_quality, max_cost)) + best_quality > 1:
+        raise cli_error("give at most one of --target-quality, --max-cost or --best-quality")
+    if target_quality is None and max_cost is None and not best_quality:
         target_quality = 0.95
     try:
         loaded, meta = read_traces(traces)
@@ -214,6 +217,7 @@ def cascade(
             first_k=first_k,
             quality_fraction=target_quality,
             max_cost_usd=max_cost,
+            best_quality=best_quality,
         )
     except (TraceFormatError, EvalError) as exc:
         raise cli_error(str(exc)) from exc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import orjson
@@ -133,3 +134,43 @@ def test_eval_cascade_names_the_problem_with_traces_without_logprobs(tmp_path):
     result = runner.invoke(app, ["eval", "cascade", "--traces", str(traces), "--out", str(tmp_path / "t.yaml")])
     assert result.exit_code != 0
     assert "token_logprobs" in result.output
+
+
+SHIPPED = str(Path(__file__).resolve().parents[2] / "evals/data/arithmetic/traces-smollm2-gemma.jsonl.gz")
+
+
+def test_real_traces_confidence_predicts_a_right_answer(tmp_path):
+    """SmolLM2's own logprobs on the shipped arithmetic traces (collected with `eval collect`)."""
+    result = runner.invoke(
+        app,
+        [
+            "eval",
+            "cascade",
+            "--traces",
+            SHIPPED,
+            "--scorer",
+            "learned",
+            "--best-quality",
+            "--json",
+            "--out",
+            str(tmp_path / "t.yaml"),
+            "--report",
+            str(tmp_path),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    report = orjson.loads(result.stdout)
+    assert (report["weak_model"], report["strong_model"]) == ("local-small", "local-large")
+    assert report["test"]["auroc"] > 0.75
+    assert report["auroc_by_scorer"]["test"]["mean_entropy"] > 0.7
+    assert report["test"]["quality"] >= report["test"]["quality_weak"]
+
+
+def test_the_shipped_thresholds_file_judges_local_small():
+    from cascade.build import rung_specs
+    from evals.thresholds_file import read_thresholds
+    from proxy.settings import DEFAULT_THRESHOLDS, CascadeSettings
+
+    specs = rung_specs(CascadeSettings(ladder=["local-small", "local-large"]), read_thresholds(DEFAULT_THRESHOLDS))
+    assert specs[0].source == "thresholds file" and specs[0].scorer.name == "first_mean_entropy"
+    assert specs[1].source == "config"
