@@ -154,20 +154,9 @@ class Cascade:
     # -- non-stream ------------------------------------------------------------------------------
 
     async def complete(self, plan: Plan, request: AnyRequest, meter: RequestMeter) -> Outcome:
-        judged_request = wire.with_logprobs(request, self.policy.top_logprobs)
         wanted = wire.client_top_logprobs(request)
-        tasks: dict[int, asyncio.Task] = {}
-        meters: dict[int, RequestMeter] = {}
-
-        def start(i: int) -> asyncio.Task:
-            if i not in tasks:
-                meters[i] = meter.fork()
-                is_last = i == len(plan.rungs) - 1
-                tasks[i] = asyncio.ensure_future(
-                    self._call(plan.rungs[i].entry, request if is_last else judged_request, meters[i])
-                )
-            return tasks[i]
-
+        attempts = _Attempts(plan, request, wire.with_logprobs(request, self.policy.top_logprobs), meter, self._call)
+        tasks, meters, start = attempts.tasks, attempts.meters, attempts.start
         try:
             for i, rung in enumerate(plan.rungs):
                 is_last = i == len(plan.rungs) - 1
@@ -219,20 +208,9 @@ class Cascade:
     # -- stream ----------------------------------------------------------------------------------
 
     async def stream(self, plan: Plan, request: AnyRequest, meter: RequestMeter) -> Outcome:
-        judged_request = wire.with_logprobs(request, self.policy.top_logprobs)
         wanted = wire.client_top_logprobs(request)
-        opening: dict[int, asyncio.Task] = {}
-        meters: dict[int, RequestMeter] = {}
-
-        def open_(i: int) -> asyncio.Task:
-            if i not in opening:
-                meters[i] = meter.fork()
-                is_last = i == len(plan.rungs) - 1
-                opening[i] = asyncio.ensure_future(
-                    self._open(plan.rungs[i].entry, request if is_last else judged_request, meters[i])
-                )
-            return opening[i]
-
+        attempts = _Attempts(plan, request, wire.with_logprobs(request, self.policy.top_logprobs), meter, self._open)
+        opening, meters, open_ = attempts.tasks, attempts.meters, attempts.start
         handed_over: set[int] = set()
         try:
             for i, rung in enumerate(plan.rungs):
@@ -295,6 +273,25 @@ class Cascade:
 
     def _header(self, plan: Plan) -> str:
         return "->".join(plan.steps) + (";hedged" if plan.hedge else "")
+
+
+class _Attempts:
+    """One task per rung, each metered by its own fork of the request's meter. Judged rungs get the
+    request with logprobs; the last rung gets the client's request as it came."""
+
+    def __init__(self, plan: Plan, request: AnyRequest, judged_request: AnyRequest, meter: RequestMeter, call):
+        self.plan, self.request, self.judged_request, self.meter, self.call = plan, request, judged_request, meter, call
+        self.tasks: dict[int, asyncio.Task] = {}
+        self.meters: dict[int, RequestMeter] = {}
+
+    def start(self, i: int) -> asyncio.Task:
+        if i not in self.tasks:
+            self.meters[i] = self.meter.fork()
+            is_last = i == len(self.plan.rungs) - 1
+            self.tasks[i] = asyncio.ensure_future(
+                self.call(self.plan.rungs[i].entry, self.request if is_last else self.judged_request, self.meters[i])
+            )
+        return self.tasks[i]
 
 
 async def _abandon(task: asyncio.Task, meter: RequestMeter, entry: ModelEntry) -> None:

@@ -27,7 +27,7 @@ from cascade.confidence import (
     fit_logistic,
 )
 from evals import metrics
-from evals.evaluate import EvalError
+from evals.evaluate import EvalError, Outcomes
 from evals.traces import Trace
 
 ACCEPTABLE_QUALITY = 0.5
@@ -46,20 +46,16 @@ class CascadeData:
 
     @classmethod
     def of(cls, traces: Sequence[Trace], weak: str, strong: str, first_k: int = DEFAULT_FIRST_K) -> CascadeData:
-        usable = [t for t in traces if weak in t.models and strong in t.models]
-        if not usable:
-            raise EvalError(f"no trace has outcomes for both {weak!r} and {strong!r}")
-
-        def column(model: str, attr: str) -> np.ndarray:
-            return np.array([getattr(t.models[model], attr) for t in usable], dtype=float)
-
-        evidence = [evidence_from_trace(t.models[weak].token_logprobs, t.models[weak].top_logprobs) for t in usable]
+        outcomes = Outcomes.of(traces, weak, strong)
+        evidence = [
+            evidence_from_trace(t.models[weak].token_logprobs, t.models[weak].top_logprobs) for t in outcomes.traces
+        ]
         return cls(
-            usable,
-            column(weak, "quality"),
-            column(strong, "quality"),
-            column(weak, "cost_usd"),
-            column(strong, "cost_usd"),
+            outcomes.traces,
+            outcomes.q_weak,
+            outcomes.q_strong,
+            outcomes.c_weak,
+            outcomes.c_strong,
             feature_matrix(evidence, first_k),
         )
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import html
-import io
 from pathlib import Path
 
 from rich.table import Table
 
 from evals.cascade import CascadeReport
+from evals.report import figure_svg, html_page
 
 
 def _auroc(value: float | None) -> str:
@@ -82,12 +82,7 @@ def write_plot(path: Path, title: str, report: CascadeReport) -> None:
 
 
 def write_html(path: Path, title: str, report: CascadeReport) -> None:
-    fig, plt = _figure(title, report)
-    buffer = io.StringIO()
-    fig.savefig(buffer, format="svg")
-    plt.close(fig)
-    svg = buffer.getvalue()
-    svg = svg[svg.index("<svg") :]
+    svg = figure_svg(*_figure(title, report))
     rows = "".join(
         f"<tr><td>{html.escape(name)}{' (chosen)' if name == report.scorer.name else ''}</td>"
         f"<td>{_auroc(train)}</td><td>{_auroc(report.test_auroc.get(name))}</td></tr>"
@@ -95,24 +90,14 @@ def write_html(path: Path, title: str, report: CascadeReport) -> None:
     )
     summary = "".join(f"<li>{html.escape(line.strip())}</li>" for line in summary_lines(report))
     path.write_text(
-        f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 2rem; color: #222; }}
-table {{ border-collapse: collapse; margin: 1rem 0; }}
-th, td {{ border: 1px solid #ccc; padding: 0.3rem 0.7rem; text-align: right; }}
-th:first-child, td:first-child {{ text-align: left; }}
-svg {{ max-width: 100%; height: auto; }}
-</style></head>
-<body>
-<h1>{html.escape(title)}</h1>
-<ul>{summary}</ul>
+        html_page(
+            title,
+            f"""<ul>{summary}</ul>
 {svg}
 <h2>Which confidence signal separates right from wrong weak answers</h2>
 <p>AUROC of each scorer against the weak answer being right (train: the learned scorer by 5-fold
 cross-validation). The threshold was picked on the train split; every number on the curve is from
 the test split. An escalated prompt pays for both answers.</p>
-<table><thead><tr><th>scorer</th><th>train AUROC</th><th>test AUROC</th></tr></thead><tbody>{rows}</tbody></table>
-</body></html>
-"""
+<table><thead><tr><th>scorer</th><th>train AUROC</th><th>test AUROC</th></tr></thead><tbody>{rows}</tbody></table>""",
+        )
     )

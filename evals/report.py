@@ -94,17 +94,18 @@ def write_plot(path: Path, title: str, test: Outcomes, results: Sequence[RouterR
     plt.close(fig)
 
 
-def write_html(path: Path, title: str, test: Outcomes, results: Sequence[RouterResult]) -> None:
-    fig, plt = _figure(title, test, results)
+def figure_svg(fig, plt) -> str:
+    """The figure as inline SVG (closed afterwards)."""
     buffer = io.StringIO()
     fig.savefig(buffer, format="svg")
     plt.close(fig)
     svg = buffer.getvalue()
-    svg = svg[svg.index("<svg") :]
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADERS)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows(results))
-    path.write_text(
-        f"""<!doctype html>
+    return svg[svg.index("<svg") :]
+
+
+def html_page(title: str, body: str) -> str:
+    """A self-contained page (no scripts) with the evals' table style."""
+    return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2rem; color: #222; }}
@@ -115,12 +116,23 @@ svg {{ max-width: 100%; height: auto; }}
 </style></head>
 <body>
 <h1>{html.escape(title)}</h1>
-<p>{html.escape(anchors(test))}</p>
+{body}
+</body></html>
+"""
+
+
+def write_html(path: Path, title: str, test: Outcomes, results: Sequence[RouterResult]) -> None:
+    svg = figure_svg(*_figure(title, test, results))
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADERS)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows(results))
+    path.write_text(
+        html_page(
+            title,
+            f"""<p>{html.escape(anchors(test))}</p>
 <table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
 <p>APGR: area under the performance-gap-recovered curve (always-weak 0, always-strong 1, random about
 0.5). CPT(x%): share of strong calls needed to recover x% of the quality gap. AIQ: mean quality under
 the convex hull of (cost, quality) between the weak and the strong model's cost.</p>
-{svg}
-</body></html>
-"""
+{svg}""",
+        )
     )

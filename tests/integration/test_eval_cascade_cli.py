@@ -36,29 +36,20 @@ def _mmlu_like(path, n=500, seed=0):
             handle.write(orjson.dumps(row) + b"\n")
 
 
-def test_eval_cascade_json_on_single_token_traces(tmp_path):
-    traces = tmp_path / "mc.jsonl"
+def _eval_cascade(tmp_path, *options: str):
+    """`eval cascade` on a fresh multiple-choice-like trace file, weak `tiny`, strong `big`."""
+    traces, out = tmp_path / "mc.jsonl", tmp_path / "thresholds.yaml"
     _mmlu_like(traces)
-    out = tmp_path / "thresholds.yaml"
+    command = ["eval", "cascade", "--traces", str(traces), "--weak", "tiny", "--strong", "big"]
     result = runner.invoke(
-        app,
-        [
-            "eval",
-            "cascade",
-            "--traces",
-            str(traces),
-            "--weak",
-            "tiny",
-            "--strong",
-            "big",
-            "--out",
-            str(out),
-            "--report",
-            str(tmp_path),
-            "--json",
-        ],
+        app, [*command, "--out", str(out), "--report", str(tmp_path), *options], env={"COLUMNS": "200"}
     )
     assert result.exit_code == 0, result.output
+    return result, out
+
+
+def test_eval_cascade_json_on_single_token_traces(tmp_path):
+    result, out = _eval_cascade(tmp_path, "--json")
     report = orjson.loads(result.stdout)  # one JSON object, nothing else
     assert isinstance(report["threshold"], float)
     test = report["test"]
@@ -72,32 +63,7 @@ def test_eval_cascade_json_on_single_token_traces(tmp_path):
 
 
 def test_the_proxy_loads_the_scorer_eval_cascade_wrote(tmp_path):
-    traces = tmp_path / "mc.jsonl"
-    _mmlu_like(traces)
-    out = tmp_path / "thresholds.yaml"
-    result = runner.invoke(
-        app,
-        [
-            "eval",
-            "cascade",
-            "--traces",
-            str(traces),
-            "--weak",
-            "tiny",
-            "--strong",
-            "big",
-            "--scorer",
-            "learned",
-            "--max-cost",
-            "0.0002",
-            "--out",
-            str(out),
-            "--report",
-            str(tmp_path),
-        ],
-        env={"COLUMNS": "200"},
-    )
-    assert result.exit_code == 0, result.output
+    result, out = _eval_cascade(tmp_path, "--scorer", "learned", "--max-cost", "0.0002")
     assert "cascade.rungs.tiny" in result.output and "AUROC" in result.output
     cost = yaml.safe_load(out.read_text())["cascade"]["rungs"]["tiny"]["train"]["cost_usd"]
     assert cost <= 0.0002
