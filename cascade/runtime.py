@@ -197,13 +197,7 @@ class Cascade:
                     await task
 
     async def _call(self, entry: ModelEntry, request: AnyRequest, meter: RequestMeter):
-        try:
-            answered = await self.executor.complete(entry, request, meter)
-            meter.backend_label = answered_by.get()
-            return answered
-        except asyncio.CancelledError:
-            meter.finished(meter.current_entry or entry, "cancelled", None)
-            raise
+        return await _attempt(self.executor.complete, entry, request, meter)
 
     # -- stream ----------------------------------------------------------------------------------
 
@@ -257,13 +251,7 @@ class Cascade:
                 await _abandon(task, meters[i], plan.rungs[i].entry)
 
     async def _open(self, entry: ModelEntry, request: AnyRequest, meter: RequestMeter):
-        try:
-            opened = await self.executor.stream(entry, request, meter)
-            meter.backend_label = answered_by.get()
-            return opened
-        except asyncio.CancelledError:
-            meter.finished(meter.current_entry or entry, "cancelled", None)
-            raise
+        return await _attempt(self.executor.stream, entry, request, meter)
 
     def _for_client(self, obj, wanted: int | None):
         """Logprobs the cascade asked for, cut back to what the client asked for."""
@@ -273,6 +261,17 @@ class Cascade:
 
     def _header(self, plan: Plan) -> str:
         return "->".join(plan.steps) + (";hedged" if plan.hedge else "")
+
+
+async def _attempt(method, entry: ModelEntry, request: AnyRequest, meter: RequestMeter):
+    """One rung through the resilience layer, in its own task: a cancellation is metered here."""
+    try:
+        result = await method(entry, request, meter)
+        meter.backend_label = answered_by.get()  # set in this task; the relay reads it from the meter
+        return result
+    except asyncio.CancelledError:
+        meter.finished(meter.current_entry or entry, "cancelled", None)
+        raise
 
 
 class _Attempts:

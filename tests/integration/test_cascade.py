@@ -314,7 +314,7 @@ def _metric(base: str, name: str) -> float:
 
 def test_the_thrash_guard_trips_and_recovers(ladder):
     states, proxy = ladder
-    base, _ = proxy(thrash={"window": 4, "min_requests": 4, "limit": 0.6, "cool_off_s": 1.0})
+    base, _ = proxy(thrash={"window": 4, "min_requests": 4, "limit": 0.6, "cool_off_s": 2.0})
     states["cheap"].behaviour.logprobs = UNSURE
     for _ in range(4):
         assert _post(base, {"model": "cascade", "messages": HI}).headers["x-switchyard-cascade"].endswith("->strong")
@@ -324,7 +324,7 @@ def test_the_thrash_guard_trips_and_recovers(ladder):
     assert states["cheap"].num_requests == 4  # the cheap rung was not tried
     assert _metric(base, 'switchyard_cascade_thrash_trips_total{route="cheap"}') == 1
     assert _metric(base, 'switchyard_cascade_thrash_active{route="cheap"}') == 1
-    time.sleep(1.1)
+    time.sleep(2.1)
     states["cheap"].behaviour.logprobs = SURE
     recovered = _post(base, {"model": "cascade", "messages": HI})
     assert recovered.headers["x-switchyard-cascade"] == "cheap(-0.01>=-0.50)"
