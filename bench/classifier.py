@@ -66,7 +66,15 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=320, help="distinct prompts per concurrency level")
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument(
+        "--artifact", type=Path, default=None, help="a classifier artifact folder (default: the shipped MiniLM one)"
+    )
     args = parser.parse_args()
+    artifact = f", classifier_artifact: '{args.artifact.resolve()}'" if args.artifact else ""
+    from classifier.model import DEFAULT_ARTIFACT, ComplexityClassifier
+
+    embedding = ComplexityClassifier.read_metadata(args.artifact or DEFAULT_ARTIFACT)["embedding_model"]
+    describe = f"the classifier in {(args.artifact or DEFAULT_ARTIFACT).name} ({embedding})"
 
     logs = Path(tempfile.mkdtemp(prefix="switchyard-bench-"))
     python = sys.executable
@@ -74,7 +82,7 @@ async def main() -> None:
     config = logs / "switchyard.yaml"
     config.write_text(
         "server: {log_level: warning}\n"
-        "routing:\n  auto: {tiers: [small, large], thresholds: [0.5], deadline_ms: 1000}\n"
+        f"routing:\n  auto: {{tiers: [small, large], thresholds: [0.5], deadline_ms: 1000{artifact}}}\n"
         f"models:\n  - {{name: fake-small, base_url: '{upstream.base_url}', tier: small}}\n"
         f"  - {{name: fake-large, base_url: '{upstream.base_url}', tier: large}}\n"
     )
@@ -113,9 +121,11 @@ async def main() -> None:
         proxy.stop()
         upstream.stop()
 
+    command_suffix = f" --artifact {args.artifact}" if args.artifact else ""
     lines = [
-        f"## Auto-routing decision latency (`bench/classifier.py`)\n\nRun {time.strftime('%Y-%m-%d')} on "
-        f"{platform.machine()}; the shipped classifier (all-MiniLM-L6-v2 + logistic head, 1 torch thread, "
+        f"## Auto-routing decision latency (`bench/classifier.py{command_suffix}`)"
+        f"\n\nRun {time.strftime('%Y-%m-%d')} on "
+        f"{platform.machine()}; {describe} + logistic head (1 torch thread, "
         f"micro-batches up to 32, 2 ms window), {args.requests} distinct MMLU prompts per level; the fake upstream, "
         "proxy and load generator share 2 cores. Added = auto − explicit model name, same prompts.\n",
         "| concurrency | requests | explicit p50 ms | auto p50 ms | added p50 ms | added p99 ms | decisions/s |",
@@ -129,7 +139,7 @@ async def main() -> None:
     section = "\n".join(lines) + "\n"
     print(section)
     if not args.no_write:
-        write_section("classifier", section)
+        write_section("classifier" if args.artifact is None else f"classifier-{args.artifact.name}", section)
 
 
 if __name__ == "__main__":

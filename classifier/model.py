@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from classifier.embedder import Embedder
+from classifier.embedder import EMBEDDERS, EMBEDDING_MODEL, Embedder, embedder_for
 from classifier.features import feature_matrix
 
 ARTIFACT_VERSION = 1
@@ -22,8 +22,12 @@ class ArtifactError(ValueError):
     """A classifier artifact that cannot be used; the message says why."""
 
 
-def design_matrix(embeddings: np.ndarray, texts: list[str]) -> np.ndarray:
-    return np.hstack([embeddings, feature_matrix(texts)])
+def design_matrix(embeddings: np.ndarray, texts: list[str], subject_prior=None) -> np.ndarray:
+    """Embedding, cheap features, and the subject prior's column when the artifact has one."""
+    columns = [embeddings, feature_matrix(texts)]
+    if subject_prior is not None:
+        columns.append(subject_prior.predict(embeddings)[:, None])
+    return np.hstack(columns)
 
 
 @dataclass
@@ -31,11 +35,12 @@ class ComplexityClassifier:
     head: Any  # a fitted scikit-learn estimator with predict_proba
     metadata: dict[str, Any]
     embedder: Embedder = field(default_factory=Embedder)
+    subject_prior: Any = None  # classifier.subject_prior.SubjectPrior, when training chose it
 
     def score_embedded(self, embeddings: np.ndarray, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros(0)
-        return self.head.predict_proba(design_matrix(embeddings, texts))[:, 1]
+        return self.head.predict_proba(design_matrix(embeddings, texts, self.subject_prior))[:, 1]
 
     def score(self, texts: list[str]) -> np.ndarray:
         """Blocking (an embedding forward pass): call it off the event loop."""
@@ -46,7 +51,8 @@ class ComplexityClassifier:
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        joblib.dump(self.head, directory / "model.joblib", compress=3)
+        payload = self.head if self.subject_prior is None else {"head": self.head, "subject_prior": self.subject_prior}
+        joblib.dump(payload, directory / "model.joblib", compress=3)
         (directory / "metadata.json").write_text(json.dumps({"version": ARTIFACT_VERSION, **self.metadata}, indent=2))
 
     @staticmethod
@@ -57,6 +63,10 @@ class ComplexityClassifier:
             metadata = json.loads((directory / "metadata.json").read_text())
         except (OSError, ValueError) as exc:
             raise ArtifactError(f"no readable classifier artifact in {directory}: {exc}") from exc
+        if metadata.get("embedding_model", EMBEDDING_MODEL) not in EMBEDDERS:
+            raise ArtifactError(
+                f"{directory} uses embedding model {metadata.get('embedding_model')!r}; known: {', '.join(EMBEDDERS)}"
+            )
         if metadata.get("version") != ARTIFACT_VERSION:
             raise ArtifactError(
                 f"{directory} holds classifier artifact version {metadata.get('version')!r}; this Switchyard "
@@ -65,7 +75,10 @@ class ComplexityClassifier:
         return metadata
 
     @classmethod
-    def load(cls, directory: str | Path = DEFAULT_ARTIFACT, embedder: Embedder | None = None) -> ComplexityClassifier:
+    def load(
+        cls, directory: str | Path = DEFAULT_ARTIFACT, embedder=None, num_threads: int | None = None
+    ) -> ComplexityClassifier:
+        """`embedder`: default, the one the artifact was trained with (its metadata says which)."""
         import joblib
         import sklearn
 
@@ -77,5 +90,15 @@ class ComplexityClassifier:
                 f"{directory} was trained with scikit-learn {trained_with}; this is {sklearn.__version__}. "
                 "Re-run `switchyard classifier train`."
             )
-        head = joblib.load(directory / "model.joblib")
-        return cls(head=head, metadata=metadata, embedder=embedder or Embedder())
+        name = metadata.get("embedding_model", EMBEDDING_MODEL)
+        if embedder is None:
+            try:
+                embedder = embedder_for(name, num_threads)
+            except ValueError as exc:
+                raise ArtifactError(f"{directory}: {exc}") from exc
+        elif embedder.name != name:
+            raise ArtifactError(f"{directory} was trained on {name} embeddings, not {embedder.name}")
+        payload = joblib.load(directory / "model.joblib")
+        if isinstance(payload, dict):  # head plus subject prior
+            return cls(payload["head"], metadata, embedder, payload["subject_prior"])
+        return cls(head=payload, metadata=metadata, embedder=embedder)

@@ -13,6 +13,7 @@ import numpy as np
 from classifier.embedder import EMBEDDING_MODEL, Embedder
 from classifier.features import FEATURE_NAMES
 from classifier.model import ComplexityClassifier, design_matrix
+from classifier.subject_prior import SubjectPrior, subject_rates
 from evals import metrics
 from evals.datasets import prompt_hash
 from evals.evaluate import Outcomes
@@ -57,7 +58,9 @@ class EmbeddingCache:
         self.directory = directory
 
     def encode(self, texts: list[str], on_batch: Callable[[int], None] | None = None) -> np.ndarray:
-        key = hashlib.sha256("\0".join(texts).encode()).hexdigest()[:24]
+        name = getattr(self.embedder, "name", EMBEDDING_MODEL)
+        prefix = [] if name == EMBEDDING_MODEL else [name]  # MiniLM keeps the key it always had
+        key = hashlib.sha256("\0".join([*prefix, *texts]).encode()).hexdigest()[:24]
         path = self.directory / f"{key}.npy" if self.directory else None
         if path is not None and path.exists():
             if on_batch:
@@ -88,31 +91,60 @@ def train(
     *,
     seed: int = 0,
     data_sha256: str = "",
+    embedding_model: str = EMBEDDING_MODEL,
 ) -> TrainResult:
     """Fit on each dataset's train split; pick target and regularisation on a validation slice of it."""
     train_traces = [t for traces in datasets.values() for t in traces if t.split == "train"]
     dataset_of = np.array([name for name, traces in datasets.items() for t in traces if t.split == "train"])
     embeddings = encode([t.prompt for t in train_traces])
     is_val = np.array([is_validation(t) for t in train_traces])
+    fit_rows = ~is_val
     outcomes = Outcomes.of(train_traces, weak, strong)
     x = design_matrix(embeddings, [t.prompt for t in train_traces])
 
+    subject_names = sorted({t.category for t in train_traces})
+    subject_index = {name: i for i, name in enumerate(subject_names)}
+    subjects = np.array([subject_index[t.category] for t in train_traces])
+    # The subject prior for choosing on validation: out-of-fold on the fitting rows, and from a
+    # classifier fitted on those rows for the validation rows.
+    fit_oof = SubjectPrior(subject_names, seed=seed).out_of_fold(embeddings[fit_rows], subjects[fit_rows])
+    val_probabilities = (
+        SubjectPrior(subject_names, seed=seed)
+        .fit_classifier(embeddings[fit_rows], subjects[fit_rows])
+        .probabilities(embeddings[is_val])
+    )
+
     scores_by_choice: dict[str, float] = {}
+    choices: dict[str, tuple[str, float, bool]] = {}
     for kind in TARGETS:
         y = target(outcomes, kind)
-        for c in REGULARISATION:
-            head = fit_head(x[~is_val], y[~is_val], c, seed)
-            per_dataset = []
-            for name in datasets:
-                rows = np.flatnonzero(is_val & (dataset_of == name))
-                if len(rows) < 10:
-                    continue
-                val = Outcomes.of([train_traces[i] for i in rows], weak, strong)
-                per_dataset.append(_apgr(val, head.predict_proba(x[rows])[:, 1]))
-            scores_by_choice[f"{kind} C={c}"] = float(np.mean(per_dataset))
+        prior = np.zeros(len(train_traces))
+        prior[fit_rows] = fit_oof.prior(y[fit_rows])
+        prior[is_val] = val_probabilities @ subject_rates(subjects[fit_rows], y[fit_rows], len(subject_names), 10.0)
+        for use_prior in (False, True):
+            xx = np.column_stack([x, prior]) if use_prior else x
+            for c in REGULARISATION:
+                head = fit_head(xx[fit_rows], y[fit_rows], c, seed)
+                per_dataset = []
+                for name in datasets:
+                    rows = np.flatnonzero(is_val & (dataset_of == name))
+                    if len(rows) < 10:
+                        continue
+                    val = Outcomes.of([train_traces[i] for i in rows], weak, strong)
+                    per_dataset.append(_apgr(val, head.predict_proba(xx[rows])[:, 1]))
+                label = f"{kind} C={c}" + (" +subject-prior" if use_prior else "")
+                scores_by_choice[label] = float(np.mean(per_dataset))
+                choices[label] = (kind, c, use_prior)
     best = max(scores_by_choice, key=scores_by_choice.get)
-    kind, c = best.split(" C=")[0], float(best.split(" C=")[1])
-    head = fit_head(x, target(outcomes, kind), c, seed)
+    kind, c, use_prior = choices[best]
+    y = target(outcomes, kind)
+    subject_prior = None
+    if use_prior:
+        subject_prior = SubjectPrior(subject_names, seed=seed)
+        oof_prior = subject_prior.out_of_fold(embeddings, subjects).prior(y)
+        subject_prior.fit_classifier(embeddings, subjects).fit_rates(subjects, y)
+        x = np.column_stack([x, oof_prior])
+    head = fit_head(x, y, c, seed)
 
     import joblib
     import sklearn
@@ -121,8 +153,15 @@ def train(
     metadata = {
         "target": kind,
         "regularisation_c": c,
-        "embedding_model": EMBEDDING_MODEL,
-        "features": ["embedding[384]", *FEATURE_NAMES, "cluster_rate_nearest", "cluster_rate_weighted"],
+        "subject_prior": use_prior,
+        "embedding_model": embedding_model,
+        "features": [
+            "embedding[384]",
+            *FEATURE_NAMES,
+            *(["subject_prior"] if use_prior else []),
+            "cluster_rate_nearest",
+            "cluster_rate_weighted",
+        ],
         "weak_model": weak,
         "strong_model": strong,
         "data": {"datasets": sorted(datasets), "sha256": data_sha256, "num_train": len(train_traces)},
@@ -136,4 +175,5 @@ def train(
             "torch": torch.__version__,
         },
     }
-    return TrainResult(ComplexityClassifier(head=head, metadata=metadata), scores_by_choice)
+    classifier = ComplexityClassifier(head=head, metadata=metadata, subject_prior=subject_prior)
+    return TrainResult(classifier, scores_by_choice)

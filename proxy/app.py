@@ -12,7 +12,6 @@ from fastapi import FastAPI
 
 from billing.ledger import SQLiteLedger
 from cascade.build import build_cascade, rung_specs
-from classifier.embedder import Embedder
 from classifier.model import DEFAULT_ARTIFACT, ArtifactError, ComplexityClassifier
 from classifier.runtime import MicroBatcher
 from evals.thresholds_file import ThresholdsError, read_thresholds
@@ -63,7 +62,7 @@ def _build_auto_router(settings: Settings, registry: ModelRegistry, thresholds: 
 
     def score_batch(texts: list[str]):
         if not loaded:
-            loaded.append(ComplexityClassifier.load(artifact, embedder=Embedder(num_threads=auto.threads)))
+            loaded.append(ComplexityClassifier.load(artifact, num_threads=auto.threads))
         return loaded[0].score(texts)
 
     batcher = MicroBatcher(
