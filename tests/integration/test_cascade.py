@@ -257,7 +257,7 @@ def test_the_openai_sdk_streams_through_an_escalation(ladder):
 def test_hedging_cancels_the_strong_rung_when_the_cheap_one_is_confident(ladder):
     states, proxy = ladder
     base, app = proxy()
-    states["cheap"].behaviour = FakeBehaviour(latency_s=0.2, logprobs=SURE)
+    states["cheap"].behaviour = FakeBehaviour(latency_s=0.5, logprobs=SURE)
     states["strong"].behaviour = FakeBehaviour(words=STRONG_WORDS, latency_s=5)
     started = time.monotonic()
     response = _post(base, {"model": "cascade", "messages": HI}, {"x-switchyard-cascade": "hedge"})
@@ -292,10 +292,12 @@ def test_a_hedged_stream_cancels_the_loser(ladder):
     headers, text, _ = _stream(base, {"model": "cascade", "messages": HI}, {"x-switchyard-cascade": "hedge"})
     assert text == STRONG_TEXT
     assert headers["x-switchyard-cascade"] == "cheap(-2.00<-0.50)->strong;hedged"
-    states["cheap"].behaviour = FakeBehaviour(logprobs=SURE)
+    # the cheap rung thinks for a while, so the hedge is surely under way upstream when it loses
+    states["cheap"].behaviour = FakeBehaviour(logprobs=SURE, latency_s=0.5)
     states["strong"].behaviour = FakeBehaviour(words=STRONG_WORDS, num_tokens=500, token_delay_s=0.01)
     headers, text, _ = _stream(base, {"model": "cascade", "messages": HI}, {"x-switchyard-cascade": "hedge"})
     assert text == CHEAP_TEXT
+    assert states["strong"].num_requests == 2
     strong = states["strong"].records[-1]
     assert wait_until(lambda: strong.disconnected_at is not None)
     records = _records(app, headers["x-request-id"], 2)

@@ -68,3 +68,23 @@ def test_low_engine_confidence_escalates(tiny_ladder):
         assert sum(1 for c in streamed.parse() if c.choices) > 0
     assert raw.headers["x-switchyard-model"] == "tiny-b"
     assert raw.headers["x-switchyard-cascade"].endswith("<0.00)->tiny-b")
+
+
+def test_legacy_completions_are_judged_on_their_own_logprobs_format(tiny_ladder):
+    url, app = tiny_ladder
+    with openai.OpenAI(base_url=url, api_key="k", max_retries=0) as sdk:
+        _set_threshold(app, -1e9)
+        plain = sdk.completions.create(model="tiny-a", prompt="the quick brown", temperature=0, max_tokens=10)
+        accepted = sdk.completions.with_raw_response.create(
+            model="cascade", prompt="the quick brown", temperature=0, max_tokens=10
+        )
+        assert accepted.headers["x-switchyard-model"] == "tiny-a"
+        assert accepted.parse().choices[0].text == plain.choices[0].text
+        assert accepted.parse().choices[0].logprobs is None  # asked for by the cascade only
+        streamed = sdk.completions.create(
+            model="cascade", prompt="the quick brown", temperature=0, max_tokens=10, stream=True
+        )
+        assert "".join(c.choices[0].text for c in streamed if c.choices) == plain.choices[0].text
+        _set_threshold(app, 0.0)
+        escalated = sdk.completions.with_raw_response.create(model="cascade", prompt="the quick brown", max_tokens=6)
+        assert escalated.headers["x-switchyard-cascade"].endswith("<0.00)->tiny-b")
