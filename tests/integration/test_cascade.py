@@ -354,3 +354,43 @@ def test_a_rung_without_logprobs_can_only_be_last(tmp_path):
 def test_model_cascade_without_a_ladder_is_a_404(client):
     with pytest.raises(openai.NotFoundError, match="cascade.ladder"):
         client.chat.completions.create(model="cascade", messages=HI)
+
+
+# -- a commercial last rung ---------------------------------------------------------------------
+
+
+def test_the_cascade_escalates_to_a_commercial_rung_through_litellm():
+    """cheap (OpenAI-compatible, logprobs) -> claude (LiteLLM -> a fake Anthropic server, no logprobs)."""
+    from tests.fakes.anthropic_upstream import AnthropicState, FakeAnthropicUpstream
+
+    cheap, anthropic = FakeState(behaviour=FakeBehaviour(logprobs=UNSURE)), AnthropicState()
+    with ExitStack() as stack:
+        cheap_url = stack.enter_context(serve_in_thread(FakeOpenAIUpstream(cheap))) + "/v1"
+        anthropic_url = stack.enter_context(serve_in_thread(FakeAnthropicUpstream(anthropic)))
+        settings = Settings(
+            models=[
+                {"name": "cheap", "base_url": cheap_url},
+                {
+                    "name": "claude",
+                    "backend": "litellm",
+                    "litellm_model": "anthropic/claude-3-5-sonnet-20241022",
+                    "base_url": anthropic_url,
+                    "api_key": "sk-ant-test",
+                },
+            ],
+            cascade={"ladder": ["cheap", "claude"], "scorer": "mean_logprob", "threshold": -0.5, "stream_tokens": 3},
+            resilience={"max_attempts": 1},
+            billing={"ledger_path": None},
+        )
+        base = stack.enter_context(serve_in_thread(create_app(settings)))
+        with openai.OpenAI(base_url=base + "/v1", api_key="k", max_retries=0) as sdk:
+            raw = sdk.chat.completions.with_raw_response.create(model="cascade", messages=HI, max_tokens=50)
+            assert raw.parse().choices[0].message.content == "bonjour from claude "
+            assert raw.headers["x-switchyard-cascade"] == "cheap(-2.00<-0.50)->claude"
+            with sdk.chat.completions.with_streaming_response.create(
+                model="cascade", messages=HI, max_tokens=50, stream=True
+            ) as response:
+                assert response.headers["x-switchyard-model"] == "claude"
+                text = "".join(c.choices[0].delta.content or "" for c in response.parse() if c.choices)
+    assert text == "bonjour from claude "
+    assert cheap.num_requests == 2
