@@ -24,7 +24,6 @@ the judged-and-dropped answer as `escalated` (its tokens counted), a hedge's los
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -165,11 +164,9 @@ class Cascade:
                 if hedge is not None:
                     await asyncio.wait({task, hedge}, return_when=asyncio.FIRST_COMPLETED)
                     if hedge.done() and not hedge.exception() and not task.done():
-                        task.cancel()
+                        await _cancel_and_wait(task)
                         plan.steps.append(f"{rung.entry.name}(hedge-lost)")
                         self.hedges[plan.rungs[i + 1].entry.name] += 1
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await task
                         continue
                 try:
                     entry, result = await task
@@ -189,12 +186,7 @@ class Cascade:
                 meters[i].escalated(entry, usage, 0, "low confidence")
             raise AssertionError("the last rung always answers or raises")
         finally:
-            for task in tasks.values():
-                if not task.done():
-                    task.cancel()
-            for task in tasks.values():
-                with contextlib.suppress(BaseException):
-                    await task
+            await _cancel_and_wait(*tasks.values())
 
     async def _call(self, entry: ModelEntry, request: AnyRequest, meter: RequestMeter):
         return await _attempt(self.executor.complete, entry, request, meter)
@@ -293,12 +285,19 @@ class _Attempts:
         return self.tasks[i]
 
 
+async def _cancel_and_wait(*futures: asyncio.Future) -> None:
+    """Cancel child work and wait for it to finish; their outcomes are dropped, but a cancellation
+    of the task that waits still propagates (gather is cancelled with it)."""
+    for future in futures:
+        future.cancel()
+    if futures:
+        await asyncio.gather(*futures, return_exceptions=True)
+
+
 async def _abandon(task: asyncio.Task, meter: RequestMeter, entry: ModelEntry) -> None:
     """An opened (or opening) stream nobody will read: cancel it, meter it once."""
     if not task.done():
-        task.cancel()
-        with contextlib.suppress(BaseException):
-            await task
+        await _cancel_and_wait(task)
         return  # `_open` metered the cancellation
     if task.cancelled() or task.exception() is not None:
         return
@@ -375,8 +374,6 @@ class _Buffered:
 
     async def aclose(self) -> None:
         if self.pending is not None:
-            self.pending.cancel()
-            with contextlib.suppress(BaseException):
-                await self.pending
+            await _cancel_and_wait(self.pending)
             self.pending = None
         await self.rest.aclose()

@@ -280,7 +280,14 @@ def tune(
         target = {"quality_fraction": quality_fraction}
     else:
         target = {"max_cost_usd": max_cost_usd}
+    notes = []
+    if quality_fraction is not None and train.q_strong.mean() <= train.q_weak.mean():
+        notes.append(
+            f"{strong} is no better than {weak} on the train split ({train.q_strong.mean():.3f} vs "
+            f"{train.q_weak.mean():.3f}): a target relative to it is met without escalating; try --best-quality"
+        )
     return CascadeReport(
+        notes=notes,
         weak=weak,
         strong=strong,
         scorer=scorer,

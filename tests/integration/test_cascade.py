@@ -251,6 +251,25 @@ def test_the_openai_sdk_streams_through_an_escalation(ladder):
     assert text == STRONG_TEXT
 
 
+def test_a_client_that_leaves_during_the_decision_cancels_and_meters_the_cheap_stream(ladder):
+    states, proxy = ladder
+    base, app = proxy(stream_tokens=16)
+    states["cheap"].behaviour = FakeBehaviour(num_tokens=100, token_delay_s=0.2, logprobs=SURE)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(
+            base + "/v1/chat/completions",
+            json={"model": "cascade", "messages": HI, "stream": True},
+            timeout=httpx.Timeout(5, read=0.5),  # no byte comes before the verdict: the client gives up
+        )
+    cheap = states["cheap"].records[0]
+    assert wait_until(lambda: cheap.disconnected_at is not None)  # the cancellation reached upstream
+    assert wait_until(lambda: len(app.state.ledger.read()) == 1)
+    time.sleep(0.3)
+    [record] = app.state.ledger.read()
+    assert (record.model, record.status) == ("cheap", "cancelled") and record.completion_tokens >= 1
+    assert states["strong"].num_requests == 0
+
+
 # -- hedging -----------------------------------------------------------------------------------
 
 

@@ -130,6 +130,21 @@ def test_real_traces_confidence_predicts_a_right_answer(tmp_path):
     assert report["test"]["auroc"] > 0.75
     assert report["auroc_by_scorer"]["test"]["mean_entropy"] > 0.7
     assert report["test"]["quality"] >= report["test"]["quality_weak"]
+    result = runner.invoke(
+        app,
+        [
+            "eval",
+            "cascade",
+            "--traces",
+            SHIPPED,
+            "--json",
+            "--out",
+            str(tmp_path / "t.yaml"),
+            "--report",
+            str(tmp_path),
+        ],
+    )
+    assert "no better than local-small" in " ".join(orjson.loads(result.stdout)["notes"])
 
 
 def test_the_shipped_thresholds_file_judges_local_small():
