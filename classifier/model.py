@@ -37,10 +37,20 @@ class ComplexityClassifier:
     embedder: Embedder = field(default_factory=Embedder)
     subject_prior: Any = None  # classifier.subject_prior.SubjectPrior, when training chose it
 
+    fast_head: Any = None  # classifier.fast_head.FastHead: the head in numpy, when it has the usual shape
+
+    def __post_init__(self) -> None:
+        from classifier.fast_head import compile_head
+
+        self.fast_head = compile_head(self.head)
+
     def score_embedded(self, embeddings: np.ndarray, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros(0)
-        return self.head.predict_proba(design_matrix(embeddings, texts, self.subject_prior))[:, 1]
+        x = design_matrix(embeddings, texts, self.subject_prior)
+        if self.fast_head is not None:
+            return self.fast_head.predict_positive(x)
+        return self.head.predict_proba(x)[:, 1]
 
     def score(self, texts: list[str]) -> np.ndarray:
         """Blocking (an embedding forward pass): call it off the event loop."""
