@@ -354,26 +354,41 @@ class _Buffered:
 
     def replay(self, for_client) -> tuple[StreamChunk | None, AsyncIterator[StreamChunk]]:
         chunks = [for_client(c) for c in self.chunks]
-        return (chunks[0] if chunks else None), self._continue(chunks[1:], for_client)
-
-    async def _continue(self, held: list[StreamChunk], for_client) -> AsyncIterator[StreamChunk]:
-        try:
-            for chunk in held:
-                yield chunk
-            if self.pending is not None:
-                chunk, self.pending = await self.pending, None
-                if chunk is None:
-                    return
-                yield for_client(chunk)
-            if self.is_ended:
-                return
-            async for chunk in self.rest:
-                yield for_client(chunk)
-        finally:
-            await self.aclose()
+        return (chunks[0] if chunks else None), _Replay(self, chunks[1:], for_client)
 
     async def aclose(self) -> None:
         if self.pending is not None:
             await _cancel_and_wait(self.pending)
             self.pending = None
         await self.rest.aclose()
+
+
+class _Replay:
+    """The held-back chunks, then the read that was pending at the verdict, then the rest.
+
+    A class, not an async generator, so that `aclose()` closes the upstream even if the client
+    never read a byte (an unstarted generator's `finally` never runs).
+    """
+
+    def __init__(self, buffered: _Buffered, held: list[StreamChunk], for_client) -> None:
+        self.buffered, self.held, self.for_client = buffered, list(held), for_client
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> StreamChunk:
+        if self.held:
+            return self.held.pop(0)
+        buffered = self.buffered
+        if buffered.pending is not None:
+            chunk, buffered.pending = await buffered.pending, None
+            if chunk is None:
+                buffered.is_ended = True
+            else:
+                return self.for_client(chunk)
+        if buffered.is_ended:
+            raise StopAsyncIteration
+        return self.for_client(await anext(buffered.rest))
+
+    async def aclose(self) -> None:
+        await self.buffered.aclose()

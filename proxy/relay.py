@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
+from starlette.background import BackgroundTask
 
 from backends.base import AnyRequest, answered_by
 from proxy.errors import SwitchyardError, error_body
@@ -67,7 +68,34 @@ async def _choose(request: Request, parsed: AnyRequest) -> Choice:
     return Choice(admission.entry, headers, is_near)
 
 
+CLIENT_CLOSED_REQUEST = 499  # nginx's code; nobody reads it, the access log does
+
+
 async def relay(request: Request, parsed: AnyRequest) -> Response:
+    """Everything before the first byte runs as a task that a client leaving cancels: the upstream
+    calls stop, and their own handlers meter them as cancelled."""
+    work = asyncio.ensure_future(_respond(request, parsed))
+    gone = asyncio.ensure_future(_client_leaves(request))
+    try:
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:  # our own cancellation (server shutdown) takes both down
+        for task in (work, gone):
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(work, gone, return_exceptions=True)
+    if work.cancelled():
+        logger.info("the client left before the first byte; its request was cancelled")
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+    return work.result()
+
+
+async def _client_leaves(request: Request) -> None:
+    """Returns when the client disconnects (the request body has been read already)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _respond(request: Request, parsed: AnyRequest) -> Response:
     state = request.app.state
     choice = await _choose(request, parsed)
     entry, route_headers = choice.entry, choice.headers
@@ -109,14 +137,7 @@ async def _relay_cascade(cascade, plan, parsed: AnyRequest, route_headers: dict[
     if not parsed.stream:
         outcome.meter.finished(outcome.entry, "completed", usage_of(outcome.result))
         return Response(outcome.result.data, media_type="application/json", headers=headers)
-    body = _sse_body(
-        outcome.first,
-        outcome.rest,
-        include_usage=_client_wants_usage(parsed),
-        meter=outcome.meter,
-        entry=outcome.entry,
-    )
-    return StreamingResponse(body, media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
+    return _sse_response(outcome.first, outcome.rest, parsed, outcome.meter, outcome.entry, headers)
 
 
 def _client_wants_usage(parsed: AnyRequest) -> bool:
@@ -142,9 +163,29 @@ async def _relay_stream(
     except asyncio.CancelledError:
         meter.finished(meter.current_entry or entry, "cancelled", None)
         raise
-    headers = {**SSE_HEADERS, **_answer_headers(entry), **route_headers}
-    body = _sse_body(first, chunks, include_usage=_client_wants_usage(parsed), meter=meter, entry=entry)
-    return StreamingResponse(body, media_type="text/event-stream", headers=headers)
+    return _sse_response(first, chunks, parsed, meter, entry, _answer_headers(entry) | route_headers)
+
+
+def _sse_response(
+    first: StreamChunk | None,
+    rest: AsyncIterator[StreamChunk],
+    parsed: AnyRequest,
+    meter: RequestMeter,
+    entry: ModelEntry,
+    headers: dict[str, str],
+) -> StreamingResponse:
+    body = _sse_body(first, rest, include_usage=_client_wants_usage(parsed), meter=meter, entry=entry)
+
+    async def settle() -> None:
+        # A client gone before the body started (Starlette cancels it unstarted): its `finally`
+        # never ran, so meter the attempt and close the upstream here. Otherwise a no-op.
+        if not meter.is_closed:
+            meter.finished(entry, "cancelled", None, 1 if first is not None else 0)
+            await rest.aclose()
+
+    return StreamingResponse(
+        body, media_type="text/event-stream", headers={**SSE_HEADERS, **headers}, background=BackgroundTask(settle)
+    )
 
 
 async def _sse_body(

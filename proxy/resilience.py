@@ -168,7 +168,7 @@ class ResilientExecutor:
 
         entry, (first_chunk, rest) = await self._run(first, call, meter)
         if self.policy.attempt_timeout_s is not None:
-            rest = _with_deadline(rest, self.policy.attempt_timeout_s, entry.name)
+            rest = _DeadlineStream(rest, self.policy.attempt_timeout_s, entry.name)
         return entry, first_chunk, rest
 
     # -- the loop -------------------------------------------------------------------------------
@@ -240,21 +240,32 @@ class ResilientExecutor:
         return {name: guard.breaker_state for name, guard in self.guards.items()}
 
 
-async def _with_deadline(chunks: AsyncIterator[StreamChunk], timeout_s: float, model: str):
-    """The rest of a stream, cut with BackendTimeout (an in-band error) once the attempt is over time."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    try:
-        while True:
-            try:
-                chunk = await asyncio.wait_for(anext(chunks), max(0.0, deadline - loop.time()))
-            except StopAsyncIteration:
-                return
-            except TimeoutError:
-                raise BackendTimeout(f"{model}: the answer took longer than {timeout_s:g} s", backend=model) from None
-            yield chunk
-    finally:
-        await chunks.aclose()
+class _DeadlineStream:
+    """The rest of a stream, cut with BackendTimeout (an in-band error) once the attempt is over time.
+
+    A class, not an async generator: `aclose()` must close the upstream stream even when nobody
+    ever iterated this (a client gone before the body started); an unstarted generator's
+    `finally` never runs.
+    """
+
+    def __init__(self, chunks: AsyncIterator[StreamChunk], timeout_s: float, model: str) -> None:
+        self.chunks, self.timeout_s, self.model = chunks, timeout_s, model
+        self.deadline = asyncio.get_running_loop().time() + timeout_s
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> StreamChunk:
+        remaining = max(0.0, self.deadline - asyncio.get_running_loop().time())
+        try:
+            return await asyncio.wait_for(anext(self.chunks), remaining)
+        except TimeoutError:
+            await self.chunks.aclose()
+            message = f"{self.model}: the answer took longer than {self.timeout_s:g} s"
+            raise BackendTimeout(message, backend=self.model) from None
+
+    async def aclose(self) -> None:
+        await self.chunks.aclose()
 
 
 async def _within(awaitable, timeout_s: float | None, model: str, what: str):

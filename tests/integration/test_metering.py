@@ -114,3 +114,22 @@ def test_every_attempt_of_a_fallback_chain_is_a_record(metered):
     ]
     assert "500" in records[0].error
     assert records[2].cost_usd == 0.0  # secondary has no price
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_client_that_leaves_before_the_first_byte_cancels_the_upstream_and_is_metered(metered, stream):
+    base, states, app = metered
+    states["a"].behaviour = FakeBehaviour(latency_s=3)  # a slow first token
+    request_id = f"req-left-early-{stream}"
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(
+            base + "/v1/chat/completions",
+            json={"model": "primary", "messages": HI, "stream": stream},
+            headers={"x-request-id": request_id},
+            timeout=httpx.Timeout(5, read=0.3),
+        )
+    upstream = states["a"].records[-1]
+    assert wait_until(lambda: upstream.disconnected_at is not None, timeout_s=2)  # well before its 3 s
+    [record] = _records(app, request_id, 1)
+    assert (record.model, record.status) == ("primary", "cancelled")
+    assert states["b"].num_requests == 0  # a cancellation is not a failure: no fallback
