@@ -171,4 +171,11 @@ class CommercialBackend:
         return True
 
     async def aclose(self) -> None:
-        """LiteLLM's clients are its own."""
+        """LiteLLM caches its HTTP clients for the whole process: close them, and forget them so that
+        nothing reuses a closed one (the proxy is shutting down; another app in the process, a
+        test's, gets fresh ones)."""
+        from litellm.llms.custom_httpx.async_client_cleanup import close_litellm_async_clients
+
+        litellm = _litellm()
+        await close_litellm_async_clients()
+        litellm.in_memory_llm_clients_cache.flush_cache()
