@@ -143,6 +143,12 @@ class Cascade:
             self.guard.record(plan.route, escalated=not accepted)
         return accepted
 
+    def _climb_past(self, plan: Plan, rung: Rung, exc: BackendError, index: int, is_last: bool) -> None:
+        """A failed rung: the last rung's failure, or the client's own mistake, is the answer."""
+        if is_last or _is_client_error(exc):
+            raise exc
+        self._failed(plan, rung, exc, index == 0)
+
     def _failed(self, plan: Plan, rung: Rung, exc: BaseException, is_first: bool) -> None:
         logger.info("cascade: %s failed, climbing: %s", rung.entry.name, getattr(exc, "message", exc))
         self.judged[(rung.entry.name, "error")] += 1
@@ -171,9 +177,7 @@ class Cascade:
                 try:
                     entry, result = await task
                 except BackendError as exc:
-                    if is_last or _is_client_error(exc):
-                        raise
-                    self._failed(plan, rung, exc, i == 0)
+                    self._climb_past(plan, rung, exc, i, is_last)
                     continue
                 if is_last:
                     plan.steps.append(entry.name)
@@ -207,9 +211,7 @@ class Cascade:
                 try:
                     entry, first, rest = await task
                 except BackendError as exc:
-                    if is_last or _is_client_error(exc):
-                        raise
-                    self._failed(plan, rung, exc, i == 0)
+                    self._climb_past(plan, rung, exc, i, is_last)
                     continue
                 if is_last:
                     plan.steps.append(entry.name)
