@@ -72,27 +72,31 @@ CLIENT_CLOSED_REQUEST = 499  # nginx's code; nobody reads it, the access log doe
 
 
 async def relay(request: Request, parsed: AnyRequest) -> Response:
-    """Everything before the first byte runs as a task that a client leaving cancels: the upstream
-    calls stop, and their own handlers meter them as cancelled."""
-    work = asyncio.ensure_future(_respond(request, parsed))
-    gone = asyncio.ensure_future(_client_leaves(request))
+    """Everything before the first byte can be cancelled by the client leaving: the upstream calls
+    stop, and their own handlers meter them as cancelled. A watcher task cancels this one when the
+    disconnect arrives; a cancellation that did not come from it (server shutdown) propagates."""
+    this = asyncio.current_task()
+    assert this is not None
+    left: list[bool] = []
+    watcher = asyncio.ensure_future(_cancel_when_client_leaves(request, this, left))
     try:
-        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
-    finally:  # our own cancellation (server shutdown) takes both down
-        for task in (work, gone):
-            if not task.done():
-                task.cancel()
-        await asyncio.gather(work, gone, return_exceptions=True)
-    if work.cancelled():
+        return await _respond(request, parsed)
+    except asyncio.CancelledError:
+        if not left or this.cancelling() > 1:
+            raise
+        this.uncancel()
         logger.info("the client left before the first byte; its request was cancelled")
         return Response(status_code=CLIENT_CLOSED_REQUEST)
-    return work.result()
+    finally:
+        watcher.cancel()
 
 
-async def _client_leaves(request: Request) -> None:
-    """Returns when the client disconnects (the request body has been read already)."""
+async def _cancel_when_client_leaves(request: Request, task: asyncio.Task, left: list[bool]) -> None:
+    """The request body has been read already: the next message can only be the disconnect."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
+    left.append(True)
+    task.cancel()
 
 
 async def _respond(request: Request, parsed: AnyRequest) -> Response:
