@@ -234,8 +234,3 @@ def scorer_from_dict(raw: dict[str, Any]) -> Scorer:
             raise ValueError("the learned scorer's mean, scale and coef must each have one number per feature")
         return LogisticScorer(vectors["mean"], vectors["scale"], vectors["coef"], float(raw["intercept"]), first_k)
     raise ValueError(f"scorer kind must be 'feature' or 'logistic', not {kind!r}")
-
-
-def parse_scorer(spec: str, first_k: int = DEFAULT_FIRST_K) -> FeatureScorer:
-    """A single-feature scorer by name (the config's `cascade.scorer`)."""
-    return FeatureScorer(spec, first_k)

@@ -28,6 +28,7 @@ import logging
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from functools import partial
 
 from backends.base import AnyRequest, answered_by
 from cascade import wire
@@ -160,7 +161,13 @@ class Cascade:
 
     async def complete(self, plan: Plan, request: AnyRequest, meter: RequestMeter) -> Outcome:
         wanted = wire.client_top_logprobs(request)
-        attempts = _Attempts(plan, request, wire.with_logprobs(request, self.policy.top_logprobs), meter, self._call)
+        attempts = _Attempts(
+            plan,
+            request,
+            wire.with_logprobs(request, self.policy.top_logprobs),
+            meter,
+            partial(_attempt, self.executor.complete),
+        )
         tasks, meters, start = attempts.tasks, attempts.meters, attempts.start
         try:
             for i, rung in enumerate(plan.rungs):
@@ -192,14 +199,17 @@ class Cascade:
         finally:
             await _cancel_and_wait(*tasks.values())
 
-    async def _call(self, entry: ModelEntry, request: AnyRequest, meter: RequestMeter):
-        return await _attempt(self.executor.complete, entry, request, meter)
-
     # -- stream ----------------------------------------------------------------------------------
 
     async def stream(self, plan: Plan, request: AnyRequest, meter: RequestMeter) -> Outcome:
         wanted = wire.client_top_logprobs(request)
-        attempts = _Attempts(plan, request, wire.with_logprobs(request, self.policy.top_logprobs), meter, self._open)
+        attempts = _Attempts(
+            plan,
+            request,
+            wire.with_logprobs(request, self.policy.top_logprobs),
+            meter,
+            partial(_attempt, self.executor.stream),
+        )
         opening, meters, open_ = attempts.tasks, attempts.meters, attempts.start
         handed_over: set[int] = set()
         try:
@@ -243,9 +253,6 @@ class Cascade:
                 if i in handed_over:
                     continue
                 await _abandon(task, meters[i], plan.rungs[i].entry)
-
-    async def _open(self, entry: ModelEntry, request: AnyRequest, meter: RequestMeter):
-        return await _attempt(self.executor.stream, entry, request, meter)
 
     def _for_client(self, obj, wanted: int | None):
         """Logprobs the cascade asked for, cut back to what the client asked for."""
@@ -300,7 +307,7 @@ async def _abandon(task: asyncio.Task, meter: RequestMeter, entry: ModelEntry) -
     """An opened (or opening) stream nobody will read: cancel it, meter it once."""
     if not task.done():
         await _cancel_and_wait(task)
-        return  # `_open` metered the cancellation
+        return  # `_attempt` metered the cancellation
     if task.cancelled() or task.exception() is not None:
         return
     answered, first, rest = task.result()

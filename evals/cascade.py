@@ -156,6 +156,16 @@ def _round(value: float) -> float | None:
     return None if np.isnan(value) else round(value, 6)
 
 
+def feature_aurocs(data: CascadeData, first_k: int) -> dict[str, float | None]:
+    """Each single feature's AUROC against a correct weak answer, over answers that carry logprobs."""
+    rows = data.has_evidence
+    labels = data.acceptable[rows] == 1
+    return {
+        feature: _round(metrics.auroc(FeatureScorer(feature, first_k).score_matrix(data.features[rows]), labels))
+        for feature in FEATURE_NAMES
+    }
+
+
 def fit_scorer(name: str, train: CascadeData, first_k: int, seed: int = 0) -> tuple[Scorer, dict[str, float | None]]:
     """The scorer called `name` ("auto": the best by train AUROC; "learned"; or a feature) and every
     candidate's train AUROC (the learned scorer's by 5-fold cross-validation)."""
@@ -163,11 +173,7 @@ def fit_scorer(name: str, train: CascadeData, first_k: int, seed: int = 0) -> tu
     rows = train.has_evidence
     if not rows.any():
         raise EvalError("no weak answer in the train split carries token_logprobs: the cascade has nothing to judge")
-    candidates: dict[str, float | None] = {}
-    for feature in FEATURE_NAMES:
-        candidates[feature] = _round(
-            metrics.auroc(FeatureScorer(feature, first_k).score_matrix(train.features[rows]), labels[rows] == 1)
-        )
+    candidates = feature_aurocs(train, first_k)
     candidates["learned"] = _cv_auroc(train.features[rows], labels[rows], first_k, seed)
     if name == "auto":
         scored = {k: v for k, v in candidates.items() if v is not None}
@@ -265,13 +271,7 @@ def tune(
     test_curve = cascade_curve(test_conf, test)
     test_point = operating_point(test, test_conf, threshold)
     chosen = int(np.argmin(np.abs(test_curve.escalation_rate - test_point["escalation_rate"])))
-    rows = test.has_evidence
-    test_auroc = {
-        feature: _round(
-            metrics.auroc(FeatureScorer(feature, first_k).score_matrix(test.features[rows]), test.acceptable[rows] == 1)
-        )
-        for feature in FEATURE_NAMES
-    }
+    test_auroc = feature_aurocs(test, first_k)
     if scorer.name == "learned":
         test_auroc["learned"] = test_point["auroc"]
     if best_quality:
