@@ -126,7 +126,8 @@ async def main() -> None:
         f"## Auto-routing decision latency (`bench/classifier.py{command_suffix}`)"
         f"\n\nRun {time.strftime('%Y-%m-%d')} on "
         f"{platform.machine()}; {describe} + logistic head (1 torch thread, "
-        f"micro-batches up to 32, 2 ms window), {args.requests} distinct MMLU prompts per level; the fake upstream, "
+        "micro-batches up to 32 that start when the worker is free, BLAS on 1 thread), "
+        f"{args.requests} distinct MMLU prompts per level; the fake upstream, "
         "proxy and load generator share 2 cores. Added = auto − explicit model name, same prompts.\n",
         "| concurrency | requests | explicit p50 ms | auto p50 ms | added p50 ms | added p99 ms | decisions/s |",
         "| ---: | --- | ---: | ---: | ---: | ---: | ---: |",

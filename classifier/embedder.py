@@ -124,7 +124,7 @@ class StaticEmbedder:
         out = np.zeros((len(texts), EMBEDDING_DIM), dtype=np.float32)
         for start in range(0, len(texts), batch_size):
             batch = texts[start : start + batch_size]
-            for i, encoding in enumerate(tokenizer.encode_batch(batch), start):
+            for i, encoding in enumerate(tokenizer.encode_batch_fast(batch), start):  # no offsets: ~20% less
                 ids = np.asarray(encoding.ids)
                 ids = ids[~special[ids]]
                 if len(ids):

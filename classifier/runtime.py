@@ -1,8 +1,11 @@
 """Scoring prompts inside the proxy: micro-batched, cached, on a worker thread, with a deadline.
 
-Requests that arrive within `max_wait_ms` of each other (or until `max_batch` of them) share one
-forward pass on a single worker thread; the event loop only waits on futures. Scores are kept in
-an LRU cache by a hash of the prompt. A caller that cannot wait longer than its deadline gets a
+One worker thread scores one batch at a time; the event loop only waits on futures. A prompt
+that finds the worker idle starts a batch after at most `max_wait_ms` (default 0: at once);
+prompts that arrive while the worker is busy queue, and all of them (up to `max_batch`) go as the
+next batch the moment the worker is free. So a quiet proxy adds no batching delay and a busy one
+scores in large batches, whose cost per prompt is several times lower. Scores are kept in an LRU
+cache by a hash of the prompt. A caller that cannot wait longer than its deadline gets a
 `ScoreUnavailable` and routes by its default, saying so.
 """
 
@@ -12,8 +15,9 @@ import asyncio
 import hashlib
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
 
 import numpy as np
 
@@ -34,16 +38,21 @@ class MicroBatcher:
         score_batch: Callable[[list[str]], np.ndarray],
         *,
         max_batch: int = 32,
-        max_wait_ms: float = 2.0,
+        max_wait_ms: float = 0.0,
         cache_size: int = 10_000,
+        blas_threads: int | None = 1,
     ) -> None:
         self._score_batch = score_batch
         self.max_batch = max_batch
         self.max_wait_s = max_wait_ms / 1000
         self.cache_size = cache_size
+        self._blas_threads = blas_threads
+        self._threadpools = None
         self._cache: OrderedDict[str, float] = OrderedDict()
-        self._pending: dict[str, tuple[str, asyncio.Future[float]]] = {}
+        self._queued: dict[str, str] = {}  # key -> text, waiting for the worker
+        self._futures: dict[str, asyncio.Future[float]] = {}  # key -> its score, queued or being scored
         self._timer: asyncio.TimerHandle | None = None
+        self._batch_task: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="classifier")
         self.num_batches = 0
         self.num_scored = 0
@@ -58,47 +67,76 @@ class MicroBatcher:
         if cached is not None:
             self._cache.move_to_end(key)
             return cached
-        entry = self._pending.get(key)
-        if entry is None:
-            future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-            self._pending[key] = (text, future)
-            if len(self._pending) >= self.max_batch:
-                self._flush()
-            elif self._timer is None:
-                self._timer = asyncio.get_running_loop().call_later(self.max_wait_s, self._flush)
-        else:
-            future = entry[1]
+        future = self._futures.get(key)
+        if future is None:
+            loop = asyncio.get_running_loop()
+            future = self._futures[key] = loop.create_future()
+            self._queued[key] = text
+            if self._batch_task is None:  # the worker is idle; if busy, its batch's end starts ours
+                if len(self._queued) >= self.max_batch:
+                    self._start_batch()
+                elif self._timer is None:
+                    self._timer = loop.call_later(self.max_wait_s, self._start_batch)
         try:
             # shield: one caller's deadline must not cancel a score other callers share.
             return await asyncio.wait_for(asyncio.shield(future), deadline_s)
         except TimeoutError:
             raise ScoreUnavailable(f"classifier late (>{deadline_s * 1000:.0f}ms)") from None
 
-    def _flush(self) -> None:
+    def _start_batch(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if not self._pending:
+        if self._batch_task is not None or not self._queued:
             return
-        batch, self._pending = list(self._pending.items()), {}
-        asyncio.get_running_loop().create_task(self._run(batch))
+        keys = list(islice(self._queued, self.max_batch))
+        batch = [(key, self._queued.pop(key)) for key in keys]
+        self._batch_task = asyncio.get_running_loop().create_task(self._run(batch))
 
-    async def _run(self, batch: Sequence[tuple[str, tuple[str, asyncio.Future[float]]]]) -> None:
-        texts = [text for _, (text, _) in batch]
+    async def _run(self, batch: list[tuple[str, str]]) -> None:
+        texts = [text for _, text in batch]
         try:
-            scores = await asyncio.get_running_loop().run_in_executor(self._executor, self._score_batch, texts)
+            scores = await asyncio.get_running_loop().run_in_executor(self._executor, self._score_on_worker, texts)
+            if len(scores) != len(texts):
+                raise ValueError(f"the scorer returned {len(scores)} scores for {len(texts)} prompts")
         except Exception as exc:  # a scorer bug must not take routing down: callers fall back
             logger.exception("classifier failed on a batch of %d", len(texts))
-            for _, (_, future) in batch:
+            self._settle(batch, None, ScoreUnavailable(f"classifier failed ({type(exc).__name__})"))
+        except asyncio.CancelledError:
+            self._settle(batch, None, ScoreUnavailable("classifier stopped"))
+            raise
+        else:
+            self.num_batches += 1
+            self.num_scored += len(texts)
+            self._settle(batch, scores, None)
+        finally:
+            self._batch_task = None
+        if self._queued:  # what arrived while the worker was busy goes now, as one batch
+            self._start_batch()
+
+    def _settle(self, batch: list[tuple[str, str]], scores: np.ndarray | None, error: Exception | None) -> None:
+        for i, (key, _) in enumerate(batch):
+            future = self._futures.pop(key)
+            if scores is not None:
+                value = float(scores[i])
+                self._remember(key, value)
                 if not future.done():
-                    future.set_exception(ScoreUnavailable(f"classifier failed ({type(exc).__name__})"))
-            return
-        self.num_batches += 1
-        self.num_scored += len(texts)
-        for (key, (_, future)), value in zip(batch, scores, strict=True):
-            self._remember(key, float(value))
-            if not future.done():
-                future.set_result(float(value))
+                    future.set_result(value)
+            elif not future.done():
+                future.set_exception(error)
+                future.exception()  # retrieved: a caller that already left must not log it as lost
+
+    def _score_on_worker(self, texts: list[str]) -> np.ndarray:
+        # The worker shares the machine's cores with the event loop; BLAS threads spinning on the
+        # head's small matrices cost more than they save (2x on a batch of 32 on 2 cores).
+        if self._blas_threads is None:
+            return self._score_batch(texts)
+        if self._threadpools is None:
+            from threadpoolctl import ThreadpoolController
+
+            self._threadpools = ThreadpoolController()
+        with self._threadpools.limit(limits=self._blas_threads, user_api="blas"):
+            return self._score_batch(texts)
 
     def _remember(self, key: str, value: float) -> None:
         self._cache[key] = value
@@ -107,4 +145,7 @@ class MicroBatcher:
             self._cache.popitem(last=False)
 
     def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self._executor.shutdown(wait=False, cancel_futures=True)

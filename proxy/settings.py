@@ -62,7 +62,7 @@ class AutoRoutingSettings(_Strict):
     deadline_ms: float = Field(default=50.0, gt=0)
     classifier_artifact: Path | None = None  # default: the artifact shipped in classifier/artifacts
     max_batch: int = Field(default=32, ge=1)
-    max_wait_ms: float = Field(default=2.0, ge=0)
+    max_wait_ms: float = Field(default=0.0, ge=0)  # wait for company when the worker is idle
     cache_size: int = Field(default=10_000, ge=0)
     threads: int | None = Field(default=1, ge=1)  # torch threads for the embedding model
     warm_up: bool = True  # load the classifier at start (else at the first auto request)

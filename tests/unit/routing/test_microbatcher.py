@@ -18,10 +18,12 @@ class Recorder:
         self.threads: set[str] = set()
         self.delay_s = delay_s
         self.fail = fail
+        self.started = threading.Event()  # set when the first batch reaches the worker
 
     def __call__(self, texts: list[str]) -> np.ndarray:
         self.batches.append(list(texts))
         self.threads.add(threading.current_thread().name)
+        self.started.set()
         if self.delay_s:
             time.sleep(self.delay_s)
         if self.fail:
@@ -82,4 +84,60 @@ async def test_a_failing_scorer_is_reported_not_raised_raw():
     batcher = MicroBatcher(Recorder(fail=True), max_wait_ms=1)
     with pytest.raises(ScoreUnavailable, match=r"classifier failed \(RuntimeError\)"):
         await batcher.score("x", 1.0)
+    batcher.close()
+
+
+async def test_prompts_arriving_while_the_worker_is_busy_go_together_as_soon_as_it_is_free():
+    recorder = Recorder(delay_s=0.2)
+    # A window far longer than the test's own timeout: batches must start on the worker, not the timer.
+    batcher = MicroBatcher(recorder, max_batch=32, max_wait_ms=0)
+    first = asyncio.ensure_future(batcher.score("first", 5.0))
+    assert await asyncio.to_thread(recorder.started.wait, 2.0)  # the worker has the first prompt
+    batcher.max_wait_s = 10.0
+    rest = [f"later {i}" for i in range(5)]
+    scores = await asyncio.wait_for(asyncio.gather(first, *(batcher.score(t, 5.0) for t in rest)), 2.0)
+    assert scores == [len(t) / 100 for t in ["first", *rest]]
+    assert recorder.batches == [["first"], rest]
+    batcher.close()
+
+
+async def test_an_idle_worker_starts_at_once_by_default():
+    recorder = Recorder()
+    batcher = MicroBatcher(recorder)
+    assert batcher.max_wait_s == 0
+    for text in ("a", "b"):
+        assert await asyncio.wait_for(batcher.score(text, 5.0), 1.0) == 0.01
+    assert recorder.batches == [["a"], ["b"]]
+    batcher.close()
+
+
+async def test_a_busy_queue_larger_than_a_batch_is_split():
+    recorder = Recorder(delay_s=0.1)
+    batcher = MicroBatcher(recorder, max_batch=3)
+    first = asyncio.ensure_future(batcher.score("x", 5.0))
+    assert await asyncio.to_thread(recorder.started.wait, 2.0)
+    await asyncio.wait_for(asyncio.gather(first, *(batcher.score(f"t{i}", 5.0) for i in range(7))), 3.0)
+    assert [len(b) for b in recorder.batches] == [1, 3, 3, 1]
+    batcher.close()
+
+
+def test_the_worker_runs_blas_on_one_thread_and_restores_it():
+    from threadpoolctl import threadpool_info
+
+    def blas_threads() -> list[int]:
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    seen: list[list[int]] = []
+    batcher = MicroBatcher(lambda texts: seen.append(blas_threads()) or np.zeros(len(texts)))
+    before = blas_threads()
+    batcher._score_on_worker(["a"])
+    assert seen == [[1] * len(before)] and blas_threads() == before
+    batcher.close()
+
+
+async def test_a_scorer_that_loses_scores_fails_its_batch_and_the_next_one_still_runs():
+    batcher = MicroBatcher(lambda texts: np.zeros(len(texts) - 1) if len(texts) > 1 else np.array([0.3]))
+    results = await asyncio.gather(*(batcher.score(t, 1.0) for t in ("a", "b")), return_exceptions=True)
+    assert all(isinstance(r, ScoreUnavailable) and "ValueError" in r.reason for r in results)
+    assert await batcher.score("a", 1.0) == 0.3  # not stuck behind the failed batch
     batcher.close()
