@@ -32,6 +32,7 @@ class UsageRecord:
     started_at: float  # unix seconds
     duration_ms: float
     error: str | None = None
+    team: str | None = None  # the calling team, when teams are configured
 
 
 class Ledger(Protocol):
@@ -41,6 +42,10 @@ class Ledger(Protocol):
 
     async def aclose(self) -> None: ...
 
+    async def spend_since(self, since: float) -> dict[str, float]:
+        """USD per team over the attempts started at or after `since` (unix seconds)."""
+        ...
+
 
 _COLUMNS = [f.name for f in fields(UsageRecord)]
 _SCHEMA = """
@@ -48,11 +53,13 @@ CREATE TABLE IF NOT EXISTS usage (
     request_id TEXT NOT NULL, attempt INTEGER NOT NULL, model TEXT NOT NULL, backend TEXT NOT NULL,
     status TEXT NOT NULL, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
     cost_usd REAL NOT NULL, is_estimated INTEGER NOT NULL, started_at REAL NOT NULL, duration_ms REAL NOT NULL,
-    error TEXT,
+    error TEXT, team TEXT,
     PRIMARY KEY (request_id, attempt)
 );
 CREATE INDEX IF NOT EXISTS usage_started_at ON usage (started_at);
 """
+# Columns added since the first schema, in order: a ledger file written before them gets them at start.
+_ADDED_COLUMNS = {"team": "TEXT"}
 
 
 class SQLiteLedger:
@@ -71,8 +78,13 @@ class SQLiteLedger:
 
     def _create(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.closing(sqlite3.connect(self.path)) as db:
+        with contextlib.closing(sqlite3.connect(self.path)) as db, db:
             db.executescript(_SCHEMA)
+            present = {row[1] for row in db.execute("PRAGMA table_info(usage)")}
+            for column, kind in _ADDED_COLUMNS.items():
+                if column not in present:
+                    db.execute(f"ALTER TABLE usage ADD COLUMN {column} {kind}")
+            db.execute("CREATE INDEX IF NOT EXISTS usage_team_started_at ON usage (team, started_at)")
 
     async def _write_forever(self) -> None:
         while True:
@@ -97,6 +109,17 @@ class SQLiteLedger:
         with contextlib.closing(sqlite3.connect(self.path)) as db:
             rows = db.execute(query + " ORDER BY started_at, attempt", args).fetchall()
         return [UsageRecord(*row[:8], bool(row[8]), *row[9:]) for row in rows]
+
+    async def spend_since(self, since: float) -> dict[str, float]:
+        return await asyncio.to_thread(self._spend_since, since)
+
+    def _spend_since(self, since: float) -> dict[str, float]:
+        with contextlib.closing(sqlite3.connect(self.path)) as db:
+            rows = db.execute(
+                "SELECT team, SUM(cost_usd) FROM usage WHERE team IS NOT NULL AND started_at >= ? GROUP BY team",
+                (since,),
+            ).fetchall()
+        return {team: float(total) for team, total in rows}
 
     async def aclose(self) -> None:
         if self._writer is not None:

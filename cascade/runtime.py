@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from backends.base import AnyRequest, answered_by
+from billing.teams import may_use
 from cascade import wire
 from cascade.confidence import Scorer, score
 from cascade.thrash import ThrashGuard
@@ -117,14 +118,16 @@ class Cascade:
         if isinstance(request, ChatCompletionRequest) and request.tools:
             return "off(tools)"
         index = self.names.index(start.name)
+        # The calling team's models end the ladder: a rung it may not use, and all above it.
+        reachable = next((i for i in range(index + 1, len(self.rungs)) if not may_use(self.names[i])), len(self.rungs))
         steps: list[str] = []
         is_moved_up = False
-        if index + 1 < len(self.rungs) and self.guard.is_cooling(start.name):
+        if index + 1 < reachable and self.guard.is_cooling(start.name):
             steps.append(f"{start.name}(skipped:thrash-guard)")
             self.moved_up[start.name] += 1
             index, is_moved_up = index + 1, True
         depth = self.policy.max_depth or len(self.rungs)
-        rungs = self.rungs[index : index + depth]
+        rungs = self.rungs[index : min(index + depth, reachable)]
         hedge = mode == "hedge" or (near_threshold and self.policy.hedge_margin is not None)
         return Plan(rungs, start.name, hedge and len(rungs) > 1, steps, is_moved_up)
 

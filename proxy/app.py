@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
+from billing.budgets import SpendTracker, start_of_utc_day
 from billing.ledger import SQLiteLedger
+from billing.teams import Team, TeamDirectory
 from cascade.build import build_cascade, rung_specs
 from classifier.model import DEFAULT_ARTIFACT, ArtifactError, ComplexityClassifier
 from classifier.runtime import MicroBatcher
@@ -54,7 +57,9 @@ def _prices(settings: Settings, registry: ModelRegistry) -> dict[str, tuple[floa
     return prices
 
 
-def _build_auto_router(settings: Settings, registry: ModelRegistry, thresholds: dict) -> AutoRouter:
+def _build_auto_router(
+    settings: Settings, registry: ModelRegistry, thresholds: dict, prices: dict[str, tuple[float, float]]
+) -> AutoRouter:
     """The classifier loads on its worker thread at the first batch; a warm-up batch starts that now."""
     auto = settings.routing.auto
     artifact = auto.classifier_artifact or DEFAULT_ARTIFACT
@@ -75,11 +80,32 @@ def _build_auto_router(settings: Settings, registry: ModelRegistry, thresholds: 
         batcher,
         default_tier=auto.default_tier or auto.tiers[0],
         deadline_ms=auto.deadline_ms,
+        prices=prices,
     )
     if auto.warm_up:
         warm_up = asyncio.get_running_loop().create_task(batcher.score("warm-up", deadline_s=600))
         warm_up.add_done_callback(lambda task: task.cancelled() or task.exception())
     return router
+
+
+def _build_teams(settings: Settings) -> TeamDirectory:
+    return TeamDirectory(
+        (
+            Team(name, frozenset(team.models) if team.models is not None else None, team.budget_usd_per_day),
+            [key.get_secret_value() for key in team.api_keys],
+        )
+        for name, team in settings.teams.items()
+    )
+
+
+async def _spend_so_far_today(ledger: SQLiteLedger | None, teams: TeamDirectory) -> SpendTracker:
+    """Budgets survive a restart: today's spend is read back from the ledger."""
+    spend = SpendTracker()
+    if ledger is not None and teams.is_enabled:
+        since = start_of_utc_day(time.time())
+        for team, cost_usd in (await ledger.spend_since(since)).items():
+            spend.add(team, cost_usd, since)
+    return spend
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -109,11 +135,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.registry = registry
         if not len(registry):
             logger.warning("no models are configured: pass --config FILE (see README)")
-        app.state.auto_router = _build_auto_router(settings, registry, auto_thresholds) if auto.tiers else None
+        app.state.prices = prices = _prices(settings, registry)
+        app.state.auto_router = _build_auto_router(settings, registry, auto_thresholds, prices) if auto.tiers else None
         app.state.ledger = SQLiteLedger(settings.billing.ledger_path) if settings.billing.ledger_path else None
         if app.state.ledger is not None:
             await app.state.ledger.start()
-        app.state.prices = _prices(settings, registry)
+        app.state.teams = _build_teams(settings)
+        app.state.spend = await _spend_so_far_today(app.state.ledger, app.state.teams)
         app.state.attempt_counts = Counter()
         app.state.saturation = SaturationGate(
             registry,

@@ -4,9 +4,12 @@
     ├── InvalidRequest                  400 invalid_request_error
     │   ├── MalformedJSON               400 (body is not JSON)
     │   └── ContextLengthExceeded       400 context_length_exceeded
+    ├── AuthenticationFailed            401 invalid_api_key       (teams configured, key unknown)
+    ├── ModelNotAllowed                 403 model_not_allowed     (not among the team's models)
     ├── ModelNotFound                   404 model_not_found
     ├── RequestTooLarge                 413 request_too_large
     ├── RateLimited                     429 rate_limit_exceeded   (carries retry_after_s)
+    │   └── BudgetExceeded              429 insufficient_quota    (the team's budget for today is spent)
     └── BackendError                    502 upstream_error        (an upstream failed us)
         ├── BackendRejected             the upstream's own 4xx, status kept
         ├── BackendRateLimited          429 upstream_rate_limited (carries retry_after_s)
@@ -78,6 +81,18 @@ class ContextLengthExceeded(InvalidRequest):
     code = "context_length_exceeded"
 
 
+class AuthenticationFailed(SwitchyardError):
+    status_code = 401
+    error_type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+class ModelNotAllowed(SwitchyardError):
+    status_code = 403
+    error_type = "permission_error"
+    code = "model_not_allowed"
+
+
 class ModelNotFound(SwitchyardError):
     status_code = 404
     error_type = "invalid_request_error"
@@ -94,6 +109,11 @@ class RateLimited(SwitchyardError):
     status_code = 429
     error_type = "rate_limit_error"
     code = "rate_limit_exceeded"
+
+
+class BudgetExceeded(RateLimited):
+    error_type = "insufficient_quota"
+    code = "insufficient_quota"
 
 
 class BackendError(SwitchyardError):

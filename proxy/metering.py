@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from backends.base import answered_by
+from billing.budgets import SpendTracker
 from billing.ledger import Ledger, UsageRecord
 from proxy.errors import SwitchyardError
 from proxy.protocol import CompletionResult
@@ -43,6 +44,8 @@ class RequestMeter:
     attempt_started_at: float = field(default_factory=time.time)
     current_entry: ModelEntry | None = None
     backend_label: str | None = None  # the deployment, when it answered in another task (a cascade rung)
+    team: str | None = None  # the calling team (teams configured); its spend grows with each attempt
+    spend: SpendTracker | None = None
     is_closed: bool = False
     _sequence: list[int] = field(default_factory=lambda: [0])  # shared by forks: attempt numbers
 
@@ -58,6 +61,8 @@ class RequestMeter:
             self.request_id,
             self.counts,
             self.prompt_tokens_estimate,
+            team=self.team,
+            spend=self.spend,
             _sequence=self._sequence,
         )
 
@@ -84,26 +89,30 @@ class RequestMeter:
         self._sequence[0] += 1
         if self.counts is not None:
             self.counts[(entry.name, status)] += 1
-        if self.ledger is None:
+        if self.ledger is None and self.spend is None:
             return
         prompt = int(usage.get("prompt_tokens") or 0) if usage else (self.prompt_tokens_estimate if num_chunks else 0)
         completion = int((usage or {}).get("completion_tokens") or 0) if usage else num_chunks
         price = self.prices.get(entry.name)
         cost = (prompt * price[0] + completion * price[1]) / 1e6 if price else 0.0
-        self.ledger.record(
-            UsageRecord(
-                request_id=self.request_id,
-                attempt=self.num_attempts,
-                model=entry.name,
-                backend=answered_by.get() or self.backend_label or entry.backend_kind,
-                status=status,
-                prompt_tokens=prompt,
-                completion_tokens=completion,
-                cost_usd=cost,
-                is_estimated=usage is None and completion > 0,
-                started_at=self.attempt_started_at,
-                duration_ms=(time.time() - self.attempt_started_at) * 1000,
-                error=error,
+        if self.spend is not None and self.team is not None:
+            self.spend.add(self.team, cost, self.attempt_started_at)
+        if self.ledger is not None:
+            self.ledger.record(
+                UsageRecord(
+                    request_id=self.request_id,
+                    attempt=self.num_attempts,
+                    model=entry.name,
+                    backend=answered_by.get() or self.backend_label or entry.backend_kind,
+                    status=status,
+                    prompt_tokens=prompt,
+                    completion_tokens=completion,
+                    cost_usd=cost,
+                    is_estimated=usage is None and completion > 0,
+                    started_at=self.attempt_started_at,
+                    duration_ms=(time.time() - self.attempt_started_at) * 1000,
+                    error=error,
+                    team=self.team,
+                )
             )
-        )
         self.begin_attempt()

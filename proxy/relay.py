@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -12,7 +13,9 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.background import BackgroundTask
 
 from backends.base import AnyRequest, answered_by
-from proxy.errors import SwitchyardError, error_body
+from billing.budgets import seconds_to_next_utc_day
+from billing.teams import Team, UnknownKey, current_team
+from proxy.errors import AuthenticationFailed, BudgetExceeded, ModelNotAllowed, SwitchyardError, error_body
 from proxy.metering import RequestMeter, usage_of
 from proxy.protocol import StreamChunk
 from proxy.registry import ModelEntry
@@ -40,15 +43,43 @@ class Choice:
     is_near_threshold: bool = False  # the classifier's score is close to a threshold (cascade hedging)
 
 
-async def _choose(request: Request, parsed: AnyRequest) -> Choice:
-    """Routing (for "auto"), the cascade's first rung (for "cascade"), then saturation."""
+def authenticate(request: Request) -> Team | None:
+    """The calling team (None when no teams are configured)."""
+    try:
+        return request.app.state.teams.authenticate(request.headers.get("authorization"))
+    except UnknownKey as exc:
+        raise AuthenticationFailed(str(exc)) from None
+
+
+def _check_budget(state, team: Team | None) -> float | None:
+    """The team's headroom for today; a team with none left is refused here, before any routing."""
+    headroom = state.spend.headroom_usd(team)
+    if headroom is not None and headroom <= 0:
+        assert team is not None and team.budget_usd_per_day is not None
+        raise BudgetExceeded(
+            f"Team '{team.name}' has spent its budget for today (${team.budget_usd_per_day:g}); "
+            "it renews at 00:00 UTC.",
+            retry_after_s=seconds_to_next_utc_day(time.time()),
+        )
+    return headroom
+
+
+def _allowed(team: Team | None, entry: ModelEntry, asked_for: str) -> ModelEntry:
+    if team is not None and not team.may_use(entry.name):
+        raise ModelNotAllowed(f"Team '{team.name}' may not use model '{asked_for}'.", param="model")
+    return entry
+
+
+async def _choose(request: Request, parsed: AnyRequest, team: Team | None) -> Choice:
+    """The team's budget, routing (for "auto"), the cascade's first rung (for "cascade"), then saturation."""
     state = request.app.state
+    headroom = _check_budget(state, team)
     headers: dict[str, str] = {}
     is_near = False
     if parsed.model == "auto":
         if state.auto_router is None:
             raise auto_not_configured()
-        decision = await state.auto_router.route(parsed, request.headers.get("x-switchyard-quality"))
+        decision = await state.auto_router.route(parsed, request.headers.get("x-switchyard-quality"), team, headroom)
         entry = decision.entry
         headers["x-switchyard-route"] = decision.reason
         if decision.score is not None:
@@ -58,10 +89,10 @@ async def _choose(request: Request, parsed: AnyRequest) -> Choice:
     elif parsed.model == CASCADE_MODEL:
         if state.cascade is None:
             raise cascade_not_configured()
-        entry = state.cascade.rungs[0].entry
+        entry = _allowed(team, state.cascade.rungs[0].entry, CASCADE_MODEL)
         headers["x-switchyard-route"] = f"cascade->{entry.name}"
     else:
-        entry = state.registry.get(parsed.model)
+        entry = _allowed(team, state.registry.get(parsed.model), parsed.model)
     admission = await state.saturation.admit(entry, request.headers.get("x-switchyard-priority"))
     if admission.is_degraded:
         headers["x-switchyard-degraded"] = "1"
@@ -71,7 +102,7 @@ async def _choose(request: Request, parsed: AnyRequest) -> Choice:
 CLIENT_CLOSED_REQUEST = 499  # nginx's code; nobody reads it, the access log does
 
 
-async def relay(request: Request, parsed: AnyRequest) -> Response:
+async def relay(request: Request, team: Team | None, parsed: AnyRequest) -> Response:
     """Everything before the first byte can be cancelled by the client leaving: the upstream calls
     stop, and their own handlers meter them as cancelled. A watcher task cancels this one when the
     disconnect arrives; a cancellation that did not come from it (server shutdown) propagates."""
@@ -80,7 +111,12 @@ async def relay(request: Request, parsed: AnyRequest) -> Response:
     left: list[bool] = []
     watcher = asyncio.ensure_future(_cancel_when_client_leaves(request, this, left))
     try:
-        return await _respond(request, parsed)
+        # The fallback chain, `degrade_to` and the cascade's rungs read the team from here.
+        token = current_team.set(team)
+        try:
+            return await _respond(request, parsed, team)
+        finally:
+            current_team.reset(token)
     except asyncio.CancelledError:
         if not left or this.cancelling() > 1:
             raise
@@ -99,9 +135,9 @@ async def _cancel_when_client_leaves(request: Request, task: asyncio.Task, left:
     task.cancel()
 
 
-async def _respond(request: Request, parsed: AnyRequest) -> Response:
+async def _respond(request: Request, parsed: AnyRequest, team: Team | None) -> Response:
     state = request.app.state
-    choice = await _choose(request, parsed)
+    choice = await _choose(request, parsed, team)
     entry, route_headers = choice.entry, choice.headers
     meter = RequestMeter(
         state.ledger,
@@ -109,6 +145,8 @@ async def _respond(request: Request, parsed: AnyRequest) -> Response:
         request.scope["state"]["request_id"],
         state.attempt_counts,
         prompt_tokens_estimate=estimated_prompt_tokens(parsed),
+        team=team.name if team is not None else None,
+        spend=state.spend,
     )
     if state.cascade is not None and parsed.model in ("auto", CASCADE_MODEL):
         plan = state.cascade.plan(entry, parsed, request.headers.get("x-switchyard-cascade"), choice.is_near_threshold)

@@ -1,6 +1,6 @@
 """Resilience around every backend call, applied in this order (like TensorZero's, written down):
 
-1. fallback chain: the requested model, then each of its `fallbacks`, in order;
+1. fallback chain: the requested model, then each of its `fallbacks` (that the team may use), in order;
 2. per model, load shedding: more than `max_in_flight` requests in flight → skip it (429 if all do);
 3. per model, the circuit breaker (aiobreaker): open → skip it without calling;
 4. per model, up to `max_attempts` attempts with exponential backoff and full jitter, honouring
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from aiobreaker import CircuitBreaker, CircuitBreakerError
 
 from backends.base import AnyRequest
+from billing.teams import may_use
 from proxy.errors import (
     BackendError,
     BackendRateLimited,
@@ -138,7 +139,8 @@ class ResilientExecutor:
         return guard
 
     def chain(self, first: ModelEntry) -> list[ModelEntry]:
-        return [first, *(self.registry.get(name) for name in self.fallbacks.get(first.name, ()))]
+        """The model, then its fallbacks that the calling team may use."""
+        return [first, *(self.registry.get(name) for name in self.fallbacks.get(first.name, ()) if may_use(name))]
 
     # -- the two entry points ------------------------------------------------------------------
 

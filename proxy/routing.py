@@ -6,14 +6,17 @@ Order of application (each step may move the request to another tier):
    configured default tier is used and the route says why;
 2. thresholds: tiers ascend (e.g. small < t1 <= large < t2 <= commercial); the quality mode
    (`x-switchyard-quality: economy | balanced | max`) picks the threshold set;
-3. models the team may use: (arrives with team API keys; today every configured model is allowed);
+3. models the team may use (`teams.<name>.models`): only those are candidates; a tier with none
+   gives way to the nearest tier below it that has one, else the nearest above;
 4. context window: a tier whose model cannot hold the prompt plus `max_tokens` is skipped upward;
 5. health and saturation: a tier whose backend is not ready, or is saturated, gives way to the
    nearest tier below it that is ready, else the nearest above (degrading before escalating);
-6. budget headroom: (arrives with billing).
+6. budget headroom (`teams.<name>.budget_usd_per_day`): when the request's estimated cost on the
+   chosen model exceeds what the team may still spend today, the nearest tier below whose estimate
+   fits answers, else the lowest usable tier. (A team with nothing left is refused before routing.)
 
 The decision is explained in `x-switchyard-route` (ASCII, as headers must be), e.g.
-`auto:classifier=0.31<0.45->small`.
+`auto:classifier=0.31<0.45->small`, or `auto:classifier=0.62>=0.45->small(large over budget)`.
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from billing.teams import Team
 from classifier.runtime import MicroBatcher, ScoreUnavailable
-from proxy.errors import InvalidRequest, ModelNotFound
+from proxy.errors import InvalidRequest, ModelNotAllowed, ModelNotFound
 from proxy.protocol import ChatCompletionRequest, CompletionRequest, message_text
 from proxy.registry import ModelEntry, ModelRegistry
 
 QUALITY_MODES = ("economy", "balanced", "max")
+ANSWER_TOKENS_FOR_COST = 256  # the answer length a cost estimate assumes when max_tokens is not set
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,13 +63,23 @@ def estimated_prompt_tokens(request: ChatCompletionRequest | CompletionRequest) 
     return math.ceil(chars / 4)
 
 
+def answer_budget(request: ChatCompletionRequest | CompletionRequest) -> int | None:
+    if isinstance(request, ChatCompletionRequest):
+        return request.max_completion_tokens or request.max_tokens
+    return request.max_tokens
+
+
 def estimated_tokens(request: ChatCompletionRequest | CompletionRequest) -> int:
     """Prompt tokens at four characters a token, plus the answer budget asked for."""
-    if isinstance(request, ChatCompletionRequest):
-        answer = request.max_completion_tokens or request.max_tokens or 0
-    else:
-        answer = request.max_tokens or 0
-    return estimated_prompt_tokens(request) + answer
+    return estimated_prompt_tokens(request) + (answer_budget(request) or 0)
+
+
+def estimated_cost_usd(request: ChatCompletionRequest | CompletionRequest, price: tuple[float, float] | None) -> float:
+    """Prompt at four characters a token, the answer at `max_tokens` (or ANSWER_TOKENS_FOR_COST)."""
+    if price is None:
+        return 0.0
+    answer = answer_budget(request) or ANSWER_TOKENS_FOR_COST
+    return (estimated_prompt_tokens(request) * price[0] + answer * price[1]) / 1e6
 
 
 class AutoRouter:
@@ -78,6 +93,7 @@ class AutoRouter:
         router_name: str = "classifier",
         default_tier: str,
         deadline_ms: float,
+        prices: dict[str, tuple[float, float]] | None = None,
     ) -> None:
         self.registry = registry
         self.tiers = tiers
@@ -86,12 +102,19 @@ class AutoRouter:
         self.router_name = router_name
         self.default_tier = default_tier
         self.deadline_s = deadline_ms / 1000
+        self.prices = prices or {}  # model -> USD per million input, output tokens
         self.models_by_tier = {tier: [e for e in registry if e.tier == tier] for tier in tiers}
         missing = [tier for tier, entries in self.models_by_tier.items() if not entries]
         if missing:
             raise ValueError(f"routing.auto.tiers names tier(s) no model has: {', '.join(missing)}")
 
-    async def route(self, request: ChatCompletionRequest | CompletionRequest, quality: str | None) -> RouteDecision:
+    async def route(
+        self,
+        request: ChatCompletionRequest | CompletionRequest,
+        quality: str | None,
+        team: Team | None = None,
+        headroom_usd: float | None = None,
+    ) -> RouteDecision:
         mode = quality or "balanced"
         if mode not in QUALITY_MODES:
             raise InvalidRequest(
@@ -114,16 +137,34 @@ class AutoRouter:
                 )
                 if mode != "balanced":
                     reason += f"({mode})"
-        entry, notes = self._constrain(index, request)
+        entry, notes = self._constrain(index, request, team, headroom_usd)
         margin = min(abs(score - t) for t in thresholds) if score is not None and thresholds else None
         return RouteDecision(entry, reason + "->" + entry.tier + "".join(notes), score, margin)
 
-    def _constrain(self, index: int, request) -> tuple[ModelEntry, list[str]]:
+    def _constrain(
+        self, index: int, request, team: Team | None, headroom_usd: float | None
+    ) -> tuple[ModelEntry, list[str]]:
         notes: list[str] = []
+        candidates = {
+            tier: [e for e in entries if team is None or team.may_use(e.name)]
+            for tier, entries in self.models_by_tier.items()
+        }
+        # 3. models the team may use
+        if not candidates[self.tiers[index]]:
+            allowed = [i for i in _nearest_first(index, len(self.tiers)) if candidates[self.tiers[i]]]
+            if not allowed:
+                assert team is not None
+                raise ModelNotAllowed(
+                    f"Team '{team.name}' may use none of the models that model='auto' routes to "
+                    f"({', '.join(e.name for entries in self.models_by_tier.values() for e in entries)}).",
+                    param="model",
+                )
+            notes.append(f"({self.tiers[index]} not allowed)")
+            index = allowed[0]
+        # 4. context window
         needed = estimated_tokens(request)
         fits = [
-            any(e.context_window is None or e.context_window >= needed for e in self.models_by_tier[tier])
-            for tier in self.tiers
+            any(e.context_window is None or e.context_window >= needed for e in candidates[tier]) for tier in self.tiers
         ]
         if not fits[index]:
             larger = [i for i in range(index + 1, len(self.tiers)) if fits[i]]
@@ -135,27 +176,40 @@ class AutoRouter:
                 )
             notes.append(f"(context>{self.tiers[index]})")
             index = larger[0]
-        entry = self._usable(self.tiers[index], needed)
-        if entry is not None:
-            return entry, notes
-        below = [i for i in range(index - 1, -1, -1) if fits[i]]
-        above = [i for i in range(index + 1, len(self.tiers)) if fits[i]]
-        for other in below + above:
-            entry = self._usable(self.tiers[other], needed)
-            if entry is not None:
+        # 5. health and saturation
+        usable = [self._usable(candidates[tier], needed) if fits[i] else None for i, tier in enumerate(self.tiers)]
+        if usable[index] is None:
+            others = [i for i in _nearest_first(index, len(self.tiers)) if usable[i] is not None]
+            if others:
                 notes.append(f"({self.tiers[index]} busy or down)")
-                return entry, notes
-        # Nothing is known to be healthy: try the chosen tier anyway; its own error explains.
-        return self.models_by_tier[self.tiers[index]][0], notes
+                index = others[0]
+            else:  # nothing is known to be healthy: try the chosen tier anyway; its own error explains
+                usable[index] = candidates[self.tiers[index]][0]
+        entry = usable[index]
+        assert entry is not None
+        # 6. budget headroom
+        if headroom_usd is not None and estimated_cost_usd(request, self.prices.get(entry.name)) > headroom_usd:
+            below = [i for i in range(index - 1, -1, -1) if usable[i] is not None]
+            cheaper = [i for i in below if estimated_cost_usd(request, self.prices.get(usable[i].name)) <= headroom_usd]
+            if cheaper or below:
+                notes.append(f"({self.tiers[index]} over budget)")
+                entry = usable[(cheaper or below[-1:])[0]]
+        return entry, notes
 
-    def _usable(self, tier: str, needed: int) -> ModelEntry | None:
-        for entry in self.models_by_tier[tier]:
+    @staticmethod
+    def _usable(entries: list[ModelEntry], needed: int) -> ModelEntry | None:
+        for entry in entries:
             if entry.context_window is not None and entry.context_window < needed:
                 continue
             backend = entry.backend
             if backend.is_ready() and not getattr(backend, "is_saturated", lambda: False)():
                 return entry
         return None
+
+
+def _nearest_first(index: int, count: int) -> list[int]:
+    """The other tiers, the nearest below first (degrading before escalating), then those above."""
+    return [*range(index - 1, -1, -1), *range(index + 1, count)]
 
 
 CASCADE_MODEL = "cascade"

@@ -1,7 +1,8 @@
 """What a request does when its model's backend is saturated (vLLM's queue or KV cache, the
 embedded engine's waiting requests): decided before the first byte, by the request's priority.
 
-    best-effort  → the model's `degrade_to` model answers instead; `x-switchyard-degraded: 1`
+    best-effort  → the model's `degrade_to` model (if the team may use it) answers instead;
+                   `x-switchyard-degraded: 1`
     standard     → goes ahead (the backend's own admission queues or refuses it)
     priority     → waits, in a bounded queue, up to `saturation_wait_s` for the saturation to clear
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from billing.teams import may_use
 from proxy.errors import BackendUnavailable, InvalidRequest, RateLimited
 from proxy.registry import ModelEntry, ModelRegistry
 
@@ -59,7 +61,7 @@ class SaturationGate:
             return Admission(entry, False)
         if priority == "best-effort":
             smaller = self.degrade_to.get(entry.name)
-            if smaller is None:
+            if smaller is None or not may_use(smaller):
                 return Admission(entry, False)
             self.num_degraded += 1
             return Admission(self.registry.get(smaller), True)

@@ -74,6 +74,14 @@ class AutoRoutingSettings(_Strict):
         return self
 
 
+class TeamSettings(_Strict):
+    """A team: its API keys, the models it may use, its daily budget (see billing/teams.py)."""
+
+    api_keys: list[SecretStr] = Field(min_length=1)
+    models: list[str] | None = None  # model names it may use, directly or through auto/cascade; null: all
+    budget_usd_per_day: float | None = Field(default=None, ge=0)  # per UTC day; null: no budget
+
+
 class BillingSettings(_Strict):
     ledger_path: Path | None = Path("~/.cache/switchyard/usage.sqlite3")  # null: no ledger
 
@@ -256,6 +264,7 @@ class Settings(BaseSettings):
     billing: BillingSettings = Field(default_factory=BillingSettings)
     cascade: CascadeSettings = Field(default_factory=CascadeSettings)
     models: list[ModelSettings] = Field(default_factory=list)
+    teams: dict[str, TeamSettings] = Field(default_factory=dict)  # empty: any key, every model
 
     @model_validator(mode="after")
     def _unique_names(self) -> Settings:
@@ -276,6 +285,18 @@ class Settings(BaseSettings):
         for name in self.cascade.ladder:
             if name not in by_name:
                 raise ValueError(f"cascade.ladder names '{name}', which is not a configured model")
+        team_of_key: dict[str, str] = {}
+        for team_name, team in self.teams.items():
+            for model_name in team.models or ():
+                if model_name not in by_name:
+                    raise ValueError(f"team '{team_name}' may use '{model_name}', which is not a configured model")
+            for key in (k.get_secret_value() for k in team.api_keys):
+                if key in team_of_key:
+                    raise ValueError(
+                        f"team '{team_name}': an API key is listed twice (also under '{team_of_key[key]}'); "
+                        "each key names one team"
+                    )
+                team_of_key[key] = team_name
         for name in self.cascade.ladder[:-1]:
             if not by_name[name].has_logprobs:
                 raise ValueError(

@@ -3,11 +3,12 @@ from fastapi.responses import Response
 
 from proxy.body import read_request
 from proxy.protocol import CompletionRequest
-from proxy.relay import relay
+from proxy.relay import authenticate, relay
 
 router = APIRouter()
 
 
 @router.post("/v1/completions")
 async def create_completion(request: Request) -> Response:
-    return await relay(request, await read_request(request, CompletionRequest))
+    team = authenticate(request)  # before the body: a caller without a key learns that first
+    return await relay(request, team, await read_request(request, CompletionRequest))

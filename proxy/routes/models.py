@@ -2,12 +2,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from proxy.protocol import ModelCard, ModelList
+from proxy.relay import authenticate
 
 router = APIRouter()
 
 
 @router.get("/v1/models")
 async def list_models(request: Request) -> Response:
+    """The models the caller may use (all of them when no teams are configured)."""
+    team = authenticate(request)
     cards = [
         ModelCard(
             id=entry.name,
@@ -16,5 +19,6 @@ async def list_models(request: Request) -> Response:
             ready=entry.backend.is_ready(),
         )
         for entry in request.app.state.registry
+        if team is None or team.may_use(entry.name)
     ]
     return Response(ModelList(data=cards).model_dump_json(), media_type="application/json")

@@ -39,7 +39,7 @@ def ladder(tmp_path):
     with ExitStack() as stack:
         urls = {n: stack.enter_context(serve_in_thread(FakeOpenAIUpstream(s))) + "/v1" for n, s in states.items()}
 
-        def proxy(**cascade) -> tuple[str, object]:
+        def proxy(teams=None, **cascade) -> tuple[str, object]:
             settings = Settings(
                 models=[
                     {
@@ -63,6 +63,7 @@ def ladder(tmp_path):
                 },
                 resilience={"max_attempts": 1},
                 billing={"ledger_path": tmp_path / f"usage-{len(states)}-{time.monotonic_ns()}.db"},
+                teams=teams or {},
             )
             app = create_app(settings)
             return stack.enter_context(serve_in_thread(app)), app
@@ -140,6 +141,19 @@ def test_logprobs_the_client_asked_for_are_kept_as_many_as_it_asked(ladder):
     entries = answer.choices[0].logprobs.content
     assert len(entries) == 5 and all(len(e.top_logprobs) == 2 for e in entries)
     assert states["cheap"].records[0].body["top_logprobs"] == 5
+
+
+def test_a_team_climbs_only_as_far_as_its_models_reach(ladder):
+    states, proxy = ladder
+    base, _ = proxy(teams={"frugal": {"api_keys": ["sk-f"], "models": ["cheap"]}, "all": {"api_keys": ["sk-a"]}})
+    states["cheap"].behaviour.logprobs = UNSURE
+    frugal = _post(base, {"model": "cascade", "messages": HI}, {"authorization": "Bearer sk-f"})
+    everyone = _post(base, {"model": "cascade", "messages": HI}, {"authorization": "Bearer sk-a"})
+    assert frugal.status_code == 200 and frugal.json()["choices"][0]["message"]["content"] == CHEAP_TEXT
+    assert frugal.headers["x-switchyard-model"] == "cheap"
+    assert "logprobs" not in states["cheap"].records[0].body  # its last reachable rung: never judged
+    assert everyone.headers["x-switchyard-model"] == "strong"
+    assert states["strong"].num_requests == 1
 
 
 def test_a_failing_cheap_rung_escalates(ladder):

@@ -134,3 +134,73 @@ def test_thresholds_resolution():
         resolve_thresholds(["s", "l"], None, {"routing": {"router": "length", "threshold": 0.4}})
     with pytest.raises(ValueError, match="need 2, ascending"):
         resolve_thresholds(["s", "l", "c"], [0.7, 0.3], None)
+
+
+# -- the team's models (step 3) and its budget headroom (step 6) ---------------------------------
+
+PRICES = {"m-small": (1.0, 1.0), "m-large": (10.0, 10.0), "m-commercial": (100.0, 100.0)}
+
+
+def _priced_router(registry=None):
+    router = _router(registry or _registry())
+    router.prices = PRICES
+    return router
+
+
+async def test_a_tier_the_team_may_not_use_gives_way_below_first_then_above():
+    from billing.teams import Team
+
+    router = _priced_router()
+    only_small = Team("t", frozenset({"m-small"}))
+    decision = await router.route(_request(0.9), None, only_small)
+    assert decision.entry.name == "m-small"
+    assert decision.reason == "auto:classifier=0.900>=0.700->small(commercial not allowed)"
+    only_commercial = Team("t", frozenset({"m-commercial"}))
+    decision = await router.route(_request(0.1), None, only_commercial)
+    assert decision.entry.name == "m-commercial"
+    assert decision.reason.endswith("->commercial(small not allowed)")
+    assert (await router.route(_request(0.5), None, Team("all"))).entry.name == "m-large"
+
+
+async def test_a_team_with_no_routable_model_is_refused():
+    from billing.teams import Team
+    from proxy.errors import ModelNotAllowed
+
+    with pytest.raises(ModelNotAllowed, match="Team 'x' may use none of the models"):
+        await _priced_router().route(_request(0.5), None, Team("x", frozenset()))
+
+
+async def test_budget_headroom_moves_down_to_the_nearest_tier_that_fits():
+    router = _priced_router()
+    # score=0.9 is 3 prompt tokens; with max_tokens 100: 103 tokens at $1 / $10 / $100 per million.
+    request = _request(0.9, max_tokens=100)
+    costs = {name: 103 * price[0] / 1e6 for name, price in PRICES.items()}
+    plenty = await router.route(request, None, headroom_usd=1.0)
+    assert plenty.entry.name == "m-commercial" and "budget" not in plenty.reason
+    tight = await router.route(request, None, headroom_usd=costs["m-large"] * 1.01)
+    assert tight.entry.name == "m-large"
+    assert tight.reason == "auto:classifier=0.900>=0.700->large(commercial over budget)"
+    tighter = await router.route(request, None, headroom_usd=costs["m-small"] * 1.01)
+    assert tighter.entry.name == "m-small"
+    nothing_fits = await router.route(request, None, headroom_usd=costs["m-small"] / 2)
+    assert nothing_fits.entry.name == "m-small"  # the cheapest usable tier: budgets are soft by one request
+    at_bottom = await router.route(_request(0.1, max_tokens=100), None, headroom_usd=0.0)
+    assert at_bottom.entry.name == "m-small" and "budget" not in at_bottom.reason
+
+
+async def test_the_budget_step_skips_unhealthy_tiers():
+    registry = _registry()
+    registry.get("m-large").backend.ready = False
+    router = _priced_router(registry)
+    request = _request(0.9, max_tokens=100)
+    decision = await router.route(request, None, headroom_usd=103 * 10.0 / 1e6 * 1.01)
+    assert decision.entry.name == "m-small"
+    assert decision.reason.endswith("->small(commercial over budget)")
+
+
+async def test_without_max_tokens_the_estimate_assumes_a_typical_answer():
+    from proxy.routing import ANSWER_TOKENS_FOR_COST, estimated_cost_usd
+
+    assert estimated_cost_usd(_request(0.9), (0.0, 1e6)) == ANSWER_TOKENS_FOR_COST
+    assert estimated_cost_usd(_request(0.9, max_tokens=7), (1e6, 1e6)) == 3 + 7
+    assert estimated_cost_usd(_request(0.9), None) == 0.0
