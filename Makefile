@@ -42,7 +42,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/overhead.py
 	$(BIN)/python bench/engine.py
 	$(BIN)/python bench/classifier.py
-	$(BIN)/python bench/classifier.py --artifact classifier/artifacts/static-logreg
+	$(BIN)/python bench/classifier.py --artifact classifier/artifacts/minilm-logreg
 	$(BIN)/python bench/cascade.py
 
 clean:

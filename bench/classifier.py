@@ -64,7 +64,7 @@ def bodies(prompts: list[str], model: str) -> list[bytes]:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=320, help="distinct prompts per concurrency level")
+    parser.add_argument("--requests", type=int, default=1000, help="distinct prompts per concurrency level")
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument(
         "--artifact", type=Path, default=None, help="a classifier artifact folder (default: the shipped MiniLM one)"

@@ -15,7 +15,12 @@ from classifier.embedder import EMBEDDERS, EMBEDDING_MODEL, Embedder, embedder_f
 from classifier.features import feature_matrix
 
 ARTIFACT_VERSION = 1
-DEFAULT_ARTIFACT = Path(__file__).parent / "artifacts" / "minilm-logreg"
+ARTIFACTS = Path(__file__).parent / "artifacts"
+MINILM_ARTIFACT = ARTIFACTS / "minilm-logreg"
+STATIC_ARTIFACT = ARTIFACTS / "static-logreg"
+# The static one: chosen on the validation slice (0.623 mean APGR against MiniLM's 0.615) and ~200x
+# cheaper per prompt, which is what keeps the decision under 10 ms at 32 concurrent prompts.
+DEFAULT_ARTIFACT = STATIC_ARTIFACT
 
 
 class ArtifactError(ValueError):

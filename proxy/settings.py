@@ -18,7 +18,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 DEFAULT_CONFIG_NAME = "switchyard.yaml"
 # Picked by `switchyard classifier train` on the train split and shipped with the classifier.
-DEFAULT_THRESHOLDS = Path(__file__).resolve().parents[1] / "classifier/artifacts/minilm-logreg/thresholds.yaml"
+DEFAULT_THRESHOLDS = Path(__file__).resolve().parents[1] / "classifier/artifacts/static-logreg/thresholds.yaml"
 
 
 RESERVED_MODEL_NAMES = ("auto", "cascade")

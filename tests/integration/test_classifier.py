@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from classifier.embedder import Embedder
-from classifier.model import DEFAULT_ARTIFACT, ArtifactError, ComplexityClassifier
+from classifier.model import MINILM_ARTIFACT, ArtifactError, ComplexityClassifier
 from classifier.train import train
 from evals import metrics
 from evals.datasets import STRONG_MODEL, WEAK_MODEL, load_mmlu
@@ -70,7 +70,7 @@ def test_the_artifact_round_trips(small_run, embedder, tmp_path):
 
 
 def test_the_shipped_artifact_loads_with_its_metrics(embedder):
-    classifier = ComplexityClassifier.load(DEFAULT_ARTIFACT, embedder=embedder)
+    classifier = ComplexityClassifier.load(MINILM_ARTIFACT, embedder=embedder)
     assert classifier.metadata["data"]["datasets"] == ["gsm8k", "mmlu"]
     assert set(classifier.metadata["test"]) == {"gsm8k", "mmlu"}
     scores = classifier.score(["hi", "A train leaves at 3pm at 60 mph; another at 4pm at 80 mph. When do they meet?"])
