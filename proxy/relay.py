@@ -146,7 +146,7 @@ async def _respond(request: Request, parsed: AnyRequest, team: Team | None) -> R
         state.attempt_counts,
         prompt_tokens_estimate=estimated_prompt_tokens(parsed),
         team=team.name if team is not None else None,
-        spend=state.spend,
+        spend=state.spend if team is not None else None,
     )
     if state.cascade is not None and parsed.model in ("auto", CASCADE_MODEL):
         plan = state.cascade.plan(entry, parsed, request.headers.get("x-switchyard-cascade"), choice.is_near_threshold)

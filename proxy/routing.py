@@ -145,10 +145,9 @@ class AutoRouter:
         self, index: int, request, team: Team | None, headroom_usd: float | None
     ) -> tuple[ModelEntry, list[str]]:
         notes: list[str] = []
-        candidates = {
-            tier: [e for e in entries if team is None or team.may_use(e.name)]
-            for tier, entries in self.models_by_tier.items()
-        }
+        candidates = self.models_by_tier
+        if team is not None:
+            candidates = {tier: [e for e in entries if team.may_use(e.name)] for tier, entries in candidates.items()}
         # 3. models the team may use
         if not candidates[self.tiers[index]]:
             allowed = [i for i in _nearest_first(index, len(self.tiers)) if candidates[self.tiers[i]]]
@@ -176,24 +175,28 @@ class AutoRouter:
                 )
             notes.append(f"(context>{self.tiers[index]})")
             index = larger[0]
+
+        def usable(i: int) -> ModelEntry | None:
+            return self._usable(candidates[self.tiers[i]], needed) if fits[i] else None
+
         # 5. health and saturation
-        usable = [self._usable(candidates[tier], needed) if fits[i] else None for i, tier in enumerate(self.tiers)]
-        if usable[index] is None:
-            others = [i for i in _nearest_first(index, len(self.tiers)) if usable[i] is not None]
-            if others:
-                notes.append(f"({self.tiers[index]} busy or down)")
-                index = others[0]
+        entry = usable(index)
+        if entry is None:
+            for other in _nearest_first(index, len(self.tiers)):
+                entry = usable(other)
+                if entry is not None:
+                    notes.append(f"({self.tiers[index]} busy or down)")
+                    index = other
+                    break
             else:  # nothing is known to be healthy: try the chosen tier anyway; its own error explains
-                usable[index] = candidates[self.tiers[index]][0]
-        entry = usable[index]
-        assert entry is not None
+                entry = candidates[self.tiers[index]][0]
         # 6. budget headroom
         if headroom_usd is not None and estimated_cost_usd(request, self.prices.get(entry.name)) > headroom_usd:
-            below = [i for i in range(index - 1, -1, -1) if usable[i] is not None]
-            cheaper = [i for i in below if estimated_cost_usd(request, self.prices.get(usable[i].name)) <= headroom_usd]
-            if cheaper or below:
+            below = [e for i in range(index - 1, -1, -1) if (e := usable(i)) is not None]  # nearest first
+            if below:
+                fitting = [e for e in below if estimated_cost_usd(request, self.prices.get(e.name)) <= headroom_usd]
                 notes.append(f"({self.tiers[index]} over budget)")
-                entry = usable[(cheaper or below[-1:])[0]]
+                entry = fitting[0] if fitting else below[-1]  # else the lowest usable tier
         return entry, notes
 
     @staticmethod
