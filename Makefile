@@ -7,7 +7,7 @@ comma  := ,
 EXTRAS := dev$(if $(GEMMA),$(comma)gemma)
 STAMP  := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: serve test lint bench install clean
+.PHONY: serve test test-fast lint imports bench install clean
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found; run 'make PYTHON=python3 ...'"; exit 1; }
@@ -28,11 +28,27 @@ install: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/switchyard serve $(if $(CONFIG),--config $(CONFIG))
 
-test: $(STAMP)
+# The whole suite, after the checks that fail fastest: ruff, then the import-layer contracts.
+test: lint
 	$(BIN)/python -m pytest
+
+# For the edit loop: the same checks, and the suite without the tests marked slow.
+test-fast: lint
+	$(BIN)/python -m pytest -m "not slow" -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	@$(MAKE) --no-print-directory imports
+
+# import-linter reads packages from disk, so it gets the installed shape of `switchyard`: a
+# folder of links to the repository's top-level packages (pyproject.toml maps them the same way).
+LAYERS := core billing backends classifier cascade proxy evals
+imports: $(STAMP)
+	@rm -rf build/layers && mkdir -p build/layers/switchyard
+	@cp switchyard/*.py build/layers/switchyard/
+	@for p in $(LAYERS); do ln -s ../../../$$p build/layers/switchyard/$$p; done
+	cd build/layers && ../../$(BIN)/lint-imports --config ../../pyproject.toml --no-cache
 
 $(VENV)/.installed-bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'

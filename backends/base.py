@@ -1,15 +1,18 @@
-"""The interface every backend implements."""
+"""The interface every backend implements, with its optional abilities declared (and defaulted) here."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
-from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
-from proxy.protocol import ChatCompletionRequest, CompletionRequest, CompletionResult, StreamChunk
+from switchyard.core.context import answered_by
+from switchyard.core.prices import Price
+from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest, CompletionResult, StreamChunk
 
 AnyRequest = ChatCompletionRequest | CompletionRequest
+
+__all__ = ["AnyRequest", "Backend", "BackendHealth", "answered_by"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,34 +21,42 @@ class BackendHealth:
     detail: str = ""
 
 
-@runtime_checkable
-class Backend(Protocol):
+class Backend(ABC):
     """A deployment that answers OpenAI-shaped requests.
 
     `complete()` answers a chat request with a `ChatCompletion` and a legacy completion request with
     a `Completion`, both carried as a `CompletionResult` (the upstream's bytes, parsed on demand,
     `as_chat_completion()` for the typed model). `stream()` yields the upstream's chunks. Both raise
-    `proxy.errors.BackendError` subclasses; `stream()` raises before its first chunk when it can.
+    `switchyard.core.errors.BackendError` subclasses; `stream()` raises before its first chunk when
+    it can. The methods below the abstract ones are optional abilities with their defaults.
     """
 
     name: str
+    starts_in_background = False  # `start()` does real work (loads a model, starts polling)
 
+    @abstractmethod
     async def complete(self, request: AnyRequest) -> CompletionResult: ...
 
+    @abstractmethod
     def stream(self, request: AnyRequest) -> AsyncIterator[StreamChunk]: ...
 
+    @abstractmethod
     async def health(self) -> BackendHealth: ...
 
+    @abstractmethod
     def is_ready(self) -> bool:
         """The last health verdict, without probing."""
-        ...
 
+    @abstractmethod
     async def aclose(self) -> None: ...
 
+    async def start(self) -> None:  # noqa: B027 - an optional ability, a no-op by default
+        """Load or connect in the background after the server starts (the embedded engine's model)."""
 
-answered_by: ContextVar[str | None] = ContextVar("switchyard_answered_by", default=None)
-"""The deployment that took the current request, set by the backend when it picks one.
+    def is_saturated(self) -> bool:
+        """Busy enough that best-effort requests should go elsewhere."""
+        return False
 
-Async generators run in their consumer's context, so a route reads this after `complete()`
-returns or after the first streamed chunk arrives.
-"""
+    def price(self) -> Price | None:
+        """The backend's own price, used when the config gives none (LiteLLM's price map)."""
+        return None

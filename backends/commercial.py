@@ -12,8 +12,8 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
-from backends.base import AnyRequest, BackendHealth, answered_by
-from proxy.errors import (
+from switchyard.backends.base import AnyRequest, Backend, BackendHealth, answered_by
+from switchyard.core.errors import (
     BackendError,
     BackendRateLimited,
     BackendRejected,
@@ -22,7 +22,8 @@ from proxy.errors import (
     ContextLengthExceeded,
     InvalidRequest,
 )
-from proxy.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
+from switchyard.core.prices import Price
+from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
 
 _PASSED_THROUGH = (
     "frequency_penalty",
@@ -62,7 +63,7 @@ def _retry_after_s(exc: Exception) -> float | None:
         return None
 
 
-class CommercialBackend:
+class CommercialBackend(Backend):
     def __init__(
         self,
         name: str,
@@ -79,12 +80,12 @@ class CommercialBackend:
         self.timeout_s = timeout_s
         self.label = f"litellm@{litellm_model}"
 
-    def price_usd_per_mtok(self) -> tuple[float, float] | None:
-        """(input, output) USD per million tokens from LiteLLM's price map (config overrides it)."""
+    def price(self) -> Price | None:
+        """LiteLLM's price map for this model (the config overrides it)."""
         entry = _litellm().model_cost.get(self.litellm_model.split("/", 1)[-1]) or {}
         if "input_cost_per_token" not in entry:
             return None
-        return entry["input_cost_per_token"] * 1e6, entry.get("output_cost_per_token", 0.0) * 1e6
+        return Price(entry["input_cost_per_token"] * 1e6, entry.get("output_cost_per_token", 0.0) * 1e6)
 
     def _kwargs(self, request: AnyRequest, *, stream: bool) -> dict[str, Any]:
         if not isinstance(request, ChatCompletionRequest):

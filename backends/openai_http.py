@@ -16,10 +16,10 @@ from typing import Any, ClassVar
 import aiohttp
 import orjson
 
-from backends.balancer import LeastOutstanding
-from backends.base import AnyRequest, BackendHealth, answered_by
-from backends.sse import SSEDecodeError, iter_sse_data
-from proxy.errors import (
+from switchyard.backends.balancer import LeastOutstanding
+from switchyard.backends.base import AnyRequest, Backend, BackendHealth, answered_by
+from switchyard.backends.sse import SSEDecodeError, iter_sse_data
+from switchyard.core.errors import (
     BackendError,
     BackendRateLimited,
     BackendRejected,
@@ -28,7 +28,7 @@ from proxy.errors import (
     ContextLengthExceeded,
     SwitchyardError,
 )
-from proxy.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
+from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
 
 
 @dataclass(eq=False, slots=True)
@@ -71,7 +71,7 @@ def _upstream_message(body: bytes) -> str:
     return body[:200].decode("utf-8", "replace").strip() or "no body"
 
 
-class OpenAIHTTPBackend:
+class OpenAIHTTPBackend(Backend):
     """One public model served by one or more OpenAI-compatible replicas over a shared session."""
 
     def __init__(

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from backends.base import AnyRequest, BackendHealth
-from backends.openai_http import OpenAIHTTPBackend, Replica
-from proxy.protocol import ChatCompletionRequest
+from switchyard.backends.base import AnyRequest, BackendHealth
+from switchyard.backends.openai_http import OpenAIHTTPBackend, Replica
+from switchyard.core.protocol import ChatCompletionRequest
 
 logger = logging.getLogger("switchyard.vllm")
 
@@ -91,6 +91,8 @@ def _rendezvous_score(key: str, replica: Replica) -> int:
 
 
 class VLLMBackend(OpenAIHTTPBackend):
+    starts_in_background = True
+
     replicas: list[VLLMReplica]
 
     def __init__(

@@ -32,9 +32,9 @@ from results import write_section
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from backends.embedded.models import is_installed  # noqa: E402
-from proxy.app import create_app  # noqa: E402
-from proxy.settings import Settings  # noqa: E402
+from switchyard.backends.embedded.models import is_installed  # noqa: E402
+from switchyard.core.settings import Settings  # noqa: E402
+from switchyard.proxy.app import create_app  # noqa: E402
 from tests.fakes.server import serve_in_thread  # noqa: E402
 
 PROMPTS = [
@@ -110,7 +110,7 @@ def main() -> None:
                     await ttft(session, url, "local-large", prompt, 4)
 
                 async def measure(label: str, model: str, **policy) -> None:
-                    cascade = app.state.cascade
+                    cascade = app.state.services.cascade
                     cascade.policy = dataclasses.replace(cascade.policy, **policy)
                     times, answered = [], set()
                     for prompt in prompts:
@@ -132,7 +132,7 @@ def main() -> None:
                         stream_budget_s=NO_BUDGET_MS / 1000,
                     )
                 await measure("local-large alone", "local-large")
-                rungs = app.state.cascade.rungs
+                rungs = app.state.services.cascade.rungs
                 rungs[0] = dataclasses.replace(rungs[0], threshold=1e9)  # nothing passes: every request escalates
                 await measure(
                     "cascade, escalated, k=16, 300 ms budget", "cascade", stream_tokens=16, stream_budget_s=0.3

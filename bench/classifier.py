@@ -33,7 +33,7 @@ from results import write_section
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from evals.datasets import load_mmlu  # noqa: E402
+from switchyard.evals.datasets import load_mmlu  # noqa: E402
 
 
 async def drive(url: str, bodies: list[bytes], concurrency: int) -> tuple[list[float], float]:
@@ -71,7 +71,7 @@ async def main() -> None:
     )
     args = parser.parse_args()
     artifact = f", classifier_artifact: '{args.artifact.resolve()}'" if args.artifact else ""
-    from classifier.model import DEFAULT_ARTIFACT, ComplexityClassifier
+    from switchyard.classifier.model import DEFAULT_ARTIFACT, ComplexityClassifier
 
     embedding = ComplexityClassifier.read_metadata(args.artifact or DEFAULT_ARTIFACT)["embedding_model"]
     describe = f"the classifier in {(args.artifact or DEFAULT_ARTIFACT).name} ({embedding})"
@@ -88,7 +88,7 @@ async def main() -> None:
     )
     proxy = start(
         "switchyard",
-        [python, "-m", "proxy.cli", "serve", "--config", str(config), "--port", str(proxy_port)],
+        [python, "-m", "switchyard", "serve", "--config", str(config), "--port", str(proxy_port)],
         proxy_port,
         logs,
     )

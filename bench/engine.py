@@ -66,7 +66,7 @@ def plain_generate(model, tokenizer, n: int, new_tokens: int) -> tuple[float, fl
 
 
 async def engine_run(engine, tokenizer, concurrency: int, new_tokens: int) -> tuple[float, float]:
-    from backends.embedded.sampler import SamplingParams
+    from switchyard.backends.embedded.sampler import SamplingParams
 
     gaps: list[float] = []
 
@@ -94,8 +94,8 @@ async def main() -> None:
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
 
-    from backends.embedded.engine import EmbeddedEngine, EngineLimits
-    from backends.embedded.models import load_model
+    from switchyard.backends.embedded.engine import EmbeddedEngine, EngineLimits
+    from switchyard.backends.embedded.models import load_model
 
     model, tokenizer = load_model(args.model)
     print(f"plain generate, {args.baseline_requests} requests one at a time …", file=sys.stderr)

@@ -133,7 +133,7 @@ def start_all(logs: Path, targets: tuple[str, ...]) -> dict[str, Server]:
         )
         servers["switchyard"] = start(
             "switchyard",
-            [python, "-m", "proxy.cli", "serve", "--config", str(config), "--port", str(port)],
+            [python, "-m", "switchyard", "serve", "--config", str(config), "--port", str(port)],
             port,
             logs,
         )

@@ -12,7 +12,7 @@ import datetime as dt
 import time
 from collections import defaultdict
 
-from billing.teams import Team
+from switchyard.billing.teams import Team
 
 
 def utc_day(at: float) -> dt.date:

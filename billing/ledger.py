@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 import time
 from dataclasses import astuple, dataclass, fields
@@ -47,6 +48,8 @@ class Ledger(Protocol):
         ...
 
 
+logger = logging.getLogger("switchyard.ledger")
+
 _COLUMNS = [f.name for f in fields(UsageRecord)]
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS usage (
@@ -68,8 +71,14 @@ class SQLiteLedger:
         self.flush_interval_s = flush_interval_s
         self._pending: list[UsageRecord] = []
         self._writer: asyncio.Task | None = None
+        self._closing = asyncio.Event()
+        self._is_closed = False
 
     def record(self, record: UsageRecord) -> None:
+        if self._is_closed:  # metered after the last flush (a request that outlived the drain)
+            logger.warning("ledger record for %s after close: written at once", record.request_id)
+            self._insert([record])
+            return
         self._pending.append(record)
 
     async def start(self) -> None:
@@ -87,8 +96,10 @@ class SQLiteLedger:
             db.execute("CREATE INDEX IF NOT EXISTS usage_team_started_at ON usage (team, started_at)")
 
     async def _write_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.flush_interval_s)
+        """Flush every `flush_interval_s` until closing; never cancelled half-way through a batch."""
+        while not self._closing.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), self.flush_interval_s)
             await self.flush()
 
     async def flush(self) -> None:
@@ -122,12 +133,13 @@ class SQLiteLedger:
         return {team: float(total) for team, total in rows}
 
     async def aclose(self) -> None:
+        """Write everything pending; records that arrive later are written as they come."""
+        self._closing.set()
         if self._writer is not None:
-            self._writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._writer
+            await self._writer
             self._writer = None
         await self.flush()
+        self._is_closed = True
 
 
 def now() -> float:

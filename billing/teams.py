@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from contextvars import ContextVar
 from dataclasses import dataclass
 
 
@@ -21,16 +20,6 @@ class Team:
 
     def may_use(self, model: str) -> bool:
         return self.models is None or model in self.models
-
-
-# The calling team, for code deep in a request (the fallback chain) that no argument reaches.
-current_team: ContextVar[Team | None] = ContextVar("switchyard_team", default=None)
-
-
-def may_use(model: str) -> bool:
-    """May the current request's team use `model` (True outside a team's request)."""
-    team = current_team.get()
-    return team is None or team.may_use(model)
 
 
 def _digest(key: str) -> bytes:

@@ -7,14 +7,14 @@ has one (written by `switchyard eval cascade`), else `cascade.scorer` / `cascade
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from cascade.confidence import FeatureScorer, Scorer, scorer_from_dict
-from cascade.runtime import Cascade, CascadePolicy, Rung
-from cascade.thrash import ThrashGuard, ThrashPolicy
-from proxy.registry import ModelRegistry
-from proxy.resilience import ResilientExecutor
-from proxy.settings import CascadeSettings
+from switchyard.backends.registry import ModelRegistry
+from switchyard.backends.resilience import ResilientExecutor
+from switchyard.cascade.confidence import FeatureScorer, Scorer, scorer_from_dict
+from switchyard.cascade.runtime import Cascade, CascadePolicy, Rung
+from switchyard.cascade.thrash import ThrashGuard, ThrashPolicy
+from switchyard.core.settings import CascadeSettings
+from switchyard.core.thresholds import ThresholdsFile
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,9 +25,10 @@ class RungSpec:
     source: str  # "thresholds file" or "config"
 
 
-def rung_specs(settings: CascadeSettings, thresholds_file: dict[str, Any] | None) -> list[RungSpec]:
+def rung_specs(settings: CascadeSettings, thresholds_file: ThresholdsFile | None) -> list[RungSpec]:
     """Checked at start: a bad cascade section stops the proxy with a message (ValueError)."""
-    fitted = ((thresholds_file or {}).get("cascade") or {}).get("rungs") or {}
+    cascade = thresholds_file.cascade if thresholds_file is not None else None
+    fitted = cascade.rungs if cascade is not None else {}
     specs = []
     for name in settings.ladder:
         section = fitted.get(name)
@@ -35,7 +36,7 @@ def rung_specs(settings: CascadeSettings, thresholds_file: dict[str, Any] | None
             specs.append(RungSpec(name, FeatureScorer(settings.scorer, settings.first_k), settings.threshold, "config"))
             continue
         try:
-            scorer, threshold = scorer_from_dict(section["scorer"]), float(section["threshold"])
+            scorer, threshold = scorer_from_dict(section.scorer), section.threshold
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"cascade.rungs.{name} in the thresholds file: {exc}") from exc
         specs.append(RungSpec(name, scorer, threshold, "thresholds file"))

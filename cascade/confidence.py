@@ -30,23 +30,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from switchyard.core.thresholds import CONFIDENCE_FEATURES
+
 DEFAULT_FIRST_K = 16
 
-# name -> sign that makes "higher = more confident"
-FEATURES: dict[str, float] = {
-    "mean_logprob": 1.0,
-    "min_logprob": 1.0,
-    "p10_logprob": 1.0,
-    "mean_entropy": -1.0,
-    "mean_margin": 1.0,
-    "first_mean_logprob": 1.0,
-    "first_min_logprob": 1.0,
-    "first_p10_logprob": 1.0,
-    "first_mean_entropy": -1.0,
-    "first_mean_margin": 1.0,
-    "sum_logprob": 1.0,
-    "log_length": -1.0,
-}
+FEATURES = CONFIDENCE_FEATURES  # name -> sign that makes "higher = more confident"
 FEATURE_NAMES = tuple(FEATURES)
 
 

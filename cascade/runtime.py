@@ -30,16 +30,16 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from functools import partial
 
-from backends.base import AnyRequest, answered_by
-from billing.teams import may_use
-from cascade import wire
-from cascade.confidence import Scorer, score
-from cascade.thrash import ThrashGuard
-from proxy.errors import BackendError, BackendRejected, InvalidRequest
-from proxy.metering import RequestMeter
-from proxy.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
-from proxy.registry import ModelEntry
-from proxy.resilience import AllAttemptsFailed, ResilientExecutor
+from switchyard.backends.base import AnyRequest, answered_by
+from switchyard.backends.registry import ModelEntry
+from switchyard.backends.resilience import AllAttemptsFailed, ResilientExecutor
+from switchyard.billing.context import RequestContext
+from switchyard.billing.metering import RequestMeter
+from switchyard.cascade import wire
+from switchyard.cascade.confidence import Scorer, score
+from switchyard.cascade.thrash import ThrashGuard
+from switchyard.core.errors import BackendError, BackendRejected, InvalidRequest
+from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
 
 logger = logging.getLogger("switchyard.cascade")
 
@@ -101,7 +101,12 @@ class Cascade:
     # -- deciding what to do ---------------------------------------------------------------------
 
     def plan(
-        self, start: ModelEntry, request: AnyRequest, mode: str | None, near_threshold: bool = False
+        self,
+        start: ModelEntry,
+        request: AnyRequest,
+        mode: str | None,
+        near_threshold: bool = False,
+        ctx: RequestContext | None = None,
     ) -> Plan | str | None:
         """The rungs to climb; a string says why the cascade is off; None: `start` is not a rung."""
         mode = (mode or "on").strip().lower()
@@ -119,7 +124,10 @@ class Cascade:
             return "off(tools)"
         index = self.names.index(start.name)
         # The calling team's models end the ladder: a rung it may not use, and all above it.
-        reachable = next((i for i in range(index + 1, len(self.rungs)) if not may_use(self.names[i])), len(self.rungs))
+        reachable = next(
+            (i for i in range(index + 1, len(self.rungs)) if ctx is not None and not ctx.may_use(self.names[i])),
+            len(self.rungs),
+        )
         steps: list[str] = []
         is_moved_up = False
         if index + 1 < reachable and self.guard.is_cooling(start.name):
@@ -162,13 +170,13 @@ class Cascade:
 
     # -- non-stream ------------------------------------------------------------------------------
 
-    async def complete(self, plan: Plan, request: AnyRequest, meter: RequestMeter) -> Outcome:
+    async def complete(self, plan: Plan, request: AnyRequest, ctx: RequestContext) -> Outcome:
         wanted = wire.client_top_logprobs(request)
         attempts = _Attempts(
             plan,
             request,
             wire.with_logprobs(request, self.policy.top_logprobs),
-            meter,
+            ctx,
             partial(_attempt, self.executor.complete),
         )
         tasks, meters, start = attempts.tasks, attempts.meters, attempts.start
@@ -204,13 +212,13 @@ class Cascade:
 
     # -- stream ----------------------------------------------------------------------------------
 
-    async def stream(self, plan: Plan, request: AnyRequest, meter: RequestMeter) -> Outcome:
+    async def stream(self, plan: Plan, request: AnyRequest, ctx: RequestContext) -> Outcome:
         wanted = wire.client_top_logprobs(request)
         attempts = _Attempts(
             plan,
             request,
             wire.with_logprobs(request, self.policy.top_logprobs),
-            meter,
+            ctx,
             partial(_attempt, self.executor.stream),
         )
         opening, meters, open_ = attempts.tasks, attempts.meters, attempts.start
@@ -267,10 +275,11 @@ class Cascade:
         return "->".join(plan.steps) + (";hedged" if plan.hedge else "")
 
 
-async def _attempt(method, entry: ModelEntry, request: AnyRequest, meter: RequestMeter):
+async def _attempt(method, entry: ModelEntry, request: AnyRequest, ctx: RequestContext):
     """One rung through the resilience layer, in its own task: a cancellation is metered here."""
+    meter = ctx.meter
     try:
-        result = await method(entry, request, meter)
+        result = await method(entry, request, ctx)
         meter.backend_label = answered_by.get()  # set in this task; the relay reads it from the meter
         return result
     except asyncio.CancelledError:
@@ -282,18 +291,18 @@ class _Attempts:
     """One task per rung, each metered by its own fork of the request's meter. Judged rungs get the
     request with logprobs; the last rung gets the client's request as it came."""
 
-    def __init__(self, plan: Plan, request: AnyRequest, judged_request: AnyRequest, meter: RequestMeter, call):
-        self.plan, self.request, self.judged_request, self.meter, self.call = plan, request, judged_request, meter, call
+    def __init__(self, plan: Plan, request: AnyRequest, judged_request: AnyRequest, ctx: RequestContext, call):
+        self.plan, self.request, self.judged_request, self.ctx, self.call = plan, request, judged_request, ctx, call
         self.tasks: dict[int, asyncio.Task] = {}
         self.meters: dict[int, RequestMeter] = {}
 
     def start(self, i: int) -> asyncio.Task:
         if i not in self.tasks:
-            self.meters[i] = self.meter.fork()
+            self.meters[i] = self.ctx.meter.fork()
             is_last = i == len(self.plan.rungs) - 1
-            self.tasks[i] = asyncio.ensure_future(
-                self.call(self.plan.rungs[i].entry, self.request if is_last else self.judged_request, self.meters[i])
-            )
+            request = self.request if is_last else self.judged_request
+            rung_ctx = self.ctx.with_meter(self.meters[i])
+            self.tasks[i] = asyncio.ensure_future(self.call(self.plan.rungs[i].entry, request, rung_ctx))
         return self.tasks[i]
 
 

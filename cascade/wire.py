@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from backends.base import AnyRequest
-from cascade.confidence import TokenEvidence
-from proxy.protocol import ChatCompletionRequest, RawJSON
+from switchyard.backends.base import AnyRequest
+from switchyard.cascade.confidence import TokenEvidence
+from switchyard.core.protocol import ChatCompletionRequest, RawJSON
 
 
 def with_logprobs(request: AnyRequest, top_logprobs: int) -> AnyRequest:

@@ -46,7 +46,7 @@ class FastHead:
 def compile_head(head) -> FastHead | None:
     from sklearn.calibration import CalibratedClassifierCV
 
-    from classifier.cluster_prior import ClusterPrior
+    from switchyard.classifier.cluster_prior import ClusterPrior
 
     if not isinstance(head, CalibratedClassifierCV) or list(head.classes_) != [0, 1] or head.method != "sigmoid":
         return None

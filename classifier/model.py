@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from classifier.embedder import EMBEDDERS, EMBEDDING_MODEL, Embedder, embedder_for
-from classifier.features import feature_matrix
+from switchyard.classifier.embedder import EMBEDDERS, EMBEDDING_MODEL, Embedder, embedder_for
+from switchyard.classifier.features import feature_matrix
 
 ARTIFACT_VERSION = 1
 ARTIFACTS = Path(__file__).parent / "artifacts"
@@ -45,7 +45,7 @@ class ComplexityClassifier:
     fast_head: Any = None  # classifier.fast_head.FastHead: the head in numpy, when it has the usual shape
 
     def __post_init__(self) -> None:
-        from classifier.fast_head import compile_head
+        from switchyard.classifier.fast_head import compile_head
 
         self.fast_head = compile_head(self.head)
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from classifier.model import DEFAULT_ARTIFACT, ComplexityClassifier
-from evals.routers import Router
-from evals.traces import Trace
+from switchyard.classifier.model import DEFAULT_ARTIFACT, ComplexityClassifier
+from switchyard.core.routers import Router
+from switchyard.core.traces import Trace
 
 
 class ClassifierRouter(Router):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cascade.confidence import (
+from switchyard.cascade.confidence import (
     DEFAULT_FIRST_K,
     FEATURE_NAMES,
     FeatureScorer,
@@ -26,9 +26,9 @@ from cascade.confidence import (
     feature_matrix,
     fit_logistic,
 )
-from evals import metrics
-from evals.evaluate import EvalError, Outcomes
-from evals.traces import Trace
+from switchyard.core.traces import Trace
+from switchyard.evals import metrics
+from switchyard.evals.evaluate import EvalError, Outcomes
 
 ACCEPTABLE_QUALITY = 0.5
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from rich.table import Table
 
-from evals.cascade import CascadeReport
-from evals.report import figure_svg, html_page
+from switchyard.evals.cascade import CascadeReport
+from switchyard.evals.report import figure_svg, html_page
 
 
 def _auroc(value: float | None) -> str:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from proxy.cli_support import cli_error
+from switchyard.evals.cli_support import cli_error
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Offline evaluation of routing and cascading.")
 
@@ -17,9 +17,9 @@ StrongOption = Annotated[str | None, typer.Option(help="Strong model in the trac
 
 
 def _load(dataset: str, weak: str | None, strong: str | None):
-    from evals.datasets import load_dataset
-    from evals.evaluate import EvalError, resolve_models
-    from evals.traces import TraceFormatError
+    from switchyard.core.traces import TraceFormatError
+    from switchyard.evals.datasets import load_dataset
+    from switchyard.evals.evaluate import EvalError, resolve_models
 
     try:
         traces, meta = load_dataset(dataset)
@@ -43,9 +43,9 @@ def route(
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from evals import report
-    from evals.evaluate import EvalError, evaluate_routers
-    from evals.routers import DEFAULT_ROUTERS, make_router
+    from switchyard.evals import report
+    from switchyard.evals.evaluate import EvalError, evaluate_routers
+    from switchyard.evals.routers import DEFAULT_ROUTERS, make_router
 
     console = Console()
     names = router or list(DEFAULT_ROUTERS)
@@ -102,12 +102,12 @@ def thresholds(
     ),
 ) -> None:
     """Pick a routing threshold on the train split and write it, with train and test metrics, to a file."""
-    from evals import metrics
-    from evals.evaluate import EvalError, Outcomes, split
-    from evals.routers import make_router
-    from evals.thresholds import operating_point, pick_threshold
-    from evals.thresholds_file import ThresholdsError, write_section
-    from evals.traces import traces_digest
+    from switchyard.core.thresholds import ThresholdsError, write_section
+    from switchyard.core.traces import traces_digest
+    from switchyard.evals import metrics
+    from switchyard.evals.evaluate import EvalError, Outcomes, split
+    from switchyard.evals.routers import make_router
+    from switchyard.evals.thresholds import operating_point, pick_threshold
 
     if (target_quality is None) == (max_strong_share is None):
         raise cli_error("give exactly one of --target-quality or --max-strong-share")
@@ -188,12 +188,12 @@ def cascade(
     """Fit the cascade's confidence scorer and threshold on the train split; report on the test split."""
     import orjson
 
-    from evals import cascade_report
-    from evals.cascade import CascadeData, tune
-    from evals.datasets import assign_splits
-    from evals.evaluate import EvalError, resolve_models
-    from evals.thresholds_file import ThresholdsError, read_thresholds, write_section
-    from evals.traces import TraceFormatError, read_traces, traces_digest
+    from switchyard.core.thresholds import ThresholdsError, read_thresholds, write_section
+    from switchyard.core.traces import TraceFormatError, read_traces, traces_digest
+    from switchyard.evals import cascade_report
+    from switchyard.evals.cascade import CascadeData, tune
+    from switchyard.evals.datasets import assign_splits
+    from switchyard.evals.evaluate import EvalError, resolve_models
 
     if sum(x is not None for x in (target_quality, max_cost)) + best_quality > 1:
         raise cli_error("give at most one of --target-quality, --max-cost or --best-quality")
@@ -238,8 +238,8 @@ def cascade(
         "test": report.test,
     }
     try:
-        existing = read_thresholds(out).get("cascade") if out.exists() else None
-        rungs = dict((existing or {}).get("rungs") or {})
+        existing = read_thresholds(out).cascade if out.exists() else None
+        rungs = {name: r.model_dump() for name, r in existing.rungs.items()} if existing is not None else {}
         rungs[weak] = rung
         write_section(out, "cascade", {"rungs": rungs})
     except ThresholdsError as exc:
@@ -289,8 +289,9 @@ def collect(
         TimeRemainingColumn,
     )
 
-    from evals.collect import CollectError, collect_with_settings, load_items, sample
-    from proxy.settings import ConfigError, load_settings
+    from switchyard.backends.defaults import load_settings
+    from switchyard.core.settings import ConfigError
+    from switchyard.evals.collect import CollectError, collect_with_settings, load_items, sample
 
     if out.suffix == ".gz":
         raise cli_error("collect appends as it goes: write a plain .jsonl (compress it afterwards)")

@@ -20,13 +20,14 @@ from pathlib import Path
 
 import orjson
 
-from evals.datasets import DATA_DIR, assign_splits
-from evals.grading import GRADERS, grade, guess_grader
-from evals.traces import HEADER_KEY, TRACE_FORMAT_VERSION, ModelOutcome, Trace, TraceFormatError, read_traces
-from proxy.errors import SwitchyardError
-from proxy.protocol import ChatCompletionRequest
-from proxy.registry import ModelEntry
-from proxy.resilience import ResilientExecutor
+from switchyard.backends.registry import ModelEntry
+from switchyard.backends.resilience import ResilientExecutor
+from switchyard.core.errors import SwitchyardError
+from switchyard.core.prices import Price
+from switchyard.core.protocol import ChatCompletionRequest
+from switchyard.core.traces import HEADER_KEY, TRACE_FORMAT_VERSION, ModelOutcome, Trace, TraceFormatError, read_traces
+from switchyard.evals.datasets import DATA_DIR, assign_splits
+from switchyard.evals.grading import GRADERS, grade, guess_grader
 
 logger = logging.getLogger("switchyard.collect")
 
@@ -121,13 +122,13 @@ def sample(items: Sequence[Item], limit: int | None) -> list[Item]:
     return sorted(items, key=lambda i: hashlib.sha256(b"sample:" + i.id.encode()).digest())[:limit]
 
 
-def _outcome(item: Item, payload: dict, price: tuple[float, float] | None) -> ModelOutcome:
+def _outcome(item: Item, payload: dict, price: Price | None) -> ModelOutcome:
     choice = payload["choices"][0]
     answer = (choice.get("message") or {}).get("content") or ""
     usage = payload.get("usage") or {}
     prompt_tokens, output_tokens = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
     entries = ((choice.get("logprobs") or {}).get("content")) or None
-    cost = (prompt_tokens * price[0] + output_tokens * price[1]) / 1e6 if price else 0.0
+    cost = price.cost_usd(prompt_tokens, output_tokens) if price is not None else 0.0
     return ModelOutcome(
         quality=grade(item.grader, answer, item.reference),
         cost_usd=cost,
@@ -146,7 +147,7 @@ def _outcome(item: Item, payload: dict, price: tuple[float, float] | None) -> Mo
 class Collector:
     entries: list[ModelEntry]
     executor: ResilientExecutor
-    prices: dict[str, tuple[float, float]]
+    prices: dict[str, Price]
     has_logprobs: dict[str, bool]
     max_tokens: int = 256
     concurrency: int = 4
@@ -263,35 +264,25 @@ async def collect_with_settings(
     on_answer: Callable[[], None] = lambda: None,
 ) -> tuple[int, int, list[str]]:
     """Start the named models' backends (loading embedded models), collect, shut down."""
-    from proxy.app import _prices
-    from proxy.registry import build_http_session, build_registry
-    from proxy.resilience import ResiliencePolicy
+    from switchyard.proxy.services import build_services
 
     configured = {m.name: m for m in settings.models}
     unknown = [name for name in model_names if name not in configured]
     if unknown:
         raise CollectError(f"not configured: {', '.join(unknown)} (configured: {', '.join(configured) or 'none'})")
-    session = build_http_session(settings.upstream)
-    registry = build_registry(settings, session)
-    entries = [registry.get(name) for name in model_names]
-    try:
+    async with build_services(settings, only_models=model_names) as services:
+        entries = [services.registry.get(name) for name in model_names]
         for entry in entries:
-            if hasattr(entry.backend, "start"):
-                await entry.backend.start()
             health = await entry.backend.health()
-            if not health.is_ready and hasattr(entry.backend, "start"):
+            if not health.is_ready and entry.backend.starts_in_background:
                 raise CollectError(f"{entry.name} did not start: {health.detail}")
         on_ready()
         collector = Collector(
             entries,
-            ResilientExecutor(registry, {}, ResiliencePolicy(**settings.resilience.model_dump())),
-            _prices(settings, registry),
+            services.executor,
+            services.prices,
             {name: configured[name].has_logprobs for name in model_names},
             max_tokens=max_tokens,
             concurrency=concurrency,
         )
         return await collector.run(items, out, source, on_answer)
-    finally:
-        for entry in registry:
-            await entry.backend.aclose()
-        await session.close()

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import orjson
 
-from evals.prices import PRICES, estimate_tokens
-from evals.traces import ModelOutcome, Trace, read_traces
+from switchyard.core.prices import estimate_tokens
+from switchyard.core.traces import ModelOutcome, Trace, read_traces
+from switchyard.evals.prices import PRICES
 
 DATA_DIR = Path(__file__).parent / "data" / "routellm"
 WEAK_MODEL = "mistralai/Mixtral-8x7B-Instruct-v0.1"
@@ -49,7 +50,7 @@ def assign_splits(traces: list[Trace], test_fraction: float = TEST_FRACTION) -> 
 def _outcome(model: str, correct: str, prompt: str, output_tokens: int) -> ModelOutcome:
     if correct not in ("True", "False"):
         raise ValueError(f"unexpected correctness value {correct!r} for {model}")
-    cost = PRICES[model].cost_usd(estimate_tokens(prompt), output_tokens)
+    cost = PRICES[model].cost_usd(max(1, estimate_tokens(prompt)), output_tokens)
     return ModelOutcome(quality=1.0 if correct == "True" else 0.0, cost_usd=cost, output_tokens=output_tokens)
 
 
@@ -76,7 +77,7 @@ def load_gsm8k() -> list[Trace]:
     with gzip.open(DATA_DIR / "gsm8k_responses.csv.gz", "rt", newline="") as handle:
         for i, row in enumerate(csv.DictReader(handle)):
             models = {
-                m: _outcome(m, row[m], row["prompt"], output_tokens=estimate_tokens(row[f"{m}_response"]))
+                m: _outcome(m, row[m], row["prompt"], output_tokens=max(1, estimate_tokens(row[f"{m}_response"])))
                 for m in (WEAK_MODEL, STRONG_MODEL)
             }
             traces.append(Trace(f"gsm8k/{i}", row["prompt"], "gsm8k", "train", models))

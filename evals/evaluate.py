@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evals import metrics
-from evals.routers import FIXED_ROUTERS, Router
-from evals.traces import Trace
+from switchyard.core.traces import Trace
+from switchyard.evals import metrics
+from switchyard.evals.routers import FIXED_ROUTERS, Router
 
 
 class EvalError(ValueError):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from evals.evaluate import Outcomes, RouterResult
+from switchyard.evals.evaluate import Outcomes, RouterResult
 
 
 def _num(value: float, fmt: str = ".3f") -> str:

@@ -6,24 +6,13 @@ the train split.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Sequence
 
 import numpy as np
 
-from evals.traces import Trace
-
-
-class Router(ABC):
-    name: str = ""
-    is_reference = False  # an upper bound for the table, not a router one could deploy
-
-    def fit(self, train: Sequence[Trace], weak: str, strong: str) -> None:  # noqa: B027 - optional hook
-        """Learn from the train split; most baselines need nothing."""
-
-    @abstractmethod
-    def score(self, traces: Sequence[Trace]) -> np.ndarray: ...
+from switchyard.core.routers import Router
+from switchyard.core.traces import Trace
 
 
 class RandomRouter(Router):
@@ -119,8 +108,8 @@ DEFAULT_ROUTERS = ("random", "always-weak", "always-strong", "length", "category
 
 def make_router(name: str) -> Router:
     if name == "classifier":  # imported on demand: it loads an embedding model
-        from classifier.model import ArtifactError
-        from classifier.router import ClassifierRouter
+        from switchyard.classifier.model import ArtifactError
+        from switchyard.classifier.router import ClassifierRouter
 
         try:
             return ClassifierRouter()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from evals import metrics
-from evals.evaluate import EvalError, Outcomes
+from switchyard.evals import metrics
+from switchyard.evals.evaluate import EvalError, Outcomes
 
 
 def pick_threshold(

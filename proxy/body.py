@@ -8,9 +8,9 @@ import orjson
 from fastapi import Request
 from pydantic import ValidationError
 
-from proxy.errors import InvalidRequest, MalformedJSON, RequestTooLarge
-from proxy.protocol import WireRequest
-from proxy.settings import format_location
+from switchyard.core.errors import InvalidRequest, MalformedJSON, RequestTooLarge
+from switchyard.core.protocol import WireRequest
+from switchyard.core.settings import format_location
 
 M = TypeVar("M", bound=WireRequest)
 
@@ -52,5 +52,5 @@ def parse_request(model: type[M], body: bytes) -> M:
 
 
 async def read_request(request: Request, model: type[M]) -> M:
-    max_bytes = request.app.state.settings.server.max_body_bytes
+    max_bytes = request.app.state.services.settings.server.max_body_bytes
     return parse_request(model, await read_body(request, max_bytes))

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.errors import SwitchyardError, error_body
+from switchyard.core.errors import SwitchyardError, error_body
 
 logger = logging.getLogger("switchyard")
 
@@ -21,6 +22,21 @@ def _client_request_id(scope: Scope) -> str | None:
     return None
 
 
+class InFlight:
+    """The tasks serving requests right now, so that shutdown can wait for them (bounded)."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task] = set()
+
+    async def drain(self, timeout_s: float) -> None:
+        pending = {task for task in self.tasks if task is not asyncio.current_task()}
+        if not pending:
+            return
+        _, late = await asyncio.wait(pending, timeout=timeout_s)
+        if late:
+            logger.warning("%d request(s) still running after the %.0f s drain", len(late), timeout_s)
+
+
 class RequestIdMiddleware:
     """Gives every request an id (the client's `x-request-id` if sane) and puts it on the response.
 
@@ -28,8 +44,9 @@ class RequestIdMiddleware:
     OpenAI-shaped 500, never a stack trace.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, in_flight: InFlight | None = None) -> None:
         self.app = app
+        self.in_flight = in_flight if in_flight is not None else InFlight()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -47,6 +64,9 @@ class RequestIdMiddleware:
                 message["headers"] = [*message.get("headers", ()), header]
             await send(message)
 
+        task = asyncio.current_task()
+        if task is not None:
+            self.in_flight.tasks.add(task)
         try:
             await self.app(scope, receive, send_with_id)
         except Exception:
@@ -62,3 +82,5 @@ class RequestIdMiddleware:
                 }
             )
             await send({"type": "http.response.body", "body": body})
+        finally:
+            self.in_flight.tasks.discard(task)

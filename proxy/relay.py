@@ -1,4 +1,12 @@
-"""Hands a parsed request to the backend that serves its model and relays the answer."""
+"""Hands a parsed request to the backend that serves its model and relays the answer.
+
+Two steps a request goes through, in this order:
+
+- `decide()`: the team's budget, then the route (`auto`), the cascade's first rung (`cascade`) or
+  the named model, then saturation admission. Everything here finishes before the first byte.
+- `execute()`: the cascade's own entry point when it has a plan, else the resilient executor
+  (retries, fallbacks), then the answer or the stream is relayed and each attempt metered.
+"""
 
 from __future__ import annotations
 
@@ -12,14 +20,16 @@ from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.background import BackgroundTask
 
-from backends.base import AnyRequest, answered_by
-from billing.budgets import seconds_to_next_utc_day
-from billing.teams import Team, UnknownKey, current_team
-from proxy.errors import AuthenticationFailed, BudgetExceeded, ModelNotAllowed, SwitchyardError, error_body
-from proxy.metering import RequestMeter, usage_of
-from proxy.protocol import StreamChunk
-from proxy.registry import ModelEntry
-from proxy.routing import CASCADE_MODEL, auto_not_configured, cascade_not_configured, estimated_prompt_tokens
+from switchyard.backends.base import AnyRequest, answered_by
+from switchyard.backends.registry import ModelEntry
+from switchyard.billing.budgets import seconds_to_next_utc_day
+from switchyard.billing.context import RequestContext
+from switchyard.billing.metering import RequestMeter, usage_of
+from switchyard.billing.teams import Team, UnknownKey
+from switchyard.cascade.runtime import Plan
+from switchyard.core.errors import AuthenticationFailed, BudgetExceeded, ModelNotAllowed, SwitchyardError, error_body
+from switchyard.core.protocol import StreamChunk
+from switchyard.proxy.routing import CASCADE_MODEL, auto_not_configured, cascade_not_configured, estimated_prompt_tokens
 
 logger = logging.getLogger("switchyard")
 
@@ -35,18 +45,18 @@ def _answer_headers(entry: ModelEntry, backend: str | None = None) -> dict[str, 
 
 
 @dataclass(slots=True)
-class Choice:
+class Decision:
     """Where a request goes, and why (the headers that explain it)."""
 
     entry: ModelEntry
     headers: dict[str, str]
-    is_near_threshold: bool = False  # the classifier's score is close to a threshold (cascade hedging)
+    plan: Plan | None = None  # the cascade's rungs, when the cascade answers
 
 
 def authenticate(request: Request) -> Team | None:
     """The calling team (None when no teams are configured)."""
     try:
-        return request.app.state.teams.authenticate(request.headers.get("authorization"))
+        return request.app.state.services.teams.authenticate(request.headers.get("authorization"))
     except UnknownKey as exc:
         raise AuthenticationFailed(str(exc)) from None
 
@@ -70,9 +80,11 @@ def _allowed(team: Team | None, entry: ModelEntry, asked_for: str) -> ModelEntry
     return entry
 
 
-async def _choose(request: Request, parsed: AnyRequest, team: Team | None) -> Choice:
-    """The team's budget, routing (for "auto"), the cascade's first rung (for "cascade"), then saturation."""
-    state = request.app.state
+async def decide(request: Request, parsed: AnyRequest, ctx: RequestContext) -> Decision:
+    """The team's budget, routing (for "auto") or the cascade's first rung (for "cascade"), the
+    cascade's plan, then saturation."""
+    state = request.app.state.services
+    team = ctx.team
     headroom = _check_budget(state, team)
     headers: dict[str, str] = {}
     is_near = False
@@ -93,10 +105,19 @@ async def _choose(request: Request, parsed: AnyRequest, team: Team | None) -> Ch
         headers["x-switchyard-route"] = f"cascade->{entry.name}"
     else:
         entry = _allowed(team, state.registry.get(parsed.model), parsed.model)
-    admission = await state.saturation.admit(entry, request.headers.get("x-switchyard-priority"))
+    plan = None
+    if state.cascade is not None and parsed.model in ("auto", CASCADE_MODEL):
+        planned = state.cascade.plan(entry, parsed, request.headers.get("x-switchyard-cascade"), is_near, ctx)
+        if isinstance(planned, str):
+            headers["x-switchyard-cascade"] = planned
+        else:
+            plan = planned
+    if plan is not None:
+        return Decision(entry, headers, plan)
+    admission = await state.saturation.admit(entry, request.headers.get("x-switchyard-priority"), ctx)
     if admission.is_degraded:
         headers["x-switchyard-degraded"] = "1"
-    return Choice(admission.entry, headers, is_near)
+    return Decision(admission.entry, headers)
 
 
 CLIENT_CLOSED_REQUEST = 499  # nginx's code; nobody reads it, the access log does
@@ -111,12 +132,7 @@ async def relay(request: Request, team: Team | None, parsed: AnyRequest) -> Resp
     left: list[bool] = []
     watcher = asyncio.ensure_future(_cancel_when_client_leaves(request, this, left))
     try:
-        # The fallback chain, `degrade_to` and the cascade's rungs read the team from here.
-        token = current_team.set(team)
-        try:
-            return await _respond(request, parsed, team)
-        finally:
-            current_team.reset(token)
+        return await _respond(request, parsed, team)
     except asyncio.CancelledError:
         if not left or this.cancelling() > 1:
             raise
@@ -136,9 +152,7 @@ async def _cancel_when_client_leaves(request: Request, task: asyncio.Task, left:
 
 
 async def _respond(request: Request, parsed: AnyRequest, team: Team | None) -> Response:
-    state = request.app.state
-    choice = await _choose(request, parsed, team)
-    entry, route_headers = choice.entry, choice.headers
+    state = request.app.state.services
     meter = RequestMeter(
         state.ledger,
         state.prices,
@@ -148,16 +162,20 @@ async def _respond(request: Request, parsed: AnyRequest, team: Team | None) -> R
         team=team.name if team is not None else None,
         spend=state.spend if team is not None else None,
     )
-    if state.cascade is not None and parsed.model in ("auto", CASCADE_MODEL):
-        plan = state.cascade.plan(entry, parsed, request.headers.get("x-switchyard-cascade"), choice.is_near_threshold)
-        if isinstance(plan, str):
-            route_headers["x-switchyard-cascade"] = plan
-        elif plan is not None:
-            return await _relay_cascade(state.cascade, plan, parsed, route_headers, meter)
+    timeout_s = state.settings.resilience.request_timeout_s
+    deadline = asyncio.get_running_loop().time() + timeout_s if timeout_s is not None else None
+    ctx = RequestContext(meter.request_id, meter, team, deadline)
+    return await execute(state, await decide(request, parsed, ctx), parsed, ctx)
+
+
+async def execute(state, decision: Decision, parsed: AnyRequest, ctx: RequestContext) -> Response:
+    entry, route_headers, meter = decision.entry, decision.headers, ctx.meter
+    if decision.plan is not None:
+        return await _relay_cascade(state.cascade, decision.plan, parsed, route_headers, ctx)
     if parsed.stream:
-        return await _relay_stream(state.executor, entry, parsed, route_headers, meter)
+        return await _relay_stream(state.executor, entry, parsed, route_headers, ctx)
     try:
-        entry, result = await state.executor.complete(entry, parsed, meter)
+        entry, result = await state.executor.complete(entry, parsed, ctx)
     except asyncio.CancelledError:
         meter.finished(meter.current_entry or entry, "cancelled", None)
         raise
@@ -165,12 +183,12 @@ async def _respond(request: Request, parsed: AnyRequest, team: Team | None) -> R
     return Response(result.data, media_type="application/json", headers=_answer_headers(entry) | route_headers)
 
 
-async def _relay_cascade(cascade, plan, parsed: AnyRequest, route_headers: dict[str, str], meter: RequestMeter):
+async def _relay_cascade(cascade, plan: Plan, parsed: AnyRequest, route_headers: dict[str, str], ctx: RequestContext):
     """The cascade meters each rung's attempt itself, cancellations included; the answer's is finished here."""
     if parsed.stream:
-        outcome = await cascade.stream(plan, parsed, meter)
+        outcome = await cascade.stream(plan, parsed, ctx)
     else:
-        outcome = await cascade.complete(plan, parsed, meter)
+        outcome = await cascade.complete(plan, parsed, ctx)
     headers = (
         _answer_headers(outcome.entry, outcome.meter.backend_label)
         | route_headers
@@ -196,12 +214,13 @@ def _without_usage(chunk: StreamChunk) -> StreamChunk | None:
 
 
 async def _relay_stream(
-    executor, entry: ModelEntry, parsed: AnyRequest, route_headers: dict[str, str], meter: RequestMeter
+    executor, entry: ModelEntry, parsed: AnyRequest, route_headers: dict[str, str], ctx: RequestContext
 ) -> Response:
     # Decide before the first byte: retries, fallbacks and errors up to the first chunk are real
     # HTTP outcomes; after it, only in-band errors remain.
+    meter = ctx.meter
     try:
-        entry, first, chunks = await executor.stream(entry, parsed, meter)
+        entry, first, chunks = await executor.stream(entry, parsed, ctx)
     except asyncio.CancelledError:
         meter.finished(meter.current_entry or entry, "cancelled", None)
         raise

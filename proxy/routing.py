@@ -21,14 +21,15 @@ The decision is explained in `x-switchyard-route` (ASCII, as headers must be), e
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from billing.teams import Team
-from classifier.runtime import MicroBatcher, ScoreUnavailable
-from proxy.errors import InvalidRequest, ModelNotAllowed, ModelNotFound
-from proxy.protocol import ChatCompletionRequest, CompletionRequest, message_text
-from proxy.registry import ModelEntry, ModelRegistry
+from switchyard.backends.registry import ModelEntry, ModelRegistry
+from switchyard.billing.teams import Team
+from switchyard.classifier.runtime import MicroBatcher, ScoreUnavailable
+from switchyard.core.errors import InvalidRequest, ModelNotAllowed, ModelNotFound
+from switchyard.core.prices import Price, estimate_tokens
+from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest, message_text
+from switchyard.core.thresholds import ThresholdsFile
 
 QUALITY_MODES = ("economy", "balanced", "max")
 ANSWER_TOKENS_FOR_COST = 256  # the answer length a cost estimate assumes when max_tokens is not set
@@ -55,12 +56,10 @@ def routing_text(request: ChatCompletionRequest | CompletionRequest) -> str:
 
 
 def estimated_prompt_tokens(request: ChatCompletionRequest | CompletionRequest) -> int:
-    """Prompt tokens at four characters a token."""
+    """Prompt tokens, estimated (`switchyard.core.prices.estimate_tokens`)."""
     if isinstance(request, ChatCompletionRequest):
-        chars = sum(len(message_text(m.content)) for m in request.messages)
-    else:
-        chars = len(routing_text(request))
-    return math.ceil(chars / 4)
+        return estimate_tokens("".join(message_text(m.content) for m in request.messages))
+    return estimate_tokens(routing_text(request))
 
 
 def answer_budget(request: ChatCompletionRequest | CompletionRequest) -> int | None:
@@ -74,12 +73,11 @@ def estimated_tokens(request: ChatCompletionRequest | CompletionRequest) -> int:
     return estimated_prompt_tokens(request) + (answer_budget(request) or 0)
 
 
-def estimated_cost_usd(request: ChatCompletionRequest | CompletionRequest, price: tuple[float, float] | None) -> float:
-    """Prompt at four characters a token, the answer at `max_tokens` (or ANSWER_TOKENS_FOR_COST)."""
+def estimated_cost_usd(request: ChatCompletionRequest | CompletionRequest, price: Price | None) -> float:
+    """The prompt estimated, the answer at `max_tokens` (or ANSWER_TOKENS_FOR_COST)."""
     if price is None:
         return 0.0
-    answer = answer_budget(request) or ANSWER_TOKENS_FOR_COST
-    return (estimated_prompt_tokens(request) * price[0] + answer * price[1]) / 1e6
+    return price.cost_usd(estimated_prompt_tokens(request), answer_budget(request) or ANSWER_TOKENS_FOR_COST)
 
 
 class AutoRouter:
@@ -93,7 +91,7 @@ class AutoRouter:
         router_name: str = "classifier",
         default_tier: str,
         deadline_ms: float,
-        prices: dict[str, tuple[float, float]] | None = None,
+        prices: dict[str, Price] | None = None,
     ) -> None:
         self.registry = registry
         self.tiers = tiers
@@ -205,7 +203,7 @@ class AutoRouter:
             if entry.context_window is not None and entry.context_window < needed:
                 continue
             backend = entry.backend
-            if backend.is_ready() and not getattr(backend, "is_saturated", lambda: False)():
+            if backend.is_ready() and not backend.is_saturated():
                 return entry
         return None
 
@@ -231,20 +229,20 @@ def auto_not_configured() -> ModelNotFound:
 
 
 def resolve_thresholds(
-    tiers: list[str], configured: list[float] | None, thresholds_file: dict | None
+    tiers: list[str], configured: list[float] | None, thresholds_file: ThresholdsFile | None
 ) -> dict[str, list[float]]:
     """Quality mode -> ascending thresholds: from the thresholds file, else the config, else even steps."""
     expected = len(tiers) - 1
     modes: dict[str, list[float]] = {}
-    routing = (thresholds_file or {}).get("routing")
-    if routing:
-        if routing.get("router") != "classifier":
+    routing = thresholds_file.routing if thresholds_file is not None else None
+    if routing is not None:
+        if routing.router != "classifier":
             raise ValueError(
-                f"the thresholds file is for router {routing.get('router')!r}; the proxy routes with 'classifier'"
+                f"the thresholds file is for router {routing.router!r}; the proxy routes with 'classifier'"
             )
-        modes["balanced"] = list(routing.get("thresholds") or [routing["threshold"]])
-        for mode, section in (routing.get("modes") or {}).items():
-            modes[mode] = list(section.get("thresholds") or [section["threshold"]])
+        modes["balanced"] = routing.values()
+        for mode, section in routing.modes.items():
+            modes[mode] = section.values()
     elif configured is not None:
         modes["balanced"] = list(configured)
     else:

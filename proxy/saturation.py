@@ -14,9 +14,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from billing.teams import may_use
-from proxy.errors import BackendUnavailable, InvalidRequest, RateLimited
-from proxy.registry import ModelEntry, ModelRegistry
+from switchyard.backends.registry import ModelEntry, ModelRegistry
+from switchyard.billing.context import RequestContext
+from switchyard.core.errors import BackendUnavailable, InvalidRequest, RateLimited
 
 PRIORITIES = ("best-effort", "standard", "priority")
 
@@ -28,8 +28,7 @@ class Admission:
 
 
 def is_saturated(entry: ModelEntry) -> bool:
-    probe = getattr(entry.backend, "is_saturated", None)
-    return bool(probe and probe())
+    return entry.backend.is_saturated()
 
 
 class SaturationGate:
@@ -50,7 +49,7 @@ class SaturationGate:
         self.num_waiting = 0
         self.num_degraded = 0
 
-    async def admit(self, entry: ModelEntry, priority: str | None) -> Admission:
+    async def admit(self, entry: ModelEntry, priority: str | None, ctx: RequestContext | None = None) -> Admission:
         priority = priority or "standard"
         if priority not in PRIORITIES:
             raise InvalidRequest(
@@ -61,7 +60,7 @@ class SaturationGate:
             return Admission(entry, False)
         if priority == "best-effort":
             smaller = self.degrade_to.get(entry.name)
-            if smaller is None or not may_use(smaller):
+            if smaller is None or (ctx is not None and not ctx.may_use(smaller)):
                 return Admission(entry, False)
             self.num_degraded += 1
             return Admission(self.registry.get(smaller), True)

@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator, Iterator
 import openai
 import pytest
 
-from proxy.app import create_app
-from proxy.settings import Settings
+from switchyard.core.settings import Settings
+from switchyard.proxy.app import create_app
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
 

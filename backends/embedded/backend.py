@@ -9,16 +9,18 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from backends.base import AnyRequest, BackendHealth, answered_by
-from backends.embedded import openai_format as fmt
-from backends.embedded.engine import EmbeddedEngine, EngineLimits
-from proxy.errors import BackendUnavailable
-from proxy.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
+from switchyard.backends.base import AnyRequest, Backend, BackendHealth, answered_by
+from switchyard.backends.embedded import openai_format as fmt
+from switchyard.backends.embedded.engine import EmbeddedEngine, EngineLimits
+from switchyard.core.errors import BackendUnavailable
+from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
 
 logger = logging.getLogger("switchyard.engine")
 
 
-class EmbeddedBackend:
+class EmbeddedBackend(Backend):
+    starts_in_background = True
+
     def __init__(
         self,
         name: str,
@@ -43,7 +45,7 @@ class EmbeddedBackend:
 
     async def start(self) -> None:
         """Load the model and start the engine, off the event loop. Failures are reported by health()."""
-        from backends.embedded.models import load_model
+        from switchyard.backends.embedded.models import load_model
 
         try:
             model, tokenizer = await asyncio.to_thread(

@@ -21,8 +21,8 @@ from transformers import GenerationConfig
 from transformers.generation import ContinuousBatchingConfig
 from transformers.generation.continuous_batching.continuous_api import ContinuousBatchingManager
 
-from backends.embedded.sampler import SamplingParams, TokenChoice, choose_tokens
-from proxy.errors import BackendError, BackendUnavailable, ContextLengthExceeded
+from switchyard.backends.embedded.sampler import SamplingParams, TokenChoice, choose_tokens
+from switchyard.core.errors import BackendError, BackendUnavailable, ContextLengthExceeded
 
 logger = logging.getLogger("switchyard.engine")
 

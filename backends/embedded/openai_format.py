@@ -6,9 +6,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from backends.embedded.sampler import MAX_TOP_LOGPROBS, SamplingParams
-from proxy.errors import InvalidRequest
-from proxy.protocol import ChatCompletionRequest, CompletionRequest, message_text
+from switchyard.backends.embedded.sampler import MAX_TOP_LOGPROBS, SamplingParams
+from switchyard.core.errors import InvalidRequest
+from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest, message_text
 
 FALLBACK_TURN_STOP = "\nUser:"
 FALLBACK_TEMPLATE_ROLES = {"system": "System", "developer": "System", "user": "User", "assistant": "Assistant"}

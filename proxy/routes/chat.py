@@ -1,9 +1,9 @@
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from proxy.body import read_request
-from proxy.protocol import ChatCompletionRequest
-from proxy.relay import authenticate, relay
+from switchyard.core.protocol import ChatCompletionRequest
+from switchyard.proxy.body import read_request
+from switchyard.proxy.relay import authenticate, relay
 
 router = APIRouter()
 

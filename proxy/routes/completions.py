@@ -1,9 +1,9 @@
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from proxy.body import read_request
-from proxy.protocol import CompletionRequest
-from proxy.relay import authenticate, relay
+from switchyard.core.protocol import CompletionRequest
+from switchyard.proxy.body import read_request
+from switchyard.proxy.relay import authenticate, relay
 
 router = APIRouter()
 

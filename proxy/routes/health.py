@@ -16,11 +16,11 @@ async def ready(request: Request) -> Response:
 
     `breakers` shows each model's circuit breaker: closed, open or half-open.
     """
-    models = {entry.name: entry.backend.is_ready() for entry in request.app.state.registry}
+    models = {entry.name: entry.backend.is_ready() for entry in request.app.state.services.registry}
     is_ready = any(models.values())
     body = {
         "status": "ready" if is_ready else "not_ready",
         "models": models,
-        "breakers": request.app.state.executor.states(),
+        "breakers": request.app.state.services.executor.states(),
     }
     return Response(orjson.dumps(body), status_code=200 if is_ready else 503, media_type="application/json")

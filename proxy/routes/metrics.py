@@ -5,7 +5,7 @@ from collections.abc import Iterable
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from proxy.saturation import is_saturated
+from switchyard.proxy.saturation import is_saturated
 
 router = APIRouter()
 
@@ -22,7 +22,7 @@ def _metric(name: str, kind: str, help_text: str, samples: Iterable[tuple[dict[s
 
 @router.get("/metrics")
 async def metrics(request: Request) -> Response:
-    state = request.app.state
+    state = request.app.state.services
     entries = list(state.registry)
     guards = {entry.name: state.executor.guard(entry) for entry in entries}
     lines: list[str] = []

@@ -1,8 +1,8 @@
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from proxy.protocol import ModelCard, ModelList
-from proxy.relay import authenticate
+from switchyard.core.protocol import ModelCard, ModelList
+from switchyard.proxy.relay import authenticate
 
 router = APIRouter()
 
@@ -18,7 +18,7 @@ async def list_models(request: Request) -> Response:
             context_window=entry.context_window,
             ready=entry.backend.is_ready(),
         )
-        for entry in request.app.state.registry
+        for entry in request.app.state.services.registry
         if team is None or team.may_use(entry.name)
     ]
     return Response(ModelList(data=cards).model_dump_json(), media_type="application/json")

@@ -8,9 +8,8 @@ import numpy as np
 import openai
 import pytest
 
-from classifier.runtime import MicroBatcher
-from proxy.app import create_app
-from proxy.settings import Settings
+from switchyard.core.settings import Settings
+from switchyard.proxy.app import create_app
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
 
@@ -31,15 +30,16 @@ def auto_proxy(tmp_path):
         )
         settings = Settings(
             models=[{"name": f"m-{tier}", "base_url": url, "tier": tier} for tier, url in urls.items()],
-            routing={"thresholds_file": thresholds, "auto": {"tiers": ["small", "large"], "warm_up": False}},
+            routing={
+                "thresholds_file": thresholds,
+                "auto": {"tiers": ["small", "large"], "warm_up": False, "max_wait_ms": 1},
+            },
         )
-        app = create_app(settings)
-        url = stack.enter_context(serve_in_thread(app))
 
         def score_batch(texts):
             return np.array([float(t.rsplit("=", 1)[-1]) for t in texts])
 
-        app.state.auto_router.scorer = MicroBatcher(score_batch, max_wait_ms=1)
+        url = stack.enter_context(serve_in_thread(create_app(settings, score_batch=score_batch)))
         yield url + "/v1", states
 
 
@@ -97,7 +97,7 @@ def test_auto_without_tiers_is_a_clear_404(client):
 
 
 def test_a_thresholds_file_for_another_router_stops_the_start(tmp_path):
-    from evals.thresholds_file import ThresholdsError
+    from switchyard.core.thresholds import ThresholdsError
 
     path = tmp_path / "t.yaml"
     path.write_text("version: 1\nrouting: {router: length, threshold: 0.4}\n")

@@ -7,9 +7,9 @@ import asyncio
 import aiohttp
 import pytest
 
-from backends.openai_http import OpenAIHTTPBackend, Replica
-from proxy.errors import BackendUnavailable
-from proxy.protocol import ChatCompletionRequest
+from switchyard.backends.openai_http import OpenAIHTTPBackend, Replica
+from switchyard.core.errors import BackendUnavailable
+from switchyard.core.protocol import ChatCompletionRequest
 
 ANSWER = (
     b'{"id":"x","object":"chat.completion","model":"m",'

@@ -14,8 +14,9 @@ import openai
 import orjson
 import pytest
 
-from proxy.app import create_app
-from proxy.settings import ConfigError, Settings, load_settings
+from switchyard.backends.defaults import load_settings
+from switchyard.core.settings import ConfigError, Settings
+from switchyard.proxy.app import create_app
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
 from tests.helpers import wait_until
@@ -88,7 +89,7 @@ def _stream(base: str, body: dict, headers: dict | None = None) -> tuple[httpx.H
 
 
 def _records(app, request_id: str, count: int):
-    ledger = app.state.ledger
+    ledger = app.state.services.ledger
     assert wait_until(lambda: len(ledger.read(request_id)) >= count, timeout_s=5), ledger.read(request_id)
     time.sleep(0.3)  # and no more than `count` arrive
     return ledger.read(request_id)

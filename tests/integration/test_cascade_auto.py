@@ -8,9 +8,8 @@ import httpx
 import numpy as np
 import pytest
 
-from classifier.runtime import MicroBatcher
-from proxy.app import create_app
-from proxy.settings import Settings
+from switchyard.core.settings import Settings
+from switchyard.proxy.app import create_app
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
 
@@ -25,7 +24,7 @@ def auto_cascade(tmp_path):
         urls = {tier: stack.enter_context(serve_in_thread(FakeOpenAIUpstream(s))) + "/v1" for tier, s in states.items()}
         settings = Settings(
             models=[{"name": f"m-{tier}", "base_url": url, "tier": tier} for tier, url in urls.items()],
-            routing={"auto": {"tiers": ["small", "large"], "thresholds": [0.45], "warm_up": False}},
+            routing={"auto": {"tiers": ["small", "large"], "thresholds": [0.45], "warm_up": False, "max_wait_ms": 1}},
             cascade={
                 "ladder": ["m-small", "m-large"],
                 "scorer": "mean_logprob",
@@ -34,12 +33,9 @@ def auto_cascade(tmp_path):
             },
             billing={"ledger_path": None},
         )
-        app = create_app(settings)
-        url = stack.enter_context(serve_in_thread(app))
         # the score is read out of the prompt, so the route is known in advance
-        app.state.auto_router.scorer = MicroBatcher(
-            lambda texts: np.array([float(t.rsplit("=", 1)[-1]) for t in texts]), max_wait_ms=1
-        )
+        app = create_app(settings, score_batch=lambda texts: np.array([float(t.rsplit("=", 1)[-1]) for t in texts]))
+        url = stack.enter_context(serve_in_thread(app))
         yield url, states
 
 

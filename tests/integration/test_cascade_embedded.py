@@ -9,8 +9,8 @@ import httpx
 import openai
 import pytest
 
-from proxy.app import create_app
-from proxy.settings import Settings
+from switchyard.core.settings import Settings
+from switchyard.proxy.app import create_app
 from tests.fakes.server import serve_in_thread
 from tests.helpers import wait_until
 from tests.tiny_model import build_tiny_model
@@ -37,7 +37,7 @@ def tiny_ladder(tmp_path_factory):
 
 
 def _set_threshold(app, value: float) -> None:
-    rungs = app.state.cascade.rungs
+    rungs = app.state.services.cascade.rungs
     rungs[0] = dataclasses.replace(rungs[0], threshold=value)
 
 

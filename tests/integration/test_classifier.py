@@ -10,14 +10,14 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from classifier.embedder import Embedder
-from classifier.model import MINILM_ARTIFACT, ArtifactError, ComplexityClassifier
-from classifier.train import train
-from evals import metrics
-from evals.datasets import STRONG_MODEL, WEAK_MODEL, load_mmlu
-from evals.evaluate import Outcomes
-from evals.routers import RandomRouter
-from proxy.cli import app
+from switchyard.classifier.embedder import Embedder
+from switchyard.classifier.model import MINILM_ARTIFACT, ArtifactError, ComplexityClassifier
+from switchyard.cli import app
+from switchyard.evals import metrics
+from switchyard.evals.classifier_train import train
+from switchyard.evals.datasets import STRONG_MODEL, WEAK_MODEL, load_mmlu
+from switchyard.evals.evaluate import Outcomes
+from switchyard.evals.routers import RandomRouter
 
 pytestmark = pytest.mark.slow
 

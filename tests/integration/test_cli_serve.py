@@ -16,7 +16,7 @@ from tests.helpers import wait_until
 
 
 def _switchyard(*args: str) -> list[str]:
-    return [sys.executable, "-m", "proxy.cli", *args]
+    return [sys.executable, "-m", "switchyard", *args]
 
 
 @pytest.mark.slow

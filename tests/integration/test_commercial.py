@@ -8,8 +8,8 @@ from contextlib import ExitStack
 import openai
 import pytest
 
-from proxy.app import create_app
-from proxy.settings import Settings
+from switchyard.core.settings import Settings
+from switchyard.proxy.app import create_app
 from tests.fakes.anthropic_upstream import AnthropicState, FakeAnthropicUpstream
 from tests.fakes.openai_upstream import FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
@@ -110,11 +110,13 @@ def test_a_prompt_too_long_is_a_400(commercial):
 
 
 def test_prices_come_from_litellm_unless_configured(commercial):
-    from proxy.app import _prices
-    from proxy.registry import build_registry
+    from switchyard.backends.registry import build_registry
+    from switchyard.core.prices import Price
+    from switchyard.proxy.services import model_prices
 
     _, _, _, app = commercial
-    assert app.state.prices["gpt"] == pytest.approx((2.5, 10.0))
+    price = app.state.services.prices["gpt"]
+    assert (price.input_usd_per_mtok, price.output_usd_per_mtok) == pytest.approx((2.5, 10.0))
     priced = Settings(
         models=[
             {
@@ -125,4 +127,4 @@ def test_prices_come_from_litellm_unless_configured(commercial):
             }
         ]
     )
-    assert _prices(priced, build_registry(priced, None)) == {"x": (1, 2)}
+    assert model_prices(priced, build_registry(priced, None)) == {"x": Price(1, 2)}

@@ -8,8 +8,8 @@ import httpx
 import openai
 import pytest
 
-from proxy.app import create_app
-from proxy.settings import Settings
+from switchyard.core.settings import Settings
+from switchyard.proxy.app import create_app
 from tests.fakes.server import serve_in_thread
 from tests.helpers import wait_until
 from tests.tiny_model import build_tiny_model
@@ -120,7 +120,7 @@ def test_a_model_that_failed_to_load_is_a_503_and_not_ready(sdk, embedded_proxy)
 
 def test_client_disconnect_frees_the_engine(embedded_proxy):
     url, app = embedded_proxy
-    engine = app.state.registry.get("tiny").backend.engine
+    engine = app.state.services.registry.get("tiny").backend.engine
     body = {"model": "tiny", "messages": MESSAGES, "stream": True, "max_tokens": 200, "temperature": 0}
     with httpx.stream("POST", url + "/chat/completions", json=body) as response:
         lines = response.iter_lines()

@@ -10,10 +10,10 @@ import orjson
 import yaml
 from typer.testing import CliRunner
 
-from cascade.confidence import LogisticScorer
-from proxy.app import create_app
-from proxy.cli import app
-from proxy.settings import Settings
+from switchyard.cascade.confidence import LogisticScorer
+from switchyard.cli import app
+from switchyard.core.settings import Settings
+from switchyard.proxy.app import create_app
 from tests.fakes.server import serve_in_thread
 
 runner = CliRunner()
@@ -77,7 +77,7 @@ def test_the_proxy_loads_the_scorer_eval_cascade_wrote(tmp_path):
     )
     application = create_app(settings)
     with serve_in_thread(application):
-        rung = application.state.cascade.rungs[0]
+        rung = application.state.services.cascade.rungs[0]
     assert isinstance(rung.scorer, LogisticScorer)
     assert rung.threshold == yaml.safe_load(out.read_text())["cascade"]["rungs"]["tiny"]["threshold"]
 
@@ -148,9 +148,10 @@ def test_real_traces_confidence_predicts_a_right_answer(tmp_path):
 
 
 def test_the_shipped_thresholds_file_judges_local_small():
-    from cascade.build import rung_specs
-    from evals.thresholds_file import read_thresholds
-    from proxy.settings import DEFAULT_THRESHOLDS, CascadeSettings
+    from switchyard.backends.defaults import DEFAULT_THRESHOLDS
+    from switchyard.cascade.build import rung_specs
+    from switchyard.core.settings import CascadeSettings
+    from switchyard.core.thresholds import read_thresholds
 
     specs = rung_specs(CascadeSettings(ladder=["local-small", "local-large"]), read_thresholds(DEFAULT_THRESHOLDS))
     assert specs[0].source == "thresholds file" and specs[0].scorer.name == "first_mean_entropy"

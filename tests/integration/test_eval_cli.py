@@ -9,10 +9,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from evals.thresholds_file import ThresholdsError
-from proxy.app import create_app
-from proxy.cli import app
-from proxy.settings import Settings
+from switchyard.cli import app
+from switchyard.core.settings import Settings
+from switchyard.core.thresholds import ThresholdsError
+from switchyard.proxy.app import create_app
+from switchyard.proxy.services import check_startup
 
 runner = CliRunner()
 
@@ -112,8 +113,9 @@ def test_eval_thresholds_writes_a_file_the_proxy_reads(tmp_path):
     assert routing["target"] == {"quality_fraction": 0.95}
     assert routing["test"]["quality"] >= 0.95 and routing["test"]["strong_share"] < 0.5
     assert len(routing["data"]["sha256"]) == 64
-    proxy = create_app(Settings(routing={"thresholds_file": out}))
-    assert proxy is not None
+    loaded = check_startup(Settings(routing={"thresholds_file": out})).thresholds  # what the proxy reads at start
+    assert loaded.routing.router == "category-prior"
+    assert loaded.routing.values() == [routing["threshold"]]
     out.write_text(out.read_text().replace("version: 1", "version: 7"))
     with pytest.raises(ThresholdsError, match="version 7"):
         create_app(Settings(routing={"thresholds_file": out}))

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from evals.traces import read_traces
-from proxy.cli import app
+from switchyard.cli import app
+from switchyard.core.traces import read_traces
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
 

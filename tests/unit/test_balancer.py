@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from backends.balancer import LeastOutstanding
+from switchyard.backends.balancer import LeastOutstanding
 
 
 @dataclass(eq=False)

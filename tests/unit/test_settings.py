@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.settings import ConfigError, load_settings
+from switchyard.backends.defaults import load_settings
+from switchyard.core.settings import ConfigError
 
 MINIMAL = """\
 models:
@@ -39,8 +40,19 @@ def test_minimal_contract_file_loads(tmp_path):
 
 
 def test_no_file_uses_the_built_in_default():
+    from switchyard.backends.defaults import DEFAULT_THRESHOLDS
+    from switchyard.backends.embedded.models import is_installed
+
     settings = load_settings(None)
-    assert settings.server.port == 8080
+    small, large = settings.models
+    assert (small.name, small.backend, small.model, small.tier) == ("local-small", "embedded", "smollm2-135m", "small")
+    assert (large.name, large.backend, large.tier) == ("local-large", "embedded", "large")
+    assert large.model == ("gemma3-270m" if is_installed("gemma3-270m") else "smollm2-135m")
+    assert large.engine.num_blocks == 512 and small.engine.num_blocks == 256  # defaults fill what is not given
+    assert small.price.to_price().cost_usd(10**6, 0) == 0.01
+    assert settings.routing.auto.tiers == ["small", "large"]
+    assert settings.routing.thresholds_file == DEFAULT_THRESHOLDS and DEFAULT_THRESHOLDS.is_file()
+    assert settings.cascade.ladder == (["local-small", "local-large"] if large.model != "smollm2-135m" else [])
 
 
 def test_environment_overrides_the_file(tmp_path, monkeypatch):
@@ -59,6 +71,17 @@ def test_environment_overrides_the_file(tmp_path, monkeypatch):
         (MINIMAL + "srever:\n  port: 1\n", "unknown key 'srever'"),
         (MINIMAL + "server:\n  prot: 1\n", "unknown key 'server.prot'"),
         ("models:\n  - name: a\n", "models[0]: Value error, give exactly one of 'base_url' or 'replicas'"),
+        ("models:\n  - {name: a, backend: litellm}\n", "models[0].litellm_model: Field required"),
+        ("models:\n  - {name: a, backend: embedded}\n", "models[0].model: Field required"),
+        (
+            "models:\n  - {name: a, backend: litellm, litellm_model: x/y, replicas: []}\n",
+            "unknown key 'models[0].replicas' (backend 'litellm' does not take it)",
+        ),
+        (
+            "models:\n  - {name: a, backend: openai, base_url: http://h, engine: {}}\n",
+            "unknown key 'models[0].engine' (backend 'openai' does not take it)",
+        ),
+        ("models:\n  - {name: a, backend: tgi}\n", "models[0].backend: must be one of openai, vllm, litellm, embedded"),
         (MINIMAL + MINIMAL.split("\n", 1)[1], "model name 'fake-small' is listed twice"),
         ("models: [\n", "is not valid YAML"),
         ("- just\n- a list\n", "must hold a mapping"),

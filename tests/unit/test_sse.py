@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.sse import SSEDecodeError, iter_sse_data
+from switchyard.backends.sse import SSEDecodeError, iter_sse_data
 
 
 async def _collect(parts: list[bytes]) -> list[bytes]:

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from cascade.confidence import (
+from switchyard.cascade.confidence import (
     FEATURE_NAMES,
     FeatureScorer,
     TokenEvidence,

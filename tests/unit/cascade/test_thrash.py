@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from cascade.thrash import ThrashGuard, ThrashPolicy
+from switchyard.cascade.thrash import ThrashGuard, ThrashPolicy
 
 
 class Clock:

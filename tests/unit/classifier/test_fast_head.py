@@ -3,9 +3,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from classifier.fast_head import compile_head
-from classifier.model import DEFAULT_ARTIFACT, ComplexityClassifier, design_matrix
-from classifier.train import fit_head
+from switchyard.classifier.fast_head import compile_head
+from switchyard.classifier.model import DEFAULT_ARTIFACT, ComplexityClassifier, design_matrix
+from switchyard.evals.classifier_train import fit_head
 
 
 def _design(n: int, seed: int) -> np.ndarray:

@@ -3,7 +3,7 @@ import re
 import numpy as np
 import pytest
 
-from classifier.features import _CODE, FEATURE_NAMES, feature_matrix, prompt_features
+from switchyard.classifier.features import _CODE, FEATURE_NAMES, feature_matrix, prompt_features
 
 CODE = FEATURE_NAMES.index("code_markers")
 STEPS = FEATURE_NAMES.index("step_words")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from classifier.subject_prior import SubjectPrior, subject_rates
+from switchyard.classifier.subject_prior import SubjectPrior, subject_rates
 
 
 def _data(n: int, seed: int):

@@ -15,14 +15,14 @@ def tiny_model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_model(tiny_model_dir):
-    from backends.embedded.models import load_model
+    from switchyard.backends.embedded.models import load_model
 
     return load_model(str(tiny_model_dir))
 
 
 @pytest.fixture
 async def make_engine(tiny_model) -> AsyncIterator:
-    from backends.embedded.engine import EmbeddedEngine, EngineLimits
+    from switchyard.backends.embedded.engine import EmbeddedEngine, EngineLimits
 
     engines = []
 

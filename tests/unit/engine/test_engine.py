@@ -7,8 +7,8 @@ import asyncio
 import pytest
 import torch
 
-from backends.embedded.sampler import SamplingParams
-from proxy.errors import BackendUnavailable, ContextLengthExceeded
+from switchyard.backends.embedded.sampler import SamplingParams
+from switchyard.core.errors import BackendUnavailable, ContextLengthExceeded
 
 GREEDY = dict(temperature=0.0)
 

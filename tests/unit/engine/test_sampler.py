@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import torch
 
-from backends.embedded.sampler import SamplingParams, choose_tokens
+from switchyard.backends.embedded.sampler import SamplingParams, choose_tokens
 
 LOGITS = torch.tensor([[2.0, 1.0, 0.5, -1.0], [0.0, 3.0, 0.0, 0.0]])
 

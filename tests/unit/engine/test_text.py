@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from backends.embedded.openai_format import TextAssembler
+from switchyard.backends.embedded.openai_format import TextAssembler
 
 
 class CharTokenizer:

@@ -3,10 +3,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cascade.confidence import FeatureScorer
-from evals.cascade import CascadeData, cascade_curve, operating_point, pick_threshold, tune
-from evals.evaluate import EvalError
-from evals.traces import ModelOutcome, Trace
+from switchyard.cascade.confidence import FeatureScorer
+from switchyard.core.traces import ModelOutcome, Trace
+from switchyard.evals.cascade import CascadeData, cascade_curve, operating_point, pick_threshold, tune
+from switchyard.evals.evaluate import EvalError
 
 
 def _trace(i: int, weak_ok: bool, logprobs: list[float] | None, strong_ok: bool = True, split: str = "train") -> Trace:

@@ -1,6 +1,6 @@
 import pytest
 
-from evals.grading import final_number, grade, guess_grader, mmlu_letter
+from switchyard.evals.grading import final_number, grade, guess_grader, mmlu_letter
 
 
 @pytest.mark.parametrize(

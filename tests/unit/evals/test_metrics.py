@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evals import metrics
+from switchyard.evals import metrics
 
 # Four prompts: the strong model fixes prompts 1 and 2, breaks prompt 3; prompt 0 is easy.
 Q_WEAK = np.array([1.0, 0.0, 0.0, 1.0])

@@ -3,11 +3,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evals.evaluate import EvalError, Outcomes, evaluate_routers, resolve_models
-from evals.routers import CategoryPrior, make_router
-from evals.thresholds import operating_point, pick_threshold
-from evals.thresholds_file import THRESHOLDS_VERSION, ThresholdsError, read_thresholds, write_section
-from evals.traces import ModelOutcome, Trace
+from switchyard.core.thresholds import THRESHOLDS_VERSION, ThresholdsError, read_thresholds, write_section
+from switchyard.core.traces import ModelOutcome, Trace
+from switchyard.evals.evaluate import EvalError, Outcomes, evaluate_routers, resolve_models
+from switchyard.evals.routers import CategoryPrior, make_router
+from switchyard.evals.thresholds import operating_point, pick_threshold
 
 
 def _trace(i: int, category: str, weak_q: float, strong_q: float, split: str = "train") -> Trace:
@@ -71,10 +71,10 @@ def test_thresholds_file_round_trip_keeps_other_sections(tmp_path):
     write_section(path, "cascade", {"threshold": -0.4})
     write_section(path, "routing", {"router": "category-prior", "threshold": 0.25})
     data = read_thresholds(path)
-    assert data["version"] == THRESHOLDS_VERSION
-    assert data["routing"]["threshold"] == 0.25
-    assert data["cascade"]["threshold"] == -0.4
-    assert "created" in data["routing"]
+    assert data.version == THRESHOLDS_VERSION
+    assert data.routing.threshold == 0.25 and data.routing.router == "category-prior"
+    assert data.cascade.model_dump()["threshold"] == -0.4
+    assert "created" in data.routing.model_dump()
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from evals.datasets import assign_splits
-from evals.traces import ModelOutcome, Trace, TraceFormatError, read_traces, write_traces
+from switchyard.core.traces import ModelOutcome, Trace, TraceFormatError, read_traces, write_traces
+from switchyard.evals.datasets import assign_splits
 
 
 def _trace(i: int, category: str = "a", prompt: str | None = None) -> Trace:

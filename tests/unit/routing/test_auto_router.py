@@ -3,12 +3,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backends.base import BackendHealth
-from classifier.runtime import MicroBatcher
-from proxy.errors import InvalidRequest
-from proxy.protocol import ChatCompletionRequest
-from proxy.registry import ModelEntry, ModelRegistry
-from proxy.routing import AutoRouter, resolve_thresholds, routing_text
+from switchyard.backends.base import BackendHealth
+from switchyard.backends.registry import ModelEntry, ModelRegistry
+from switchyard.classifier.runtime import MicroBatcher
+from switchyard.core.errors import InvalidRequest
+from switchyard.core.prices import Price
+from switchyard.core.protocol import ChatCompletionRequest
+from switchyard.core.thresholds import ThresholdsFile
+from switchyard.proxy.routing import AutoRouter, resolve_thresholds, routing_text
 
 
 class StubBackend:
@@ -127,18 +129,21 @@ def test_routing_text_is_system_plus_last_user_turn():
 
 
 def test_thresholds_resolution():
-    file = {"routing": {"router": "classifier", "threshold": 0.4, "modes": {"max": {"threshold": 0.2}}}}
+    file = ThresholdsFile.model_validate(
+        {"version": 1, "routing": {"router": "classifier", "threshold": 0.4, "modes": {"max": {"threshold": 0.2}}}}
+    )
     assert resolve_thresholds(["s", "l"], None, file) == {"balanced": [0.4], "max": [0.2]}
     assert resolve_thresholds(["s", "l", "c"], None, None) == {"balanced": [1 / 3, 2 / 3]}
     with pytest.raises(ValueError, match="router 'length'"):
-        resolve_thresholds(["s", "l"], None, {"routing": {"router": "length", "threshold": 0.4}})
+        other = ThresholdsFile.model_validate({"version": 1, "routing": {"router": "length", "threshold": 0.4}})
+        resolve_thresholds(["s", "l"], None, other)
     with pytest.raises(ValueError, match="need 2, ascending"):
         resolve_thresholds(["s", "l", "c"], [0.7, 0.3], None)
 
 
 # -- the team's models (step 3) and its budget headroom (step 6) ---------------------------------
 
-PRICES = {"m-small": (1.0, 1.0), "m-large": (10.0, 10.0), "m-commercial": (100.0, 100.0)}
+PRICES = {"m-small": Price(1.0, 1.0), "m-large": Price(10.0, 10.0), "m-commercial": Price(100.0, 100.0)}
 
 
 def _priced_router(registry=None):
@@ -148,7 +153,7 @@ def _priced_router(registry=None):
 
 
 async def test_a_tier_the_team_may_not_use_gives_way_below_first_then_above():
-    from billing.teams import Team
+    from switchyard.billing.teams import Team
 
     router = _priced_router()
     only_small = Team("t", frozenset({"m-small"}))
@@ -163,8 +168,8 @@ async def test_a_tier_the_team_may_not_use_gives_way_below_first_then_above():
 
 
 async def test_a_team_with_no_routable_model_is_refused():
-    from billing.teams import Team
-    from proxy.errors import ModelNotAllowed
+    from switchyard.billing.teams import Team
+    from switchyard.core.errors import ModelNotAllowed
 
     with pytest.raises(ModelNotAllowed, match="Team 'x' may use none of the models"):
         await _priced_router().route(_request(0.5), None, Team("x", frozenset()))
@@ -174,7 +179,7 @@ async def test_budget_headroom_moves_down_to_the_nearest_tier_that_fits():
     router = _priced_router()
     # score=0.9 is 3 prompt tokens; with max_tokens 100: 103 tokens at $1 / $10 / $100 per million.
     request = _request(0.9, max_tokens=100)
-    costs = {name: 103 * price[0] / 1e6 for name, price in PRICES.items()}
+    costs = {name: price.cost_usd(103, 0) for name, price in PRICES.items()}
     plenty = await router.route(request, None, headroom_usd=1.0)
     assert plenty.entry.name == "m-commercial" and "budget" not in plenty.reason
     tight = await router.route(request, None, headroom_usd=costs["m-large"] * 1.01)
@@ -199,8 +204,8 @@ async def test_the_budget_step_skips_unhealthy_tiers():
 
 
 async def test_without_max_tokens_the_estimate_assumes_a_typical_answer():
-    from proxy.routing import ANSWER_TOKENS_FOR_COST, estimated_cost_usd
+    from switchyard.proxy.routing import ANSWER_TOKENS_FOR_COST, estimated_cost_usd
 
-    assert estimated_cost_usd(_request(0.9), (0.0, 1e6)) == ANSWER_TOKENS_FOR_COST
-    assert estimated_cost_usd(_request(0.9, max_tokens=7), (1e6, 1e6)) == 3 + 7
+    assert estimated_cost_usd(_request(0.9), Price(0.0, 1e6)) == ANSWER_TOKENS_FOR_COST
+    assert estimated_cost_usd(_request(0.9, max_tokens=7), Price(1e6, 1e6)) == 3 + 7
     assert estimated_cost_usd(_request(0.9), None) == 0.0

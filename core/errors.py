@@ -17,20 +17,14 @@
         └── BackendTimeout              504 upstream_timeout
 
 Each class carries its status, OpenAI error `type` and `code`. `error_body()` renders OpenAI's
-shape ``{"error": {"message", "type", "param", "code"}}``; `install_error_handlers()` is the one
-place that turns exceptions into responses. Nothing here ever sends a stack trace.
+shape ``{"error": {"message", "type", "param", "code"}}``. No web framework here: the HTTP layer's
+`switchyard.proxy.error_handlers` is the one place that turns exceptions into responses, and it
+never sends a stack trace.
 """
 
 from __future__ import annotations
 
-import logging
-
 import orjson
-from fastapi import FastAPI, Request
-from fastapi.responses import Response
-from starlette.exceptions import HTTPException as StarletteHTTPException
-
-logger = logging.getLogger("switchyard.errors")
 
 
 class SwitchyardError(Exception):
@@ -157,46 +151,3 @@ class BackendTimeout(BackendError):
 
 def error_body(exc: SwitchyardError) -> bytes:
     return orjson.dumps({"error": exc.to_dict()})
-
-
-def error_response(exc: SwitchyardError) -> Response:
-    return Response(
-        error_body(exc),
-        status_code=exc.status_code,
-        headers=exc.headers(),
-        media_type="application/json",
-    )
-
-
-_HTTP_STATUS_TO_ERROR: dict[int, type[SwitchyardError]] = {
-    400: InvalidRequest,
-    404: InvalidRequest,
-    405: InvalidRequest,
-    413: RequestTooLarge,
-}
-
-
-async def _handle_switchyard_error(_: Request, exc: Exception) -> Response:
-    assert isinstance(exc, SwitchyardError)
-    if exc.status_code >= 500:
-        logger.warning("%s: %s", type(exc).__name__, exc.message)
-    return error_response(exc)
-
-
-async def _handle_http_exception(_: Request, exc: Exception) -> Response:
-    assert isinstance(exc, StarletteHTTPException)
-    error_class = _HTTP_STATUS_TO_ERROR.get(exc.status_code, SwitchyardError)
-    error = error_class(str(exc.detail), code=None)
-    error.status_code = exc.status_code
-    return error_response(error)
-
-
-async def _handle_unexpected(_: Request, exc: Exception) -> Response:
-    logger.exception("unhandled error", exc_info=exc)
-    return error_response(SwitchyardError("The server had an internal error."))
-
-
-def install_error_handlers(app: FastAPI) -> None:
-    app.add_exception_handler(SwitchyardError, _handle_switchyard_error)
-    app.add_exception_handler(StarletteHTTPException, _handle_http_exception)
-    app.add_exception_handler(Exception, _handle_unexpected)

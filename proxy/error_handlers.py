@@ -1,0 +1,56 @@
+"""How an exception reaches the client: one OpenAI-shaped body per error, never a stack trace."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from switchyard.core.errors import InvalidRequest, RequestTooLarge, SwitchyardError, error_body
+
+logger = logging.getLogger("switchyard.errors")
+
+
+def error_response(exc: SwitchyardError) -> Response:
+    return Response(
+        error_body(exc),
+        status_code=exc.status_code,
+        headers=exc.headers(),
+        media_type="application/json",
+    )
+
+
+_HTTP_STATUS_TO_ERROR: dict[int, type[SwitchyardError]] = {
+    400: InvalidRequest,
+    404: InvalidRequest,
+    405: InvalidRequest,
+    413: RequestTooLarge,
+}
+
+
+async def _handle_switchyard_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, SwitchyardError)
+    if exc.status_code >= 500:
+        logger.warning("%s: %s", type(exc).__name__, exc.message)
+    return error_response(exc)
+
+
+async def _handle_http_exception(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    error_class = _HTTP_STATUS_TO_ERROR.get(exc.status_code, SwitchyardError)
+    error = error_class(str(exc.detail), code=None)
+    error.status_code = exc.status_code
+    return error_response(error)
+
+
+async def _handle_unexpected(_: Request, exc: Exception) -> Response:
+    logger.exception("unhandled error", exc_info=exc)
+    return error_response(SwitchyardError("The server had an internal error."))
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(SwitchyardError, _handle_switchyard_error)
+    app.add_exception_handler(StarletteHTTPException, _handle_http_exception)
+    app.add_exception_handler(Exception, _handle_unexpected)

@@ -1,0 +1,258 @@
+"""The composition root: settings in, every running service out, and shut down in order.
+
+`build_services()` is the one place that builds the HTTP session, the model registry (backends
+started), the resilient executor, prices, the ledger, teams and spend, the saturation gate, the
+auto router (with its classifier) and the cascade. The app's lifespan, `switchyard eval collect`
+and the benchmarks all use it. What can be checked before anything starts (the thresholds file,
+the cascade section, the classifier artifact) is checked by `check_startup()`, which `create_app`
+calls at once so that a bad file stops the start with a message.
+
+Shutdown order: in-flight requests are drained first (by the caller, bounded), then the ledger is
+flushed, then background tasks, backends and the HTTP session are closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import aiohttp
+import numpy as np
+
+from switchyard.backends.base import Backend
+from switchyard.backends.registry import ModelRegistry, build_http_session, build_registry
+from switchyard.backends.resilience import ResiliencePolicy, ResilientExecutor
+from switchyard.billing.budgets import SpendTracker, start_of_utc_day
+from switchyard.billing.ledger import Ledger, SQLiteLedger
+from switchyard.billing.teams import Team, TeamDirectory
+from switchyard.cascade.build import RungSpec, build_cascade, rung_specs
+from switchyard.cascade.runtime import Cascade
+from switchyard.classifier.model import DEFAULT_ARTIFACT, ArtifactError, ComplexityClassifier
+from switchyard.classifier.runtime import MicroBatcher
+from switchyard.core.prices import Price
+from switchyard.core.settings import Settings
+from switchyard.core.thresholds import ThresholdsError, ThresholdsFile, read_thresholds
+from switchyard.proxy.routing import AutoRouter, resolve_thresholds
+from switchyard.proxy.saturation import SaturationGate
+
+logger = logging.getLogger("switchyard")
+
+ScoreBatch = Callable[[list[str]], np.ndarray]
+
+
+@dataclass(frozen=True, slots=True)
+class StartupCheck:
+    """What the settings resolve to before anything runs."""
+
+    thresholds: ThresholdsFile | None
+    cascade_specs: list[RungSpec]
+    auto_thresholds: dict[str, list[float]] | None
+
+
+def check_startup(settings: Settings) -> StartupCheck:
+    """Read the thresholds file and check the cascade and auto sections (ThresholdsError if unusable)."""
+    path = settings.routing.thresholds_file
+    thresholds = read_thresholds(path) if path is not None else None
+    try:
+        specs = rung_specs(settings.cascade, thresholds)
+    except ValueError as exc:
+        raise ThresholdsError(str(exc)) from exc
+    auto = settings.routing.auto
+    auto_thresholds = None
+    if auto.tiers:
+        try:
+            auto_thresholds = resolve_thresholds(auto.tiers, auto.thresholds, thresholds)
+            ComplexityClassifier.read_metadata(auto.classifier_artifact or DEFAULT_ARTIFACT)
+        except (ValueError, ArtifactError) as exc:
+            raise ThresholdsError(f"routing.auto: {exc}") from exc
+    return StartupCheck(thresholds, specs, auto_thresholds)
+
+
+@dataclass(slots=True)
+class Services:
+    settings: Settings
+    thresholds: ThresholdsFile | None
+    session: aiohttp.ClientSession
+    registry: ModelRegistry
+    prices: dict[str, Price]
+    executor: ResilientExecutor
+    ledger: Ledger | None
+    teams: TeamDirectory
+    spend: SpendTracker
+    attempt_counts: Counter
+    saturation: SaturationGate
+    auto_router: AutoRouter | None
+    cascade: Cascade | None
+
+
+@contextlib.asynccontextmanager
+async def build_services(
+    settings: Settings,
+    *,
+    check: StartupCheck | None = None,
+    backends: Mapping[str, Backend] | None = None,
+    score_batch: ScoreBatch | None = None,
+    only_models: Sequence[str] | None = None,
+) -> AsyncIterator[Services]:
+    """Build and start everything; close it all, in order, on exit.
+
+    `backends` replaces the backend built for a configured model of that name (tests hand in
+    their own); `score_batch` replaces the classifier (texts -> scores in [0, 1]).
+    `only_models` is an offline run (`eval collect`): just those models, each started before
+    this returns, with no fallbacks, auto routing, cascade, ledger or teams.
+    """
+    check = check if check is not None else check_startup(settings)
+    is_offline = only_models is not None
+    session = build_http_session(settings.upstream)
+    tasks: list[asyncio.Task] = []
+    ledger: Ledger | None = None
+    registry = ModelRegistry([])
+    auto_router: AutoRouter | None = None
+    try:
+        registry = build_registry(settings, session, backends=backends, only=only_models)
+        if not len(registry):
+            logger.warning("no models are configured: pass --config FILE (see README)")
+        prices = model_prices(settings, registry)
+        executor = ResilientExecutor(
+            registry,
+            {} if is_offline else {m.name: m.fallbacks for m in settings.models if m.fallbacks},
+            ResiliencePolicy(**settings.resilience.model_dump()),
+        )
+        if not is_offline and settings.billing.ledger_path is not None:
+            ledger = SQLiteLedger(settings.billing.ledger_path)
+            await ledger.start()
+        teams = _build_teams(settings) if not is_offline else TeamDirectory()
+        spend = await _spend_so_far_today(ledger, teams)
+        if not is_offline and check.auto_thresholds is not None:
+            auto_router = _build_auto_router(settings, registry, check.auto_thresholds, prices, score_batch)
+        cascade = (
+            build_cascade(settings.cascade, check.cascade_specs, registry, executor)
+            if check.cascade_specs and not is_offline
+            else None
+        )
+        services = Services(
+            settings=settings,
+            thresholds=check.thresholds,
+            session=session,
+            registry=registry,
+            prices=prices,
+            executor=executor,
+            ledger=ledger,
+            teams=teams,
+            spend=spend,
+            attempt_counts=Counter(),
+            saturation=SaturationGate(
+                registry,
+                {m.name: m.degrade_to for m in settings.models if m.degrade_to},
+                wait_s=settings.resilience.saturation_wait_s,
+                max_waiting=settings.resilience.saturation_max_waiting,
+            ),
+            auto_router=auto_router,
+            cascade=cascade,
+        )
+        if is_offline:
+            for entry in registry:
+                await entry.backend.start()
+        else:
+            # Backends that load something (the embedded engine's model) do it in the background:
+            # the server answers at once, and /health/ready says when each model is ready.
+            tasks += [asyncio.create_task(entry.backend.start()) for entry in registry]
+            tasks.append(asyncio.create_task(_watch_health(registry, settings.upstream.health_interval_s)))
+        yield services
+    finally:
+        if ledger is not None:
+            await ledger.aclose()  # everything metered so far is written before anything else closes
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for entry in registry:
+            await entry.backend.aclose()
+        if auto_router is not None and auto_router.scorer is not None:
+            auto_router.scorer.close()
+        await session.close()
+
+
+async def _watch_health(registry: ModelRegistry, interval_s: float) -> None:
+    """Probe every backend now and then; log each change of verdict."""
+    last: dict[str, str] = {}
+    while True:
+        verdicts = await asyncio.gather(*(entry.backend.health() for entry in registry))
+        for entry, verdict in zip(registry, verdicts, strict=True):
+            summary = "ready" if verdict.is_ready else f"not ready: {verdict.detail}"
+            if last.get(entry.name, "ready" if verdict.is_ready else "") != summary:
+                log = logger.info if verdict.is_ready else logger.warning
+                log("model %s is %s", entry.name, summary)
+            last[entry.name] = summary
+        await asyncio.sleep(interval_s)
+
+
+def model_prices(settings: Settings, registry: ModelRegistry) -> dict[str, Price]:
+    """Each model's price: the config's, else the backend's own (LiteLLM's price map)."""
+    configured = {m.name: m.price.to_price() for m in settings.models if m.price is not None}
+    prices = {}
+    for entry in registry:
+        price = configured.get(entry.name) or entry.backend.price()
+        if price is not None:
+            prices[entry.name] = price
+    return prices
+
+
+def _build_auto_router(
+    settings: Settings,
+    registry: ModelRegistry,
+    thresholds: dict[str, list[float]],
+    prices: dict[str, Price],
+    score_batch: ScoreBatch | None,
+) -> AutoRouter:
+    """The classifier loads on its worker thread at the first batch; a warm-up batch starts that now."""
+    auto = settings.routing.auto
+    if score_batch is None:
+        artifact = auto.classifier_artifact or DEFAULT_ARTIFACT
+        loaded: list[ComplexityClassifier] = []
+
+        def score_batch(texts: list[str]) -> np.ndarray:
+            if not loaded:
+                loaded.append(ComplexityClassifier.load(artifact, num_threads=auto.threads))
+            return loaded[0].score(texts)
+
+    batcher = MicroBatcher(
+        score_batch, max_batch=auto.max_batch, max_wait_ms=auto.max_wait_ms, cache_size=auto.cache_size
+    )
+    router = AutoRouter(
+        registry,
+        auto.tiers,
+        thresholds,
+        batcher,
+        default_tier=auto.default_tier or auto.tiers[0],
+        deadline_ms=auto.deadline_ms,
+        prices=prices,
+    )
+    if auto.warm_up:
+        warm_up = asyncio.get_running_loop().create_task(batcher.score("warm-up", deadline_s=600))
+        warm_up.add_done_callback(lambda task: task.cancelled() or task.exception())
+    return router
+
+
+def _build_teams(settings: Settings) -> TeamDirectory:
+    return TeamDirectory(
+        (
+            Team(name, frozenset(team.models) if team.models is not None else None, team.budget_usd_per_day),
+            [key.get_secret_value() for key in team.api_keys],
+        )
+        for name, team in settings.teams.items()
+    )
+
+
+async def _spend_so_far_today(ledger: Ledger | None, teams: TeamDirectory) -> SpendTracker:
+    """Budgets survive a restart: today's spend is read back from the ledger."""
+    spend = SpendTracker()
+    if ledger is not None and teams.is_enabled:
+        since = start_of_utc_day(time.time())
+        for team, cost_usd in (await ledger.spend_since(since)).items():
+            spend.add(team, cost_usd, since)
+    return spend
