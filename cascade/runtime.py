@@ -168,6 +168,12 @@ class Cascade:
         if is_first and not plan.is_moved_up:
             self.guard.record(plan.route, escalated=True)
 
+    # -- the entry point ---------------------------------------------------------------------------
+
+    async def run(self, plan: Plan, request: AnyRequest, ctx: RequestContext) -> Outcome:
+        """Answer `request` along `plan`: a whole answer, or a stream decided before its first byte."""
+        return await (self.stream if request.stream else self.complete)(plan, request, ctx)
+
     # -- non-stream ------------------------------------------------------------------------------
 
     async def complete(self, plan: Plan, request: AnyRequest, ctx: RequestContext) -> Outcome:

@@ -3,7 +3,8 @@
 Two steps a request goes through, in this order:
 
 - `decide()`: the team's budget, then the route (`auto`), the cascade's first rung (`cascade`) or
-  the named model, then saturation admission. Everything here finishes before the first byte.
+  the named model, then saturation admission, then the cascade's plan when the admitted model is
+  a rung. Everything here finishes before the first byte.
 - `execute()`: the cascade's own entry point when it has a plan, else the resilient executor
   (retries, fallbacks), then the answer or the stream is relayed and each attempt metered.
 """
@@ -81,8 +82,8 @@ def _allowed(team: Team | None, entry: ModelEntry, asked_for: str) -> ModelEntry
 
 
 async def decide(request: Request, parsed: AnyRequest, ctx: RequestContext) -> Decision:
-    """The team's budget, routing (for "auto") or the cascade's first rung (for "cascade"), the
-    cascade's plan, then saturation."""
+    """The team's budget, routing (for "auto") or the cascade's first rung (for "cascade"),
+    saturation admission, then the cascade's plan from the admitted model."""
     state = request.app.state.services
     team = ctx.team
     headroom = _check_budget(state, team)
@@ -105,19 +106,18 @@ async def decide(request: Request, parsed: AnyRequest, ctx: RequestContext) -> D
         headers["x-switchyard-route"] = f"cascade->{entry.name}"
     else:
         entry = _allowed(team, state.registry.get(parsed.model), parsed.model)
+    admission = await state.saturation.admit(entry, request.headers.get("x-switchyard-priority"), ctx)
+    if admission.is_degraded:
+        headers["x-switchyard-degraded"] = "1"
     plan = None
     if state.cascade is not None and parsed.model in ("auto", CASCADE_MODEL):
-        planned = state.cascade.plan(entry, parsed, request.headers.get("x-switchyard-cascade"), is_near, ctx)
+        mode = request.headers.get("x-switchyard-cascade")
+        planned = state.cascade.plan(admission.entry, parsed, mode, is_near, ctx)
         if isinstance(planned, str):
             headers["x-switchyard-cascade"] = planned
         else:
             plan = planned
-    if plan is not None:
-        return Decision(entry, headers, plan)
-    admission = await state.saturation.admit(entry, request.headers.get("x-switchyard-priority"), ctx)
-    if admission.is_degraded:
-        headers["x-switchyard-degraded"] = "1"
-    return Decision(admission.entry, headers)
+    return Decision(admission.entry, headers, plan)
 
 
 CLIENT_CLOSED_REQUEST = 499  # nginx's code; nobody reads it, the access log does
@@ -185,10 +185,7 @@ async def execute(state, decision: Decision, parsed: AnyRequest, ctx: RequestCon
 
 async def _relay_cascade(cascade, plan: Plan, parsed: AnyRequest, route_headers: dict[str, str], ctx: RequestContext):
     """The cascade meters each rung's attempt itself, cancellations included; the answer's is finished here."""
-    if parsed.stream:
-        outcome = await cascade.stream(plan, parsed, ctx)
-    else:
-        outcome = await cascade.complete(plan, parsed, ctx)
+    outcome = await cascade.run(plan, parsed, ctx)
     headers = (
         _answer_headers(outcome.entry, outcome.meter.backend_label)
         | route_headers
