@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 logger = logging.getLogger("switchyard.classifier")
 
@@ -47,13 +48,15 @@ class MicroBatcher:
         self.max_wait_s = max_wait_ms / 1000
         self.cache_size = cache_size
         self._blas_threads = blas_threads
-        self._threadpools = None
         self._cache: OrderedDict[str, float] = OrderedDict()
         self._queued: dict[str, str] = {}  # key -> text, waiting for the worker
         self._futures: dict[str, asyncio.Future[float]] = {}  # key -> its score, queued or being scored
         self._timer: asyncio.TimerHandle | None = None
         self._batch_task: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="classifier")
+        # Found now, not at the first batch: importing threadpoolctl and scanning the loaded libraries
+        # on the worker took ~100 ms, over the routing deadline (the first request routed by default).
+        self._threadpools = ThreadpoolController() if blas_threads is not None else None
         self.num_batches = 0
         self.num_scored = 0
 
@@ -131,10 +134,7 @@ class MicroBatcher:
         # head's small matrices cost more than they save (2x on a batch of 32 on 2 cores).
         if self._blas_threads is None:
             return self._score_batch(texts)
-        if self._threadpools is None:
-            from threadpoolctl import ThreadpoolController
-
-            self._threadpools = ThreadpoolController()
+        assert self._threadpools is not None
         with self._threadpools.limit(limits=self._blas_threads, user_api="blas"):
             return self._score_batch(texts)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,7 @@ class FakeBehaviour:
     logprobs: list[float] | None = None  # per token; default: -0.1 * (i + 1)
     fail_times: int | None = None  # the failure applies to this many requests, then the server recovers
     words: tuple[str, ...] = WORDS
+    wait_for: threading.Event | None = None  # answer only once it is set (e.g. another fake's `arrived`)
 
     def updated(self, override: dict[str, Any] | None) -> FakeBehaviour:
         return dataclasses.replace(self, **override) if override else self
@@ -59,6 +61,7 @@ class FakeState:
     num_requests: int = 0
     model_id: str = "fake-model"
     is_dead: bool = False  # every stream in flight drops its connection at its next chunk
+    arrived: threading.Event = field(default_factory=threading.Event)  # set once a request has been counted
 
 
 def _token(behaviour: FakeBehaviour, i: int) -> str:
@@ -137,6 +140,7 @@ class FakeOpenAIUpstream:
         record = FakeRecord(path=path, body=body, headers=headers, started_at=time.monotonic())
         self.state.records.append(record)
         self.state.num_requests += 1
+        self.state.arrived.set()
         behaviour = self.state.behaviour.updated(body.get("fake"))
         if behaviour.fail_times is not None and self.state.num_requests > behaviour.fail_times:
             behaviour = dataclasses.replace(behaviour, failure=None)
@@ -153,6 +157,8 @@ class FakeOpenAIUpstream:
         await send({"type": "http.response.body", "body": body})
 
     async def _answer(self, scope, receive, send, body, behaviour: FakeBehaviour, record: FakeRecord) -> None:
+        if behaviour.wait_for is not None:  # bounded, so that a test that never sets it fails, not hangs
+            await asyncio.to_thread(behaviour.wait_for.wait, 10)
         if behaviour.latency_s:
             try:  # a client that leaves while the fake "thinks" is recorded as leaving
                 await asyncio.wait_for(self._wait_for_disconnect(receive, record), behaviour.latency_s)

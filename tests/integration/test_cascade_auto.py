@@ -60,6 +60,7 @@ def test_the_classifier_picks_the_first_rung_and_the_cascade_climbs(auto_cascade
 def test_a_score_close_to_the_threshold_is_hedged(auto_cascade):
     url, states = auto_cascade
     states["small"].behaviour.logprobs = [-0.1]
+    states["small"].behaviour.wait_for = states["large"].arrived  # small answers once the hedge is upstream
     states["large"].behaviour.latency_s = 3
     close = _ask(url, 0.43)
     assert close.headers["x-switchyard-cascade"] == "m-small(-0.10>=-1.00);hedged"
