@@ -1,6 +1,6 @@
 """A backend that speaks OpenAI's HTTP API: vLLM, the embedded engine's server, OpenAI itself.
 
-All HTTP backends share one pooled `aiohttp.ClientSession` (`proxy.registry.build_http_session`). It is
+All HTTP backends share one pooled `aiohttp.ClientSession` (`switchyard.backends.registry.build_http_session`). It is
 aiohttp rather than httpx because the request path is the product: measured in
 `bench/RESULTS.md`, httpx's pool cost more CPU per request than everything else Switchyard does.
 """

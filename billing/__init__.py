@@ -1,1 +1,1 @@
-"""API keys, prices, the usage ledger and budgets (see the billing issue)."""
+"""Teams and API keys, budgets, the usage ledger, the per-request meter and request context."""

@@ -1,1 +1,1 @@
-"""Logprob-confidence cascade (see the cascade issue)."""
+"""The logprob-confidence cascade: answer with a cheap model, climb when it is unsure."""

@@ -1,1 +1,1 @@
-"""Query-complexity classifier (see the classifier issue)."""
+"""The query-complexity classifier that routes `model="auto"`."""

@@ -1,1 +1,1 @@
-"""Offline evaluation of routing and cascading (see the evals issue)."""
+"""Offline evaluation: traces, routing metrics, threshold and cascade tuning, classifier training."""

@@ -1,4 +1,4 @@
-"""Picking routing thresholds on the train split (the file itself: `evals.thresholds_file`)."""
+"""Picking routing thresholds on the train split (the file itself: `switchyard.core.thresholds`)."""
 
 from __future__ import annotations
 

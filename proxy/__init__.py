@@ -1,1 +1,1 @@
-"""Switchyard's OpenAI-compatible proxy. The app factory is `proxy.app.create_app`."""
+"""The HTTP layer: the app factory `switchyard.proxy.app.create_app`, its routes, and the composition root."""
