@@ -180,3 +180,9 @@ class CommercialBackend(Backend):
         litellm = _litellm()
         await close_litellm_async_clients()
         litellm.in_memory_llm_clients_cache.flush_cache()
+        # Not in that cache: the module-level client some providers' streams use (Anthropic's, with
+        # no client passed). Close its aiohttp session only; its transport builds a new one when used.
+        module_client = vars(litellm).get("module_level_aclient")  # vars(): do not create it
+        transport = getattr(getattr(module_client, "client", None), "_transport", None)
+        if transport is not None and hasattr(transport, "aclose"):
+            await transport.aclose()

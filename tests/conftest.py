@@ -78,3 +78,28 @@ def pytest_configure(config) -> None:
     os.environ.setdefault(
         "SWITCHYARD__BILLING__LEDGER_PATH", os.path.join(tempfile.mkdtemp(prefix="switchyard-tests-"), "usage.db")
     )
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Leaks fail the run: an object that warns when collected (ResourceWarning: an unclosed socket,
+    file or session), or an aiohttp session still open at the end (one kept alive by a module, like
+    LiteLLM's clients, would only warn at interpreter exit, after the verdict)."""
+    import gc
+    import sys
+    import warnings
+
+    import aiohttp
+
+    leaks: list[str] = []
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: leaks.append(f"{unraisable.exc_value!r} in {unraisable.object!r}")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ResourceWarning)
+            gc.collect()
+    finally:
+        sys.unraisablehook = previous_hook
+    leaks += [f"open {obj!r}" for obj in gc.get_objects() if isinstance(obj, aiohttp.ClientSession) and not obj.closed]
+    if leaks:
+        session.config.get_terminal_writer().line("\nresources left open by the test run:\n  " + "\n  ".join(leaks))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -50,5 +50,7 @@ def serve_in_thread(app, *, http: str = "httptools") -> Iterator[str]:
     finally:
         _RUNNING.pop(url, None)
         server.should_exit = True
-        thread.join(timeout=5)
+        thread.join(timeout=15)
         sock.close()
+        # a test that goes on reading (the ledger) while the app still shuts down would race it
+        assert not thread.is_alive(), "the test server did not stop within 15 s"

@@ -32,7 +32,7 @@ def auto_proxy(tmp_path):
             models=[{"name": f"m-{tier}", "base_url": url, "tier": tier} for tier, url in urls.items()],
             routing={
                 "thresholds_file": thresholds,
-                "auto": {"tiers": ["small", "large"], "warm_up": False, "max_wait_ms": 1},
+                "auto": {"tiers": ["small", "large"], "warm_up": False, "deadline_ms": 10_000, "max_wait_ms": 1},
             },
         )
 

@@ -24,7 +24,15 @@ def auto_cascade(tmp_path):
         urls = {tier: stack.enter_context(serve_in_thread(FakeOpenAIUpstream(s))) + "/v1" for tier, s in states.items()}
         settings = Settings(
             models=[{"name": f"m-{tier}", "base_url": url, "tier": tier} for tier, url in urls.items()],
-            routing={"auto": {"tiers": ["small", "large"], "thresholds": [0.45], "warm_up": False, "max_wait_ms": 1}},
+            routing={
+                "auto": {
+                    "tiers": ["small", "large"],
+                    "thresholds": [0.45],
+                    "warm_up": False,
+                    "deadline_ms": 10_000,
+                    "max_wait_ms": 1,
+                }
+            },
             cascade={
                 "ladder": ["m-small", "m-large"],
                 "scorer": "mean_logprob",

@@ -64,7 +64,10 @@ def proxy(urls, tmp_path, fallbacks=None):
     settings = Settings(
         models=models,
         teams=TEAMS,
-        routing={"thresholds_file": thresholds, "auto": {"tiers": ["small", "large"], "warm_up": False}},
+        routing={
+            "thresholds_file": thresholds,
+            "auto": {"tiers": ["small", "large"], "warm_up": False, "deadline_ms": 10_000},
+        },
     )
     app = create_app(settings, score_batch=lambda texts: np.array([float(t.split("=")[-1]) for t in texts]))
     with serve_in_thread(app) as url:
