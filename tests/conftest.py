@@ -99,7 +99,10 @@ def pytest_sessionfinish(session, exitstatus) -> None:
             gc.collect()
     finally:
         sys.unraisablehook = previous_hook
-    leaks += [f"open {obj!r}" for obj in gc.get_objects() if isinstance(obj, aiohttp.ClientSession) and not obj.closed]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # type(), not isinstance(): the latter reads `__class__`, which some lazy module proxies warn on
+        leaks += [f"open {obj!r}" for obj in gc.get_objects() if type(obj) is aiohttp.ClientSession and not obj.closed]
     if leaks:
         session.config.get_terminal_writer().line("\nresources left open by the test run:\n  " + "\n  ".join(leaks))
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
