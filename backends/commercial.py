@@ -1,7 +1,7 @@
 """Commercial APIs through the `litellm` library: OpenAI, Anthropic and every provider it knows.
 
 The client always sees OpenAI's format; LiteLLM translates requests, responses and streams.
-LiteLLM's own retries are off (ours apply, see proxy/resilience.py) and its exceptions become ours
+LiteLLM's own retries are off (ours apply, see backends/resilience.py) and its exceptions become ours
 in `_translate`, the one place that knows them. Prices come from LiteLLM's bundled model price map
 (read locally: LITELLM_LOCAL_MODEL_COST_MAP), unless the config sets them.
 """

@@ -138,7 +138,7 @@ class CascadeSettings(_Strict):
 
 
 class ResilienceSettings(_Strict):
-    """Retries, timeouts, breakers and load shedding around every backend (see proxy/resilience.py)."""
+    """Retries, timeouts, breakers and load shedding around every backend (see backends/resilience.py)."""
 
     max_attempts: int = Field(default=2, ge=1)  # per model in the fallback chain
     backoff_base_s: float = Field(default=0.1, ge=0)
