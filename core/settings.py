@@ -79,15 +79,44 @@ class AutoRoutingSettings(_Strict):
 
 
 class TeamSettings(_Strict):
-    """A team: its API keys, the models it may use, its daily budget (see billing/teams.py)."""
+    """A team: its API keys, the models it may use, its budgets, limits and priority (billing/teams.py)."""
 
     api_keys: list[SecretStr] = Field(min_length=1)
     models: list[str] | None = None  # model names it may use, directly or through auto/cascade; null: all
     budget_usd_per_day: float | None = Field(default=None, ge=0)  # per UTC day; null: no budget
+    budget_usd_per_month: float | None = Field(default=None, ge=0)  # per UTC calendar month
+    rpm: int | None = Field(default=None, ge=1)  # requests per minute; null: no limit
+    tpm: int | None = Field(default=None, ge=1)  # tokens (prompt + max_tokens) per minute
+    priority: str = "interactive"  # interactive | batch | a name in billing.priority_tiers
+
+
+class AuthSettings(_Strict):
+    admin_key: SecretStr | None = None  # enables /admin; null: /admin answers 401 to everyone
+
+
+class PriorityTierSettings(_Strict):
+    """A named priority: how its requests meet saturation, and caps on what they may ask."""
+
+    saturation: Literal["best-effort", "standard", "priority"] = "standard"
+    max_tokens: int | None = Field(default=None, ge=1)  # cap on the answer length asked for
+    context_tokens: int | None = Field(default=None, ge=1)  # cap on prompt + max_tokens
+    max_concurrency: int | None = Field(default=None, ge=1)  # requests at once, per proxy process
 
 
 class BillingSettings(_Strict):
-    ledger_path: Path | None = Path("~/.cache/switchyard/usage.sqlite3")  # null: no ledger
+    ledger_path: Path | None = Path("~/.cache/switchyard/usage.sqlite3")  # null (and no database_url): no ledger
+    database_url: str | None = None  # sqlite:///./file.db or postgresql://user:pw@host/db; wins over ledger_path
+    redis_url: str | None = None  # redis://host:6379/0: budgets and rate limits shared by every replica
+    fail_open: bool = False  # Valkey/Redis unreachable: refuse (503, the default) or let requests through
+    spill_path: Path = Path("~/.cache/switchyard/ledger-spill.jsonl")  # records kept while the database is down
+    reservation_ttl_s: float = Field(default=900.0, gt=0)  # a reservation a crashed replica left is freed after
+    priority_tiers: dict[str, PriorityTierSettings] = Field(default_factory=dict)
+
+    def resolved_database_url(self) -> str | None:
+        """`database_url`, else the SQLite file at `ledger_path`, else None (no ledger)."""
+        if self.database_url is not None:
+            return self.database_url
+        return f"sqlite:///{self.ledger_path}" if self.ledger_path is not None else None
 
 
 class RoutingSettings(_Strict):
@@ -309,6 +338,7 @@ class Settings(BaseSettings):
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     resilience: ResilienceSettings = Field(default_factory=ResilienceSettings)
     billing: BillingSettings = Field(default_factory=BillingSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
     cascade: CascadeSettings = Field(default_factory=CascadeSettings)
     models: list[ModelSettings] = Field(default_factory=list)
     teams: dict[str, TeamSettings] = Field(default_factory=dict)  # empty: any key, every model

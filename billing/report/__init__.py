@@ -1,0 +1,1 @@
+"""The analysts' report: CSV files, a JSON summary and one self-contained HTML page with plots."""
