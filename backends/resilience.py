@@ -166,6 +166,8 @@ class ResilientExecutor:
             except BaseException:
                 await chunks.aclose()
                 raise
+            if ctx is not None and first_chunk is not None:
+                ctx.meter.first_token()
             return first_chunk, chunks
 
         entry, (first_chunk, rest) = await self._run(first, call, ctx)

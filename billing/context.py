@@ -10,19 +10,25 @@ import asyncio
 from dataclasses import dataclass, replace
 
 from switchyard.billing.metering import RequestMeter
-from switchyard.billing.teams import Team
+from switchyard.billing.teams import Principal, Team
+from switchyard.core.estimates import estimated_cost_usd
+from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
 
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
     request_id: str
     meter: RequestMeter
-    team: Team | None = None
+    principal: Principal | None = None
     deadline: float | None = None  # event-loop time by which the whole request must be answered
+
+    @property
+    def team(self) -> Team | None:
+        return self.principal.team if self.principal is not None else None
 
     def may_use(self, model: str) -> bool:
         """May the calling team use `model` (True when no teams are configured)."""
-        return self.team is None or self.team.may_use(model)
+        return self.principal is None or self.principal.team.may_use(model)
 
     def remaining_s(self) -> float | None:
         if self.deadline is None:
@@ -32,3 +38,13 @@ class RequestContext:
     def with_meter(self, meter: RequestMeter) -> RequestContext:
         """The same request, metered by another meter (a cascade rung's fork)."""
         return replace(self, meter=meter)
+
+    def worst_case_cost_usd(self, model: str, request: ChatCompletionRequest | CompletionRequest) -> float:
+        return estimated_cost_usd(request, self.meter.prices.get(model))
+
+    async def reserve_for(self, model: str, request: ChatCompletionRequest | CompletionRequest) -> bool:
+        """Hold the worst-case cost of a call to `model` in the caller's budgets (True: it fits)."""
+        spending = self.meter.spending
+        if spending is None:
+            return True
+        return await spending.reserve(self.worst_case_cost_usd(model, request))

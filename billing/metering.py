@@ -15,8 +15,8 @@ from typing import Protocol
 
 import orjson
 
-from switchyard.billing.budgets import SpendTracker
-from switchyard.billing.ledger import Ledger, UsageRecord
+from switchyard.billing.budgets import Spending
+from switchyard.billing.records import UsageRecord
 from switchyard.core.context import answered_by
 from switchyard.core.errors import SwitchyardError
 from switchyard.core.prices import Price
@@ -28,6 +28,30 @@ class ModelEntry(Protocol):
 
     name: str
     backend_kind: str
+    tier: str | None
+
+
+class Ledger(Protocol):
+    def record(self, record: UsageRecord) -> None: ...
+
+
+SELF_HOSTED_KINDS = ("vllm", "embedded")
+
+
+def hosting_of(entry: ModelEntry) -> str:
+    return "self-hosted" if entry.backend_kind in SELF_HOSTED_KINDS else "commercial"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestTags:
+    """What every record of one request carries for the reports."""
+
+    client_request_id: str | None = None
+    key_id: str | None = None
+    requested_model: str | None = None
+    route: str | None = None  # why this model (x-switchyard-route, plus ";degraded")
+    score: float | None = None
+    ceiling_model: str | None = None  # the strongest model the route could have reached
 
 
 _USAGE = re.compile(rb'"usage"\s*:\s*(\{[^{}]*\})')
@@ -47,23 +71,32 @@ class RequestMeter:
 
     ledger: Ledger | None
     prices: dict[str, Price]
-    request_id: str
+    request_id: str  # the proxy's own id
     counts: Counter | None = None  # (model, status) -> attempts, for /metrics
     prompt_tokens_estimate: int = 0  # used when an attempt ends without the upstream's usage
     attempt_started_at: float = field(default_factory=time.time)
     current_entry: ModelEntry | None = None
     backend_label: str | None = None  # the deployment, when it answered in another task (a cascade rung)
-    team: str | None = None  # the calling team (teams configured); its spend grows with each attempt
-    spend: SpendTracker | None = None
+    team: str | None = None  # the calling team (teams configured)
+    spending: Spending | None = None  # the request's budgets: each attempt's cost is charged to them
+    tags: RequestTags = field(default_factory=RequestTags)
+    escalated_from: str | None = None  # this fork's rung climbed from that model
+    is_hedge: bool = False
+    first_token_at: float | None = None  # unix seconds, when a stream's first chunk arrived
     is_closed: bool = False
-    _sequence: list[int] = field(default_factory=lambda: [0])  # shared by forks: attempt numbers
+    _shared: list = field(default_factory=lambda: [0, 0.0])  # shared by forks: attempts made, cost so far
 
     @property
     def num_attempts(self) -> int:
-        return self._sequence[0]
+        return self._shared[0]
 
-    def fork(self) -> RequestMeter:
-        """A meter for an attempt that runs beside this one (a hedge): same request, same numbering."""
+    @property
+    def total_cost_usd(self) -> float:
+        """What the whole request has cost so far, every attempt of every fork."""
+        return self._shared[1]
+
+    def fork(self, *, escalated_from: str | None = None, is_hedge: bool = False) -> RequestMeter:
+        """A meter for an attempt that runs beside this one (a rung, a hedge): same request, same numbering."""
         return RequestMeter(
             self.ledger,
             self.prices,
@@ -71,12 +104,20 @@ class RequestMeter:
             self.counts,
             self.prompt_tokens_estimate,
             team=self.team,
-            spend=self.spend,
-            _sequence=self._sequence,
+            spending=self.spending,
+            tags=self.tags,
+            escalated_from=escalated_from,
+            is_hedge=is_hedge,
+            _shared=self._shared,
         )
 
     def begin_attempt(self) -> None:
         self.attempt_started_at = time.time()
+        self.first_token_at = None
+
+    def first_token(self) -> None:
+        if self.first_token_at is None:
+            self.first_token_at = time.time()
 
     def failed(self, entry: ModelEntry, error: SwitchyardError) -> None:
         self._write(entry, "failed", None, 0, error=error.message)
@@ -94,19 +135,28 @@ class RequestMeter:
         self.is_closed = True
         self._write(entry, status, usage, num_chunks, error)
 
+    def tokens(self, usage: dict | None, num_chunks: int) -> tuple[int, int]:
+        """(prompt, completion) tokens: the upstream's usage, else estimated (a chunk a token)."""
+        if usage:
+            return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+        return (self.prompt_tokens_estimate if num_chunks else 0), num_chunks
+
+    def cost_of(self, model: str | None, prompt: int, completion: int) -> float:
+        price = self.prices.get(model) if model is not None else None
+        return price.cost_usd(prompt, completion) if price is not None else 0.0
+
     def _write(self, entry: ModelEntry, status: str, usage: dict | None, num_chunks: int, error: str | None = None):
-        self._sequence[0] += 1
+        self._shared[0] += 1
         if self.counts is not None:
             self.counts[(entry.name, status)] += 1
-        if self.ledger is None and self.spend is None:
-            return
-        prompt = int(usage.get("prompt_tokens") or 0) if usage else (self.prompt_tokens_estimate if num_chunks else 0)
-        completion = int((usage or {}).get("completion_tokens") or 0) if usage else num_chunks
-        price = self.prices.get(entry.name)
-        cost = price.cost_usd(prompt, completion) if price is not None else 0.0
-        if self.spend is not None and self.team is not None:
-            self.spend.add(self.team, cost, self.attempt_started_at)
+        prompt, completion = self.tokens(usage, num_chunks)
+        cost = self.cost_of(entry.name, prompt, completion)
+        self._shared[1] += cost
+        if self.spending is not None:
+            self.spending.charge(cost)
         if self.ledger is not None:
+            tags = self.tags
+            is_routed = tags.ceiling_model is not None and status == "completed"
             self.ledger.record(
                 UsageRecord(
                     request_id=self.request_id,
@@ -122,6 +172,21 @@ class RequestMeter:
                     duration_ms=(time.time() - self.attempt_started_at) * 1000,
                     error=error,
                     team=self.team,
+                    client_request_id=tags.client_request_id,
+                    key_id=tags.key_id,
+                    requested_model=tags.requested_model,
+                    tier=entry.tier,
+                    route=tags.route,
+                    score=tags.score,
+                    escalated_from=self.escalated_from,
+                    ttft_ms=(
+                        (self.first_token_at - self.attempt_started_at) * 1000
+                        if self.first_token_at is not None
+                        else None
+                    ),
+                    is_hedge=self.is_hedge,
+                    hosting=hosting_of(entry),
+                    ceiling_cost_usd=self.cost_of(tags.ceiling_model, prompt, completion) if is_routed else None,
                 )
             )
         self.begin_attempt()

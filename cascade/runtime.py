@@ -38,7 +38,7 @@ from switchyard.billing.metering import RequestMeter
 from switchyard.cascade import wire
 from switchyard.cascade.confidence import Scorer, score
 from switchyard.cascade.thrash import ThrashGuard
-from switchyard.core.errors import BackendError, BackendRejected, InvalidRequest
+from switchyard.core.errors import BackendError, BackendRejected, BudgetExceeded, InvalidRequest
 from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
 
 logger = logging.getLogger("switchyard.cascade")
@@ -190,7 +190,9 @@ class Cascade:
             for i, rung in enumerate(plan.rungs):
                 is_last = i == len(plan.rungs) - 1
                 task = start(i)
-                hedge = start(i + 1) if plan.hedge and i == 0 and not is_last else None
+                hedge = None
+                if plan.hedge and i == 0 and not is_last and await attempts.reserve(i + 1):
+                    hedge = start(i + 1)
                 if hedge is not None:
                     await asyncio.wait({task, hedge}, return_when=asyncio.FIRST_COMPLETED)
                     if hedge.done() and not hedge.exception() and not task.done():
@@ -202,6 +204,7 @@ class Cascade:
                     entry, result = await task
                 except BackendError as exc:
                     self._climb_past(plan, rung, exc, i, is_last)
+                    await attempts.reserve_or_refuse(i + 1)
                     continue
                 if is_last:
                     plan.steps.append(entry.name)
@@ -209,6 +212,9 @@ class Cascade:
                 if self._judge(plan, rung, entry, wire.evidence_of(result).evidence(), i == 0):
                     if hedge is not None:
                         self.hedges[entry.name] += 1
+                    return Outcome(entry, meters[i], self._header(plan), result=self._for_client(result, wanted))
+                if not await attempts.reserve(i + 1):  # no budget to climb: this answer is the best there is
+                    plan.steps.append("over-budget")
                     return Outcome(entry, meters[i], self._header(plan), result=self._for_client(result, wanted))
                 usage = result.parsed.get("usage")
                 meters[i].escalated(entry, usage, 0, "low confidence")
@@ -233,12 +239,13 @@ class Cascade:
             for i, rung in enumerate(plan.rungs):
                 is_last = i == len(plan.rungs) - 1
                 task = open_(i)
-                if plan.hedge and i == 0 and not is_last:
+                if plan.hedge and i == 0 and not is_last and await attempts.reserve(i + 1):
                     open_(i + 1)
                 try:
                     entry, first, rest = await task
                 except BackendError as exc:
                     self._climb_past(plan, rung, exc, i, is_last)
+                    await attempts.reserve_or_refuse(i + 1)
                     continue
                 if is_last:
                     plan.steps.append(entry.name)
@@ -251,6 +258,7 @@ class Cascade:
                     meters[i].finished(entry, "failed", None, buffered.num_chunks, exc.message)
                     await buffered.aclose()
                     self._failed(plan, rung, exc, i == 0)
+                    await attempts.reserve_or_refuse(i + 1)
                     continue
                 except BaseException:
                     meters[i].finished(entry, "cancelled", buffered.usage, buffered.num_tokens)
@@ -259,6 +267,11 @@ class Cascade:
                 if self._judge(plan, rung, entry, buffered.evidence.evidence(), i == 0):
                     if i + 1 in opening:
                         self.hedges[entry.name] += 1
+                    handed_over.add(i)
+                    first, rest = buffered.replay(lambda chunk: self._for_client(chunk, wanted))
+                    return Outcome(entry, meters[i], self._header(plan), first=first, rest=rest)
+                if not await attempts.reserve(i + 1):  # no budget to climb: this answer is the best there is
+                    plan.steps.append("over-budget")
                     handed_over.add(i)
                     first, rest = buffered.replay(lambda chunk: self._for_client(chunk, wanted))
                     return Outcome(entry, meters[i], self._header(plan), first=first, rest=rest)
@@ -301,10 +314,33 @@ class _Attempts:
         self.plan, self.request, self.judged_request, self.ctx, self.call = plan, request, judged_request, ctx, call
         self.tasks: dict[int, asyncio.Task] = {}
         self.meters: dict[int, RequestMeter] = {}
+        self.reserved = {0}  # rungs whose worst-case cost the budgets hold (the first: the relay's)
+
+    async def reserve(self, i: int) -> bool:
+        """Hold rung i's worst-case cost in the caller's budgets before starting it (True: it fits)."""
+        if i in self.reserved:
+            return True
+        rung = self.plan.rungs[i].entry
+        request = self.request if i == len(self.plan.rungs) - 1 else self.judged_request
+        if not await self.ctx.reserve_for(rung.name, request):
+            return False
+        self.reserved.add(i)
+        return True
+
+    async def reserve_or_refuse(self, i: int) -> None:
+        """A rung failed: climbing is the only way to an answer, if the budget allows it."""
+        if not await self.reserve(i):
+            raise BudgetExceeded(
+                f"The cascade's {self.plan.rungs[i - 1].entry.name} failed and what is left of the budget "
+                f"does not cover {self.plan.rungs[i].entry.name}.",
+                retry_after_s=1,
+            )
 
     def start(self, i: int) -> asyncio.Task:
         if i not in self.tasks:
-            self.meters[i] = self.ctx.meter.fork()
+            climbed_from = self.plan.rungs[i - 1].entry.name if i > 0 else None
+            is_hedge = self.plan.hedge and i == 1 and 0 in self.tasks and not self.tasks[0].done()
+            self.meters[i] = self.ctx.meter.fork(escalated_from=climbed_from, is_hedge=is_hedge)
             is_last = i == len(self.plan.rungs) - 1
             request = self.request if is_last else self.judged_request
             rung_ctx = self.ctx.with_meter(self.meters[i])

@@ -6,10 +6,13 @@
     │   └── ContextLengthExceeded       400 context_length_exceeded
     ├── AuthenticationFailed            401 invalid_api_key       (teams configured, key unknown)
     ├── ModelNotAllowed                 403 model_not_allowed     (not among the team's models)
+    ├── Forbidden                       403 permission_denied     (another team's usage)
     ├── ModelNotFound                   404 model_not_found
+    ├── NotFound                        404 not_found             (an admin API's team or key)
+    ├── Conflict                        409 conflict              (a team that exists already)
     ├── RequestTooLarge                 413 request_too_large
     ├── RateLimited                     429 rate_limit_exceeded   (carries retry_after_s)
-    │   └── BudgetExceeded              429 insufficient_quota    (the team's budget for today is spent)
+    │   └── BudgetExceeded              429 insufficient_quota    (a team's or key's budget is spent)
     └── BackendError                    502 upstream_error        (an upstream failed us)
         ├── BackendRejected             the upstream's own 4xx, status kept
         ├── BackendRateLimited          429 upstream_rate_limited (carries retry_after_s)
@@ -85,6 +88,24 @@ class ModelNotAllowed(SwitchyardError):
     status_code = 403
     error_type = "permission_error"
     code = "model_not_allowed"
+
+
+class Forbidden(SwitchyardError):
+    status_code = 403
+    error_type = "permission_error"
+    code = "permission_denied"
+
+
+class NotFound(SwitchyardError):
+    status_code = 404
+    error_type = "invalid_request_error"
+    code = "not_found"
+
+
+class Conflict(SwitchyardError):
+    status_code = 409
+    error_type = "invalid_request_error"
+    code = "conflict"
 
 
 class ModelNotFound(SwitchyardError):

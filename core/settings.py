@@ -363,7 +363,13 @@ class Settings(BaseSettings):
             if name not in by_name:
                 raise ValueError(f"cascade.ladder names '{name}', which is not a configured model")
         team_of_key: dict[str, str] = {}
+        priorities = ("interactive", "batch", *self.billing.priority_tiers)
         for team_name, team in self.teams.items():
+            if team.priority not in priorities:
+                raise ValueError(
+                    f"team '{team_name}' has priority '{team.priority}', which is not one of {', '.join(priorities)} "
+                    "(name more in billing.priority_tiers)"
+                )
             for model_name in team.models or ():
                 if model_name not in by_name:
                     raise ValueError(f"team '{team_name}' may use '{model_name}', which is not a configured model")

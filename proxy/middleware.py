@@ -38,7 +38,10 @@ class InFlight:
 
 
 class RequestIdMiddleware:
-    """Gives every request an id (the client's `x-request-id` if sane) and puts it on the response.
+    """Gives every request the proxy's own id and puts it on the response (`x-request-id`).
+
+    A client's own `x-request-id` (if sane) is kept beside it for correlation — in the ledger and
+    echoed back as `x-client-request-id` — never used as the key of anything.
 
     It is also the last line of defence: an exception that escaped every handler becomes an
     OpenAI-shaped 500, never a stack trace.
@@ -52,16 +55,19 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = _client_request_id(scope) or f"req_{uuid.uuid4().hex}"
-        scope.setdefault("state", {})["request_id"] = request_id
+        request_id = f"req_{uuid.uuid4().hex}"
+        client_request_id = _client_request_id(scope)
+        state = scope.setdefault("state", {})
+        state["request_id"], state["client_request_id"] = request_id, client_request_id
         header = (b"x-request-id", request_id.encode())
+        headers = [header] + ([(b"x-client-request-id", client_request_id.encode())] if client_request_id else [])
         response_started = False
 
         async def send_with_id(message: Message) -> None:
             nonlocal response_started
             if message["type"] == "http.response.start":
                 response_started = True
-                message["headers"] = [*message.get("headers", ()), header]
+                message["headers"] = [*message.get("headers", ()), *headers]
             await send(message)
 
         task = asyncio.current_task()
@@ -78,7 +84,7 @@ class RequestIdMiddleware:
                 {
                     "type": "http.response.start",
                     "status": 500,
-                    "headers": [(b"content-type", b"application/json"), header],
+                    "headers": [(b"content-type", b"application/json"), *headers],
                 }
             )
             await send({"type": "http.response.body", "body": body})

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -23,14 +22,15 @@ from starlette.background import BackgroundTask
 
 from switchyard.backends.base import AnyRequest, answered_by
 from switchyard.backends.registry import ModelEntry
-from switchyard.billing.budgets import seconds_to_next_utc_day
 from switchyard.billing.context import RequestContext
-from switchyard.billing.metering import RequestMeter, usage_of
-from switchyard.billing.teams import Team, UnknownKey
+from switchyard.billing.metering import RequestMeter, RequestTags, usage_of
+from switchyard.billing.teams import Principal, Team
 from switchyard.cascade.runtime import Plan
-from switchyard.core.errors import AuthenticationFailed, BudgetExceeded, ModelNotAllowed, SwitchyardError, error_body
+from switchyard.core.errors import ModelNotAllowed, SwitchyardError, error_body
+from switchyard.core.estimates import estimated_prompt_tokens, worst_case_tokens
 from switchyard.core.protocol import StreamChunk
-from switchyard.proxy.routing import CASCADE_MODEL, auto_not_configured, cascade_not_configured, estimated_prompt_tokens
+from switchyard.proxy.access import saturation_priority
+from switchyard.proxy.routing import CASCADE_MODEL, auto_not_configured, cascade_not_configured
 
 logger = logging.getLogger("switchyard")
 
@@ -45,6 +45,11 @@ def _answer_headers(entry: ModelEntry, backend: str | None = None) -> dict[str, 
     }
 
 
+def _cost_header(meter: RequestMeter) -> dict[str, str]:
+    """The whole request's cost: every attempt, escalations and retries included."""
+    return {"x-switchyard-cost-usd": f"{meter.total_cost_usd:.8f}"}
+
+
 @dataclass(slots=True)
 class Decision:
     """Where a request goes, and why (the headers that explain it)."""
@@ -52,27 +57,8 @@ class Decision:
     entry: ModelEntry
     headers: dict[str, str]
     plan: Plan | None = None  # the cascade's rungs, when the cascade answers
-
-
-def authenticate(request: Request) -> Team | None:
-    """The calling team (None when no teams are configured)."""
-    try:
-        return request.app.state.services.teams.authenticate(request.headers.get("authorization"))
-    except UnknownKey as exc:
-        raise AuthenticationFailed(str(exc)) from None
-
-
-def _check_budget(state, team: Team | None) -> float | None:
-    """The team's headroom for today; a team with none left is refused here, before any routing."""
-    headroom = state.spend.headroom_usd(team)
-    if headroom is not None and headroom <= 0:
-        assert team is not None and team.budget_usd_per_day is not None
-        raise BudgetExceeded(
-            f"Team '{team.name}' has spent its budget for today (${team.budget_usd_per_day:g}); "
-            "it renews at 00:00 UTC.",
-            retry_after_s=seconds_to_next_utc_day(time.time()),
-        )
-    return headroom
+    score: float | None = None  # the classifier's (auto)
+    ceiling: str | None = None  # the strongest model the route could have reached (auto, cascade)
 
 
 def _allowed(team: Team | None, entry: ModelEntry, asked_for: str) -> ModelEntry:
@@ -82,18 +68,21 @@ def _allowed(team: Team | None, entry: ModelEntry, asked_for: str) -> ModelEntry
 
 
 async def decide(request: Request, parsed: AnyRequest, ctx: RequestContext) -> Decision:
-    """The team's budget, routing (for "auto") or the cascade's first rung (for "cascade"),
-    saturation admission, then the cascade's plan from the admitted model."""
+    """Rate limits, the caller's budget, routing (for "auto") or the cascade's first rung (for
+    "cascade"), saturation admission, the worst-case reservation, then the cascade's plan."""
     state = request.app.state.services
-    team = ctx.team
-    headroom = _check_budget(state, team)
-    headers: dict[str, str] = {}
+    principal, team = ctx.principal, ctx.team
+    rate = await state.budgets.check_rate(principal, worst_case_tokens(parsed))
+    headers: dict[str, str] = rate.headers() if rate is not None else {}
+    headroom = await state.budgets.headroom(principal)
     is_near = False
+    score = ceiling = None
     if parsed.model == "auto":
         if state.auto_router is None:
             raise auto_not_configured()
         decision = await state.auto_router.route(parsed, request.headers.get("x-switchyard-quality"), team, headroom)
-        entry = decision.entry
+        entry, score = decision.entry, decision.score
+        ceiling = state.auto_router.strongest(team).name
         headers["x-switchyard-route"] = decision.reason
         if decision.score is not None:
             headers["x-switchyard-score"] = f"{decision.score:.4f}"
@@ -106,9 +95,12 @@ async def decide(request: Request, parsed: AnyRequest, ctx: RequestContext) -> D
         headers["x-switchyard-route"] = f"cascade->{entry.name}"
     else:
         entry = _allowed(team, state.registry.get(parsed.model), parsed.model)
-    admission = await state.saturation.admit(entry, request.headers.get("x-switchyard-priority"), ctx)
+    admission = await state.saturation.admit(entry, saturation_priority(request, principal), ctx)
     if admission.is_degraded:
         headers["x-switchyard-degraded"] = "1"
+    if not await ctx.reserve_for(admission.entry.name, parsed):
+        cost = ctx.worst_case_cost_usd(admission.entry.name, parsed)
+        raise await state.budgets.refusal(principal, (cost, admission.entry.name))
     plan = None
     if state.cascade is not None and parsed.model in ("auto", CASCADE_MODEL):
         mode = request.headers.get("x-switchyard-cascade")
@@ -117,13 +109,31 @@ async def decide(request: Request, parsed: AnyRequest, ctx: RequestContext) -> D
             headers["x-switchyard-cascade"] = planned
         else:
             plan = planned
-    return Decision(admission.entry, headers, plan)
+            if parsed.model == CASCADE_MODEL or ceiling is None:
+                ceiling = plan.rungs[-1].entry.name
+    if parsed.model == CASCADE_MODEL and ceiling is None:
+        ceiling = admission.entry.name
+    return Decision(admission.entry, headers, plan, score, ceiling)
+
+
+def _tags(request: Request, parsed: AnyRequest, decision: Decision, principal: Principal | None) -> RequestTags:
+    route = decision.headers.get("x-switchyard-route")
+    if "x-switchyard-degraded" in decision.headers:
+        route = (route or "") + ";degraded"
+    return RequestTags(
+        client_request_id=request.scope["state"].get("client_request_id"),
+        key_id=principal.key.id if principal is not None else None,
+        requested_model=parsed.model,
+        route=route,
+        score=decision.score,
+        ceiling_model=decision.ceiling,
+    )
 
 
 CLIENT_CLOSED_REQUEST = 499  # nginx's code; nobody reads it, the access log does
 
 
-async def relay(request: Request, team: Team | None, parsed: AnyRequest) -> Response:
+async def relay(request: Request, principal: Principal | None, parsed: AnyRequest) -> Response:
     """Everything before the first byte can be cancelled by the client leaving: the upstream calls
     stop, and their own handlers meter them as cancelled. A watcher task cancels this one when the
     disconnect arrives; a cancellation that did not come from it (server shutdown) propagates."""
@@ -132,7 +142,7 @@ async def relay(request: Request, team: Team | None, parsed: AnyRequest) -> Resp
     left: list[bool] = []
     watcher = asyncio.ensure_future(_cancel_when_client_leaves(request, this, left))
     try:
-        return await _respond(request, parsed, team)
+        return await _respond(request, parsed, principal)
     except asyncio.CancelledError:
         if not left or this.cancelling() > 1:
             raise
@@ -151,8 +161,13 @@ async def _cancel_when_client_leaves(request: Request, task: asyncio.Task, left:
     task.cancel()
 
 
-async def _respond(request: Request, parsed: AnyRequest, team: Team | None) -> Response:
+async def _respond(request: Request, parsed: AnyRequest, principal: Principal | None) -> Response:
     state = request.app.state.services
+    spending = state.budgets.open(principal)
+    release = state.tier_slots.enter(principal, parsed)
+    if release is not None:
+        spending.on_settle(release)
+    team = principal.team if principal is not None else None
     meter = RequestMeter(
         state.ledger,
         state.prices,
@@ -160,12 +175,20 @@ async def _respond(request: Request, parsed: AnyRequest, team: Team | None) -> R
         state.attempt_counts,
         prompt_tokens_estimate=estimated_prompt_tokens(parsed),
         team=team.name if team is not None else None,
-        spend=state.spend if team is not None else None,
+        spending=spending,
     )
     timeout_s = state.settings.resilience.request_timeout_s
     deadline = asyncio.get_running_loop().time() + timeout_s if timeout_s is not None else None
-    ctx = RequestContext(meter.request_id, meter, team, deadline)
-    return await execute(state, await decide(request, parsed, ctx), parsed, ctx)
+    ctx = RequestContext(meter.request_id, meter, principal, deadline)
+    response: Response | None = None
+    try:
+        decision = await decide(request, parsed, ctx)
+        meter.tags = _tags(request, parsed, decision, principal)
+        response = await execute(state, decision, parsed, ctx)
+        return response
+    finally:
+        if not isinstance(response, StreamingResponse):  # a stream settles when it ends
+            spending.settle()
 
 
 async def execute(state, decision: Decision, parsed: AnyRequest, ctx: RequestContext) -> Response:
@@ -180,7 +203,8 @@ async def execute(state, decision: Decision, parsed: AnyRequest, ctx: RequestCon
         meter.finished(meter.current_entry or entry, "cancelled", None)
         raise
     meter.finished(entry, "completed", usage_of(result))
-    return Response(result.data, media_type="application/json", headers=_answer_headers(entry) | route_headers)
+    headers = _answer_headers(entry) | route_headers | _cost_header(meter)
+    return Response(result.data, media_type="application/json", headers=headers)
 
 
 async def _relay_cascade(cascade, plan: Plan, parsed: AnyRequest, route_headers: dict[str, str], ctx: RequestContext):
@@ -193,7 +217,7 @@ async def _relay_cascade(cascade, plan: Plan, parsed: AnyRequest, route_headers:
     )
     if not parsed.stream:
         outcome.meter.finished(outcome.entry, "completed", usage_of(outcome.result))
-        return Response(outcome.result.data, media_type="application/json", headers=headers)
+        return Response(outcome.result.data, media_type="application/json", headers=headers | _cost_header(ctx.meter))
     return _sse_response(outcome.first, outcome.rest, parsed, outcome.meter, outcome.entry, headers)
 
 
@@ -208,6 +232,13 @@ def _without_usage(chunk: StreamChunk) -> StreamChunk | None:
     payload = dict(chunk.parsed)
     payload.pop("usage")
     return StreamChunk.from_dict(payload)
+
+
+def _with_cost(chunk: StreamChunk, meter: RequestMeter, entry: ModelEntry) -> StreamChunk:
+    """The usage chunk, with what the whole request cost (this attempt's tokens included)."""
+    usage = chunk.parsed["usage"]
+    cost = meter.total_cost_usd + meter.cost_of(entry.name, *meter.tokens(usage, 0))
+    return StreamChunk.from_dict({**chunk.parsed, "usage": {**usage, "cost_usd": round(cost, 10)}})
 
 
 async def _relay_stream(
@@ -239,6 +270,8 @@ def _sse_response(
         # never ran, so meter the attempt and close the upstream here. Otherwise a no-op.
         if not meter.is_closed:
             meter.finished(entry, "cancelled", None, 1 if first is not None else 0)
+            if meter.spending is not None:
+                meter.spending.settle()
             await rest.aclose()
 
     return StreamingResponse(
@@ -261,8 +294,7 @@ async def _sse_body(
             num_chunks += 1
             if chunk.has_usage:
                 usage = chunk.parsed["usage"]
-                if not include_usage:
-                    chunk = _without_usage(chunk)
+                chunk = _with_cost(chunk, meter, entry) if include_usage else _without_usage(chunk)
             if chunk is not None:
                 yield b"data: " + chunk.data + b"\n\n"
             chunk = await anext(rest, None)
@@ -277,5 +309,7 @@ async def _sse_body(
         yield b"data: " + error_body(SwitchyardError("The server had an internal error.")) + b"\n\n"
     finally:
         meter.finished(entry, status, usage, num_chunks, error)
+        if meter.spending is not None:
+            meter.spending.settle()
         await rest.aclose()
     yield DONE_EVENT

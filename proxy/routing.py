@@ -27,12 +27,12 @@ from switchyard.backends.registry import ModelEntry, ModelRegistry
 from switchyard.billing.teams import Team
 from switchyard.classifier.runtime import MicroBatcher, ScoreUnavailable
 from switchyard.core.errors import InvalidRequest, ModelNotAllowed, ModelNotFound
-from switchyard.core.prices import Price, estimate_tokens
-from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest, message_text
+from switchyard.core.estimates import estimated_cost_usd, estimated_tokens, routing_text
+from switchyard.core.prices import Price
+from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
 from switchyard.core.thresholds import ThresholdsFile
 
 QUALITY_MODES = ("economy", "balanced", "max")
-ANSWER_TOKENS_FOR_COST = 256  # the answer length a cost estimate assumes when max_tokens is not set
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,43 +41,6 @@ class RouteDecision:
     reason: str
     score: float | None
     margin: float | None = None  # distance from the score to the nearest threshold
-
-
-def routing_text(request: ChatCompletionRequest | CompletionRequest) -> str:
-    """What the classifier reads: the system prompt(s) and the last user turn."""
-    if isinstance(request, CompletionRequest):
-        prompt = request.prompt
-        return prompt if isinstance(prompt, str) else (prompt[0] if prompt and isinstance(prompt[0], str) else "")
-    parts = [message_text(m.content) for m in request.messages if m.role in ("system", "developer")]
-    users = [m for m in request.messages if m.role == "user"]
-    if users:
-        parts.append(message_text(users[-1].content))
-    return "\n".join(p for p in parts if p)
-
-
-def estimated_prompt_tokens(request: ChatCompletionRequest | CompletionRequest) -> int:
-    """Prompt tokens, estimated (`switchyard.core.prices.estimate_tokens`)."""
-    if isinstance(request, ChatCompletionRequest):
-        return estimate_tokens("".join(message_text(m.content) for m in request.messages))
-    return estimate_tokens(routing_text(request))
-
-
-def answer_budget(request: ChatCompletionRequest | CompletionRequest) -> int | None:
-    if isinstance(request, ChatCompletionRequest):
-        return request.max_completion_tokens or request.max_tokens
-    return request.max_tokens
-
-
-def estimated_tokens(request: ChatCompletionRequest | CompletionRequest) -> int:
-    """Prompt tokens at four characters a token, plus the answer budget asked for."""
-    return estimated_prompt_tokens(request) + (answer_budget(request) or 0)
-
-
-def estimated_cost_usd(request: ChatCompletionRequest | CompletionRequest, price: Price | None) -> float:
-    """The prompt estimated, the answer at `max_tokens` (or ANSWER_TOKENS_FOR_COST)."""
-    if price is None:
-        return 0.0
-    return price.cost_usd(estimated_prompt_tokens(request), answer_budget(request) or ANSWER_TOKENS_FOR_COST)
 
 
 class AutoRouter:
@@ -138,6 +101,14 @@ class AutoRouter:
         entry, notes = self._constrain(index, request, team, headroom_usd)
         margin = min(abs(score - t) for t in thresholds) if score is not None and thresholds else None
         return RouteDecision(entry, reason + "->" + entry.tier + "".join(notes), score, margin)
+
+    def strongest(self, team: Team | None) -> ModelEntry:
+        """The model of the highest tier the team may use: what 'auto' could have reached at most."""
+        for tier in reversed(self.tiers):
+            for entry in self.models_by_tier[tier]:
+                if team is None or team.may_use(entry.name):
+                    return entry
+        return self.models_by_tier[self.tiers[-1]][0]
 
     def _constrain(
         self, index: int, request, team: Team | None, headroom_usd: float | None

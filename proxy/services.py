@@ -1,14 +1,16 @@
 """The composition root: settings in, every running service out, and shut down in order.
 
 `build_services()` is the one place that builds the HTTP session, the model registry (backends
-started), the resilient executor, prices, the ledger, teams and spend, the saturation gate, the
+started), the resilient executor, prices, the database and its ledger writer, the directory of
+teams and keys, budgets and rate limits (in this process or in Valkey), the saturation gate, the
 auto router (with its classifier) and the cascade. The app's lifespan, `switchyard eval collect`
 and the benchmarks all use it. What can be checked before anything starts (the thresholds file,
 the cascade section, the classifier artifact) is checked by `check_startup()`, which `create_app`
 calls at once so that a bad file stops the start with a message.
 
-Shutdown order: in-flight requests are drained first (by the caller, bounded), then the ledger is
-flushed, then background tasks, backends and the HTTP session are closed.
+Shutdown order: in-flight requests are drained first (by the caller, bounded), then reservations
+are settled, the ledger is flushed (or spilled), the database closed, then background tasks,
+backends and the HTTP session.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,9 +28,12 @@ import numpy as np
 from switchyard.backends.base import Backend
 from switchyard.backends.registry import ModelRegistry, build_http_session, build_registry
 from switchyard.backends.resilience import ResiliencePolicy, ResilientExecutor
-from switchyard.billing.budgets import SpendTracker, start_of_utc_day
-from switchyard.billing.ledger import Ledger, SQLiteLedger
-from switchyard.billing.teams import Team, TeamDirectory
+from switchyard.billing.budgets import Budgets, budget_scopes
+from switchyard.billing.directory import Directory
+from switchyard.billing.ledger import LedgerWriter
+from switchyard.billing.limits import BudgetScope, LocalLimiter, open_limiter
+from switchyard.billing.store import Database, open_database
+from switchyard.billing.teams import Principal, Team, yaml_keys
 from switchyard.cascade.build import RungSpec, build_cascade, rung_specs
 from switchyard.cascade.runtime import Cascade
 from switchyard.classifier.model import DEFAULT_ARTIFACT, ArtifactError, ComplexityClassifier
@@ -37,6 +41,7 @@ from switchyard.classifier.runtime import MicroBatcher
 from switchyard.core.prices import Price
 from switchyard.core.settings import Settings
 from switchyard.core.thresholds import ThresholdsError, ThresholdsFile, read_thresholds
+from switchyard.proxy.access import TierSlots
 from switchyard.proxy.routing import AutoRouter, resolve_thresholds
 from switchyard.proxy.saturation import SaturationGate
 
@@ -81,9 +86,11 @@ class Services:
     registry: ModelRegistry
     prices: dict[str, Price]
     executor: ResilientExecutor
-    ledger: Ledger | None
-    teams: TeamDirectory
-    spend: SpendTracker
+    database: Database | None
+    ledger: LedgerWriter | None
+    directory: Directory
+    budgets: Budgets
+    tier_slots: TierSlots
     attempt_counts: Counter
     saturation: SaturationGate
     auto_router: AutoRouter | None
@@ -110,7 +117,10 @@ async def build_services(
     is_offline = only_models is not None
     session = build_http_session(settings.upstream)
     tasks: list[asyncio.Task] = []
-    ledger: Ledger | None = None
+    database: Database | None = None
+    ledger: LedgerWriter | None = None
+    directory = Directory()
+    budgets: Budgets | None = None
     registry = ModelRegistry([])
     auto_router: AutoRouter | None = None
     try:
@@ -123,11 +133,21 @@ async def build_services(
             {} if is_offline else {m.name: m.fallbacks for m in settings.models if m.fallbacks},
             ResiliencePolicy(**settings.resilience.model_dump()),
         )
-        if not is_offline and settings.billing.ledger_path is not None:
-            ledger = SQLiteLedger(settings.billing.ledger_path)
+        url = settings.billing.resolved_database_url()
+        if not is_offline and url is not None:
+            database = await open_database(url)
+            ledger = LedgerWriter(database, settings.billing.spill_path.expanduser())
             await ledger.start()
-        teams = _build_teams(settings) if not is_offline else TeamDirectory()
-        spend = await _spend_so_far_today(ledger, teams)
+        if not is_offline:
+            directory = Directory(_yaml_teams(settings), database)
+            await directory.start()
+        budgets = Budgets(
+            open_limiter(settings.billing) if not is_offline else LocalLimiter(),
+            reservation_ttl_s=settings.billing.reservation_ttl_s,
+        )
+        await budgets.limiter.start()
+        if database is not None:
+            await budgets.seed(database.spend_since, _all_budget_scopes(directory))
         if not is_offline and check.auto_thresholds is not None:
             auto_router = _build_auto_router(settings, registry, check.auto_thresholds, prices, score_batch)
         cascade = (
@@ -142,9 +162,11 @@ async def build_services(
             registry=registry,
             prices=prices,
             executor=executor,
+            database=database,
             ledger=ledger,
-            teams=teams,
-            spend=spend,
+            directory=directory,
+            budgets=budgets,
+            tier_slots=TierSlots(settings.billing.priority_tiers),
             attempt_counts=Counter(),
             saturation=SaturationGate(
                 registry,
@@ -165,8 +187,13 @@ async def build_services(
             tasks.append(asyncio.create_task(_watch_health(registry, settings.upstream.health_interval_s)))
         yield services
     finally:
+        if budgets is not None:
+            await budgets.aclose()  # reservations settled to what the requests cost
         if ledger is not None:
-            await ledger.aclose()  # everything metered so far is written before anything else closes
+            await ledger.aclose()  # everything metered so far is written (or spilled) before anything else closes
+        await directory.aclose()
+        if database is not None:
+            await database.aclose()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -238,21 +265,30 @@ def _build_auto_router(
     return router
 
 
-def _build_teams(settings: Settings) -> TeamDirectory:
-    return TeamDirectory(
+def _yaml_teams(settings: Settings) -> list[tuple[Team, list]]:
+    return [
         (
-            Team(name, frozenset(team.models) if team.models is not None else None, team.budget_usd_per_day),
-            [key.get_secret_value() for key in team.api_keys],
+            Team(
+                name,
+                frozenset(team.models) if team.models is not None else None,
+                team.budget_usd_per_day,
+                team.budget_usd_per_month,
+                team.rpm,
+                team.tpm,
+                team.priority,
+            ),
+            yaml_keys(name, [key.get_secret_value() for key in team.api_keys]),
         )
         for name, team in settings.teams.items()
-    )
+    ]
 
 
-async def _spend_so_far_today(ledger: Ledger | None, teams: TeamDirectory) -> SpendTracker:
-    """Budgets survive a restart: today's spend is read back from the ledger."""
-    spend = SpendTracker()
-    if ledger is not None and teams.is_enabled:
-        since = start_of_utc_day(time.time())
-        for team, cost_usd in (await ledger.spend_since(since)).items():
-            spend.add(team, cost_usd, since)
-    return spend
+def _all_budget_scopes(directory: Directory) -> list[BudgetScope]:
+    """Every team's and key's budgets, to read back from the ledger at start."""
+    scopes: dict[tuple[str, str], BudgetScope] = {}
+    for key in directory.keys():
+        team = directory.teams.get(key.team)
+        if team is not None:
+            for scope in budget_scopes(Principal(team, key)):
+                scopes[(scope.name, scope.period)] = scope
+    return list(scopes.values())

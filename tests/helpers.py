@@ -12,3 +12,37 @@ def wait_until(predicate: Callable[[], object], timeout_s: float = 5.0, interval
             return True
         time.sleep(interval_s)
     return bool(predicate())
+
+
+def read_ledger(app_or_url, **filters) -> list:
+    """The usage records of a running (or stopped) proxy's database, read from this thread.
+
+    `app_or_url`: the app (its settings name the database) or a database url; `filters`:
+    request_id= or client_request_id= (see `Database.read_usage`).
+    """
+    import asyncio
+
+    from switchyard.billing.store import open_database
+
+    url = (
+        app_or_url
+        if isinstance(app_or_url, str)
+        else app_or_url.state.services.settings.billing.resolved_database_url()
+    )
+
+    async def read() -> list:
+        database = await open_database(url)
+        try:
+            return await database.read_usage(**filters)
+        finally:
+            await database.aclose()
+
+    return asyncio.run(read())
+
+
+def wait_for_records(app_or_url, count: int, timeout_s: float = 5.0, **filters) -> list:
+    """At least `count` records matching `filters`, once the ledger has written them."""
+    assert wait_until(lambda: len(read_ledger(app_or_url, **filters)) >= count, timeout_s=timeout_s), read_ledger(
+        app_or_url, **filters
+    )
+    return read_ledger(app_or_url, **filters)

@@ -1,3 +1,11 @@
-from switchyard.proxy.routes import chat, completions, health, metrics, models
+from switchyard.proxy.routes import admin, chat, completions, health, metrics, models, usage
 
-ROUTERS = (chat.router, completions.router, models.router, health.router, metrics.router)
+ROUTERS = (
+    chat.router,
+    completions.router,
+    models.router,
+    usage.router,
+    health.router,
+    metrics.router,
+    admin.router,  # last: its catch-all answers any other /admin path
+)

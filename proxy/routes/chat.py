@@ -2,13 +2,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from switchyard.core.protocol import ChatCompletionRequest
+from switchyard.proxy.access import authenticate
 from switchyard.proxy.body import read_request
-from switchyard.proxy.relay import authenticate, relay
+from switchyard.proxy.relay import relay
 
 router = APIRouter()
 
 
 @router.post("/v1/chat/completions")
 async def create_chat_completion(request: Request) -> Response:
-    team = authenticate(request)  # before the body: a caller without a key learns that first
-    return await relay(request, team, await read_request(request, ChatCompletionRequest))
+    principal = authenticate(request)  # before the body: a caller without a key learns that first
+    return await relay(request, principal, await read_request(request, ChatCompletionRequest))

@@ -14,13 +14,24 @@ async def live() -> Response:
 async def ready(request: Request) -> Response:
     """Ready when at least one model has a backend that passed its last health probe.
 
-    `breakers` shows each model's circuit breaker: closed, open or half-open.
+    `breakers` shows each model's circuit breaker: closed, open or half-open. `ledger` says
+    whether usage records are being written, or are waiting (`behind`: the database is down or
+    slow; records are kept in the spill file and written when it is back).
     """
-    models = {entry.name: entry.backend.is_ready() for entry in request.app.state.services.registry}
+    services = request.app.state.services
+    models = {entry.name: entry.backend.is_ready() for entry in services.registry}
     is_ready = any(models.values())
     body = {
         "status": "ready" if is_ready else "not_ready",
         "models": models,
-        "breakers": request.app.state.services.executor.states(),
+        "breakers": services.executor.states(),
     }
+    if services.ledger is not None:
+        status = services.ledger.status()
+        body["ledger"] = {
+            "behind": status.is_behind,
+            "pending": status.pending,
+            "spilled": status.spilled,
+            "last_error": status.last_error,
+        }
     return Response(orjson.dumps(body), status_code=200 if is_ready else 503, media_type="application/json")

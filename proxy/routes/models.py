@@ -2,7 +2,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from switchyard.core.protocol import ModelCard, ModelList
-from switchyard.proxy.relay import authenticate
+from switchyard.proxy.access import authenticate
 
 router = APIRouter()
 
@@ -10,7 +10,8 @@ router = APIRouter()
 @router.get("/v1/models")
 async def list_models(request: Request) -> Response:
     """The models the caller may use (all of them when no teams are configured)."""
-    team = authenticate(request)
+    principal = authenticate(request)
+    team = principal.team if principal is not None else None
     cards = [
         ModelCard(
             id=entry.name,

@@ -280,7 +280,7 @@ def test_a_client_that_leaves_during_the_decision_cancels_and_meters_the_cheap_s
     cheap = states["cheap"].records[0]
     assert wait_until(lambda: cheap.disconnected_at is not None, timeout_s=2)  # cancelled upstream, long before
     # the 16 tokens (3.2 s) the verdict would have waited for
-    [record] = _records(app, "req-client-left", 1)
+    [record] = _records(app, "req-client-left", 1, by_client_id=True)
     assert (record.model, record.status) == ("cheap", "cancelled") and record.completion_tokens >= 1
     assert states["strong"].num_requests == 0
 

@@ -12,7 +12,7 @@ from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
-from tests.helpers import wait_until
+from tests.helpers import wait_for_records, wait_until
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -40,10 +40,9 @@ def metered(tmp_path):
         yield base, states, app
 
 
-def _records(app, request_id: str, count: int):
-    ledger = app.state.services.ledger
-    assert wait_until(lambda: len(ledger.read(request_id)) >= count, timeout_s=5), ledger.read(request_id)
-    return ledger.read(request_id)
+def _records(app, request_id: str, count: int, *, by_client_id: bool = False):
+    key = "client_request_id" if by_client_id else "request_id"
+    return wait_for_records(app, count, **{key: request_id})
 
 
 def test_a_completed_request_is_one_record_with_tokens_and_cost(metered):
@@ -130,6 +129,6 @@ def test_a_client_that_leaves_before_the_first_byte_cancels_the_upstream_and_is_
         )
     upstream = states["a"].records[-1]
     assert wait_until(lambda: upstream.disconnected_at is not None, timeout_s=2)  # well before its 3 s
-    [record] = _records(app, request_id, 1)
+    [record] = _records(app, request_id, 1, by_client_id=True)
     assert (record.model, record.status) == ("primary", "cancelled")
     assert states["b"].num_requests == 0  # a cancellation is not a failure: no fallback

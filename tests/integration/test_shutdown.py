@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 
 import httpx
@@ -11,7 +10,7 @@ from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
-from tests.helpers import wait_until
+from tests.helpers import read_ledger, wait_until
 
 NUM_QUICK = 8  # answered within the server's 1 s graceful shutdown: completed
 NUM_SLOW = 6  # streams still running when the server gives up on them: cancelled
@@ -51,12 +50,11 @@ def test_stopping_with_requests_in_flight_meters_each_exactly_once(tmp_path):
         for thread in threads:
             thread.join(timeout=30)
 
-    with sqlite3.connect(app.state.services.ledger.path) as db:
-        rows = db.execute("SELECT request_id, attempt, status FROM usage WHERE request_id LIKE 'shutdown-%'").fetchall()
-    ids = [row[0] for row in rows]
-    assert sorted(ids) == sorted(outcomes), (rows, outcomes)  # one record per request, none missing
+    records = [r for r in read_ledger(app) if (r.client_request_id or "").startswith("shutdown-")]
+    ids = [r.client_request_id for r in records]
+    assert sorted(ids) == sorted(outcomes), (records, outcomes)  # one record per request, none missing
     assert len(set(ids)) == len(ids)  # none twice
-    statuses = {request_id: status for request_id, _, status in rows}
+    statuses = {r.client_request_id: r.status for r in records}
     for n in range(NUM_QUICK):
         assert statuses[f"shutdown-{n}"] == "completed" and outcomes[f"shutdown-{n}"] == "http 200"
     for n in range(NUM_QUICK, NUM_QUICK + NUM_SLOW):

@@ -204,7 +204,7 @@ async def test_the_budget_step_skips_unhealthy_tiers():
 
 
 async def test_without_max_tokens_the_estimate_assumes_a_typical_answer():
-    from switchyard.proxy.routing import ANSWER_TOKENS_FOR_COST, estimated_cost_usd
+    from switchyard.core.estimates import ANSWER_TOKENS_FOR_COST, estimated_cost_usd
 
     assert estimated_cost_usd(_request(0.9), Price(0.0, 1e6)) == ANSWER_TOKENS_FOR_COST
     assert estimated_cost_usd(_request(0.9, max_tokens=7), Price(1e6, 1e6)) == 3 + 7

@@ -1,0 +1,135 @@
+"""`/admin`: teams, keys, any team's usage and the analysts' report, behind `auth.admin_key`.
+
+Every route checks the admin key before anything else, so anything under /admin without it is a
+401 — unknown paths and methods included. Changes to teams and keys reach this process at once and
+every other replica within a second (they re-read the database's directory).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, Response
+
+from switchyard.billing import admin
+from switchyard.billing.teams import Team
+from switchyard.core.errors import InvalidRequest, NotFound
+from switchyard.proxy.admin_wire import KeyCreate, TeamChanges, TeamCreate, key_view, team_view
+from switchyard.proxy.body import read_request
+from switchyard.proxy.routes.admin_support import database_of, require_admin
+from switchyard.proxy.routes.usage import usage_response
+
+router = APIRouter()
+
+
+def _json(body, status_code: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status_code, media_type="application/json")
+
+
+async def _refresh(request: Request) -> None:
+    await request.app.state.services.directory.refresh()
+
+
+@router.get("/admin/teams")
+async def list_teams(request: Request) -> Response:
+    require_admin(request)
+    services = request.app.state.services
+    teams = await admin.list_teams(database_of(request), services.settings)
+    return _json({"object": "list", "data": [team_view(team) for team in teams]})
+
+
+@router.post("/admin/teams")
+async def create_team(request: Request) -> Response:
+    require_admin(request)
+    body = await read_request(request, TeamCreate)
+    team = Team(body.name, **body.changes())
+    created = await admin.create_team(database_of(request), request.app.state.services.settings, team)
+    await _refresh(request)
+    return _json(team_view(created), 201)
+
+
+@router.patch("/admin/teams/{name}")
+async def update_team(request: Request, name: str) -> Response:
+    require_admin(request)
+    body = await read_request(request, TeamChanges)
+    updated = await admin.update_team(database_of(request), request.app.state.services.settings, name, body.changes())
+    await _refresh(request)
+    return _json(team_view(updated))
+
+
+@router.get("/admin/keys")
+async def list_keys(request: Request) -> Response:
+    require_admin(request)
+    keys = await database_of(request).list_keys(request.query_params.get("team"))
+    return _json({"object": "list", "data": [key_view(key) for key in keys]})
+
+
+@router.post("/admin/keys")
+async def create_key(request: Request) -> Response:
+    require_admin(request)
+    body = await read_request(request, KeyCreate)
+    key, record = await admin.create_key(
+        database_of(request),
+        request.app.state.services.settings,
+        body.team,
+        budget_usd_per_day=body.budget_usd_per_day,
+        budget_usd_per_month=body.budget_usd_per_month,
+        rpm=body.rpm,
+        tpm=body.tpm,
+        expires_in_days=body.expires_in_days,
+    )
+    await _refresh(request)
+    return _json(key_view(record) | {"key": key}, 201)  # the only time the key is shown
+
+
+@router.delete("/admin/keys/{key_id}")
+async def revoke_key(request: Request, key_id: str) -> Response:
+    require_admin(request)
+    revoked = await admin.revoke_key(database_of(request), key_id)
+    await _refresh(request)
+    return _json(key_view(revoked))
+
+
+@router.get("/admin/usage")
+async def usage(request: Request) -> Response:
+    require_admin(request)
+    return await usage_response(request, request.query_params.get("team"))
+
+
+def _day(request: Request, param: str) -> float | None:
+    value = request.query_params.get(param)
+    if value is None:
+        return None
+    try:
+        day = dt.date.fromisoformat(value)
+    except ValueError:
+        raise InvalidRequest(f"{param} must be a date like 2026-11-23, not {value!r}.", param=param) from None
+    start = dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp()
+    return start + 86_400 if param == "until" else start  # `until` is inclusive: its whole day
+
+
+@router.get("/admin/report")
+async def report(request: Request) -> Response:
+    """The analysts' report as one self-contained page (what `switchyard report` writes as report.html)."""
+    require_admin(request)
+    from switchyard.billing.report import build_report
+
+    database = database_of(request)
+    since, until = _day(request, "since"), _day(request, "until")
+    team = request.query_params.get("team")
+    built = await build_report(
+        database.iter_usage(since, until, team),
+        prices=request.app.state.services.prices,
+        since=since,
+        until=until,
+        team=team,
+    )
+    return HTMLResponse(built.html())
+
+
+@router.api_route("/admin/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+async def unknown(request: Request, path: str) -> Response:
+    require_admin(request)
+    raise NotFound(f"No admin endpoint {request.method} /admin/{path}.")

@@ -1,0 +1,79 @@
+"""`switchyard report`: the analysts' report (CSV files, summary.json, report.html) from the ledger."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from switchyard.backends.defaults import load_settings
+from switchyard.core.settings import ConfigError
+from switchyard.evals.cli_support import cli_error
+
+
+def _day_start(day: dt.date | None, *, inclusive_end: bool = False) -> float | None:
+    if day is None:
+        return None
+    start = dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp()
+    return start + 86_400 if inclusive_end else start
+
+
+def _parse_day(value: str | None, option: str) -> dt.date | None:
+    if value is None:
+        return None
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise cli_error(f"{option} must be a date like 2026-11-23, not {value!r}") from None
+
+
+def report(
+    out: Annotated[Path, typer.Option("--out", help="Folder for the CSV files, summary.json and report.html.")],
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file.", dir_okay=False)] = None,
+    since: Annotated[str | None, typer.Option(help="First day (UTC, YYYY-MM-DD). Default: the first record.")] = None,
+    until: Annotated[str | None, typer.Option(help="Last day, inclusive (UTC, YYYY-MM-DD). Default: today.")] = None,
+    team: Annotated[str | None, typer.Option(help="One team only. Default: every team.")] = None,
+) -> None:
+    """Write the cost and escalation report for analysts, read from the usage ledger."""
+    try:
+        settings = load_settings(config)
+    except ConfigError as exc:
+        raise cli_error(str(exc)) from exc
+    url = settings.billing.resolved_database_url()
+    if url is None:
+        raise cli_error("no ledger to read: set billing.database_url (or billing.ledger_path)")
+    first, last = _parse_day(since, "--since"), _parse_day(until, "--until")
+    if first is not None and last is not None and last < first:
+        raise cli_error(f"--until {last} is before --since {first}")
+    prices = {m.name: m.price.to_price() for m in settings.models if m.price is not None}
+    written = asyncio.run(_write(url, out, prices, _day_start(first), _day_start(last, inclusive_end=True), team))
+    for path in written:
+        typer.echo(path)
+
+
+async def _write(url: str, out: Path, prices, since: float | None, until: float | None, team: str | None):
+    from switchyard.billing.report import build_report
+    from switchyard.billing.store import open_database
+    from switchyard.billing.store.errors import StoreError
+
+    try:
+        database = await open_database(url)
+    except StoreError as exc:
+        raise cli_error(f"cannot open the ledger: {exc}") from exc
+    try:
+        total = await database.count_usage(since, until, team)
+        built = await build_report(
+            database.iter_usage(since, until, team),
+            prices=prices,
+            since=since,
+            until=until,
+            team=team,
+            total=total,
+            progress=True,
+        )
+    finally:
+        await database.aclose()
+    return built.write(out)
