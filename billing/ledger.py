@@ -29,7 +29,6 @@ from switchyard.billing.store import Database, open_database
 __all__ = ["STATUSES", "Ledger", "LedgerStatus", "LedgerWriter", "SQLiteLedger", "UsageRecord"]
 
 logger = logging.getLogger("switchyard.ledger")
-REMIND_EVERY_S = 30.0  # while writes keep failing, one reminder this often
 _FIELDS = frozenset(f.name for f in dataclasses.fields(UsageRecord))
 
 
@@ -51,6 +50,8 @@ class LedgerStatus:
 
 
 class LedgerWriter:
+    remind_every_s = 30.0  # while writes keep failing, one reminder this often
+
     def __init__(
         self,
         database: Database,
@@ -158,7 +159,9 @@ class LedgerWriter:
             except asyncio.CancelledError:
                 self._spill(batch)  # perhaps written as well: the replay skips what is there
                 raise
-            except Exception as exc:  # whatever failed, the records go to the spill file
+            except Exception as exc:  # whatever failed, what waits goes to the spill file, not to memory
+                batch += self._pending
+                self._pending = []
                 self._spill_logged(batch, exc)
                 return False
         return True
@@ -218,7 +221,7 @@ class LedgerWriter:
                 self._last_error,
                 self.spill_path,
             )
-        elif now - self._reminded_at >= REMIND_EVERY_S:
+        elif now - self._reminded_at >= self.remind_every_s:
             self._reminded_at = now
             logger.error(
                 "ledger: %s still failing for %.0f s (%s); %d records spilled",

@@ -31,6 +31,14 @@ from switchyard.billing.store.schema import (
 from switchyard.billing.teams import ApiKey, Team, new_key
 
 T = TypeVar("T")
+# Worth retrying later: busy or locked beyond the busy timeout, the file out of reach or the disk full.
+_UNAVAILABLE = {
+    sqlite3.SQLITE_BUSY,
+    sqlite3.SQLITE_LOCKED,
+    sqlite3.SQLITE_CANTOPEN,
+    sqlite3.SQLITE_IOERR,
+    sqlite3.SQLITE_FULL,
+}
 _USAGE = ", ".join(USAGE_COLUMNS)
 _INSERT_USAGE = f"INSERT OR IGNORE INTO usage ({_USAGE}) VALUES ({', '.join('?' for _ in USAGE_COLUMNS)})"
 _KEYS = ", ".join(KEY_COLUMNS)
@@ -48,6 +56,10 @@ class SQLiteDatabase:
     @classmethod
     async def open(cls, path: Path, *, busy_timeout_s: float) -> SQLiteDatabase:
         database = cls(path, busy_timeout_s)
+        try:
+            await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreUnavailable(f"{database.display_url}: cannot create its folder: {exc}") from exc
         await database._call(database._migrate)
         return database
 
@@ -64,9 +76,9 @@ class SQLiteDatabase:
         try:
             with contextlib.closing(self._connect()) as db:
                 return work(db)
-        except sqlite3.OperationalError as exc:
-            raise StoreUnavailable(f"{self.display_url}: {exc}") from exc
         except sqlite3.DatabaseError as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _UNAVAILABLE:  # the primary code of an extended one
+                raise StoreUnavailable(f"{self.display_url}: {exc}") from exc
             raise StoreError(f"{self.display_url}: {exc}") from exc
 
     @staticmethod
@@ -82,7 +94,6 @@ class SQLiteDatabase:
         return result
 
     def _migrate(self, db: sqlite3.Connection) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         db.execute("PRAGMA journal_mode=WAL")
 
         def apply() -> None:

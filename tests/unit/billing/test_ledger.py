@@ -154,13 +154,18 @@ async def test_closing_while_postgres_is_down_spills_and_the_next_start_writes_i
     pg_database: Database,
     postgres_server: PostgresServer,  # noqa: F811
     tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="switchyard.ledger")
     writer = writer_for(pg_database, tmp_path)
+    writer.remind_every_s = 0.0  # every failure after the first reminds
     await writer.start()
     await asyncio.to_thread(postgres_server.stop)
     try:
         for i in range(20):
             writer.record(usage(f"r{i}"))
+            if i in (4, 9):
+                await writer.flush()  # fails: spilled
         await writer.aclose()  # bounded by close_timeout_s (and the command timeout): never hangs
         assert writer.status().pending == 0 and writer.status().spilled == 20
     finally:
@@ -170,6 +175,36 @@ async def test_closing_while_postgres_is_down_spills_and_the_next_start_writes_i
     await eventually(lambda: again.status().spilled == 0)
     await again.aclose()
     assert await totals(pg_database) == (20, 20, 5.0)
+    failures = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(failures) == 3 and "failed" in failures[0]
+    assert all("still failing" in message for message in failures[1:])
+
+
+async def test_a_hung_postgres_fails_the_write_after_the_command_timeout_and_the_writer_catches_up(
+    postgres_url: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    import asyncpg
+
+    database = await open_database(postgres_url, command_timeout_s=0.5)
+    writer = writer_for(database, tmp_path)
+    await writer.start()
+    blocker = await asyncpg.connect(postgres_url)
+    try:
+        transaction = blocker.transaction()
+        await transaction.start()
+        await blocker.execute("LOCK TABLE usage IN ACCESS EXCLUSIVE MODE")  # every insert now waits
+        writer.record(usage("r1"))
+        await eventually(lambda: writer.status().spilled == 1)
+        assert "TimeoutError" in (writer.status().last_error or "")
+        await transaction.rollback()
+    finally:
+        await blocker.close()
+    writer.record(usage("r2"))
+    await eventually(lambda: not writer.status().is_behind and writer.status().pending == 0)
+    await writer.aclose()
+    assert await totals(database) == (2, 2, 0.5)
+    await database.aclose()
 
 
 @pytest.mark.slow

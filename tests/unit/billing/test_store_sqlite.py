@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from switchyard.billing.store import open_database
+from switchyard.billing.store import StoreUnavailable, open_database
 from tests.unit.billing.test_store import DAY1, usage
 
 _OLD_COLUMNS = (
@@ -55,3 +55,12 @@ async def test_an_old_ledger_file_keeps_its_rows_and_gains_the_daily_aggregate(t
     with contextlib.closing(sqlite3.connect(path)) as db:
         assert db.execute("SELECT version FROM schema_migrations").fetchall() == [(1,)]
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+async def test_a_new_file_gets_its_folders_and_a_file_out_of_reach_is_unavailable(tmp_path: Path) -> None:
+    database = await open_database(f"sqlite:///{tmp_path / 'a' / 'b' / 'usage.db'}")
+    assert await database.insert_usage([usage("r1")]) == 1
+    await database.aclose()
+    (tmp_path / "file").write_text("")
+    with pytest.raises(StoreUnavailable, match="cannot create its folder"):
+        await open_database(f"sqlite:///{tmp_path / 'file' / 'usage.db'}")
