@@ -119,12 +119,10 @@ class LedgerWriter:
         self._wake.set()
         if self._task is not None:
             # a write stuck on a hung database is cut short: its batch is spilled (see _write_pending)
-            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(self._task), self.close_timeout_s)
+            await asyncio.wait({self._task}, timeout=self.close_timeout_s)
             if not self._task.done():
                 self._task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._task
+                await asyncio.wait({self._task})
             self._task = None
         async with self._lock:
             batch, self._pending = self._pending, []
@@ -156,8 +154,8 @@ class LedgerWriter:
             del self._pending[: len(batch)]
             try:
                 await self._insert(batch)
-            except asyncio.CancelledError:
-                self._spill(batch)  # perhaps written as well: the replay skips what is there
+            except asyncio.CancelledError:  # aclose() gave up on a hung write (perhaps done: a replay skips it)
+                self._spill_logged(batch, TimeoutError("no answer before the ledger closed"))
                 raise
             except Exception as exc:  # whatever failed, what waits goes to the spill file, not to memory
                 batch += self._pending

@@ -207,6 +207,31 @@ async def test_a_hung_postgres_fails_the_write_after_the_command_timeout_and_the
     await database.aclose()
 
 
+async def test_closing_gives_up_on_a_hung_write_and_spills_it(postgres_url: str, tmp_path: Path) -> None:  # noqa: F811
+    import asyncpg
+
+    database = await open_database(postgres_url, command_timeout_s=60.0)
+    writer = writer_for(database, tmp_path, close_timeout_s=0.3)
+    await writer.start()
+    blocker = await asyncpg.connect(postgres_url)
+    try:
+        async with blocker.transaction():
+            await blocker.execute("LOCK TABLE usage IN ACCESS EXCLUSIVE MODE")
+            writer.record(usage("r1"))
+            await eventually(lambda: writer.status().pending == 0)  # taken by the writer task, which now waits
+            async with asyncio.timeout(10):  # far below the command timeout: shutdown does not wait for it
+                await writer.aclose()
+            assert writer.status().spilled == 1
+    finally:
+        await blocker.close()
+    again = writer_for(database, tmp_path)
+    await again.start()
+    await eventually(lambda: again.status().spilled == 0)
+    await again.aclose()
+    assert await totals(database) == (1, 1, 0.25)
+    await database.aclose()
+
+
 @pytest.mark.slow
 async def test_a_sqlite_lock_held_for_12_s_does_not_kill_the_writer(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'usage.db'}"
