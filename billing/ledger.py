@@ -1,39 +1,35 @@
-"""The usage ledger: one record per attempt at a backend, linked by request id.
+"""The usage ledger's writer: records queue in memory and a background task writes them in batches.
 
-Records are queued on the event loop (an append) and written by a background task in batches on
-a worker thread, so metering never blocks a request. SQLite by default; the `Ledger` protocol is
-what a PostgreSQL ledger will implement.
+`LedgerWriter.record()` is an append (it never blocks a request, never raises). The writer task
+never dies: a write that fails (the database down, locked or slow) is logged loudly, its batch is
+appended to the spill file (JSON lines, flushed), and the task backs off and keeps going. Once a
+write succeeds again the spill file is renamed aside and replayed; inserts are idempotent on
+(request_id, attempt), so a replay after a crash half-way through counts nothing twice. At close,
+what is pending is written, or spilled if the database does not answer in time; a spill file left
+by an earlier run is replayed in the background after the next `start()`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import logging
-import sqlite3
 import time
-from dataclasses import astuple, dataclass, fields
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-STATUSES = ("completed", "cancelled", "failed", "escalated")
+from switchyard.billing.records import STATUSES, UsageRecord
+from switchyard.billing.store import Database, open_database
 
+__all__ = ["STATUSES", "Ledger", "LedgerStatus", "LedgerWriter", "SQLiteLedger", "UsageRecord"]
 
-@dataclass(frozen=True, slots=True)
-class UsageRecord:
-    request_id: str
-    attempt: int  # 1, 2, … in the order they were made
-    model: str  # the public model name that was tried
-    backend: str  # the deployment that took it
-    status: str  # completed | cancelled | failed | escalated (judged by the cascade, not sent)
-    prompt_tokens: int
-    completion_tokens: int
-    cost_usd: float
-    is_estimated: bool  # token counts estimated (no usage from the upstream)
-    started_at: float  # unix seconds
-    duration_ms: float
-    error: str | None = None
-    team: str | None = None  # the calling team, when teams are configured
+logger = logging.getLogger("switchyard.ledger")
+_FIELDS = frozenset(f.name for f in dataclasses.fields(UsageRecord))
 
 
 class Ledger(Protocol):
@@ -43,104 +39,247 @@ class Ledger(Protocol):
 
     async def aclose(self) -> None: ...
 
-    async def spend_since(self, since: float) -> dict[str, float]:
-        """USD per team over the attempts started at or after `since` (unix seconds)."""
-        ...
+
+@dataclass(frozen=True, slots=True)
+class LedgerStatus:
+    pending: int  # records in memory, not written yet
+    spilled: int  # records in the spill file(s), waiting for the database
+    is_behind: bool  # writes are failing, or records wait in the spill file
+    last_error: str | None  # the reason of the last failed write (None once one succeeds)
+    last_written_at: float | None  # unix seconds of the last successful write
 
 
-logger = logging.getLogger("switchyard.ledger")
+class LedgerWriter:
+    remind_every_s = 30.0  # while writes keep failing, one reminder this often
 
-_COLUMNS = [f.name for f in fields(UsageRecord)]
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS usage (
-    request_id TEXT NOT NULL, attempt INTEGER NOT NULL, model TEXT NOT NULL, backend TEXT NOT NULL,
-    status TEXT NOT NULL, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
-    cost_usd REAL NOT NULL, is_estimated INTEGER NOT NULL, started_at REAL NOT NULL, duration_ms REAL NOT NULL,
-    error TEXT, team TEXT,
-    PRIMARY KEY (request_id, attempt)
-);
-CREATE INDEX IF NOT EXISTS usage_started_at ON usage (started_at);
-"""
-# Columns added since the first schema, in order: a ledger file written before them gets them at start.
-_ADDED_COLUMNS = {"team": "TEXT"}
-
-
-class SQLiteLedger:
-    def __init__(self, path: str | Path, flush_interval_s: float = 0.2) -> None:
-        self.path = Path(path).expanduser()
+    def __init__(
+        self,
+        database: Database,
+        spill_path: str | Path,
+        *,
+        flush_interval_s: float = 0.2,
+        max_backoff_s: float = 5.0,
+        batch_size: int = 500,
+        close_timeout_s: float = 2.0,
+    ) -> None:
+        self.database = database
+        self.spill_path = Path(spill_path).expanduser()
         self.flush_interval_s = flush_interval_s
+        self.max_backoff_s = max_backoff_s
+        self.batch_size = batch_size
+        self.close_timeout_s = close_timeout_s
         self._pending: list[UsageRecord] = []
-        self._writer: asyncio.Task | None = None
-        self._closing = asyncio.Event()
+        self._num_spilled = 0
+        self._lock = asyncio.Lock()  # one writer at a time: the task, flush() and aclose()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._is_closing = False
         self._is_closed = False
+        self._backoff_s = 0.0
+        self._last_error: str | None = None
+        self._failing_since: float | None = None
+        self._reminded_at = 0.0
+        self._last_written_at: float | None = None
 
     def record(self, record: UsageRecord) -> None:
-        if self._is_closed:  # metered after the last flush (a request that outlived the drain)
-            logger.warning("ledger record for %s after close: written at once", record.request_id)
-            self._insert([record])
+        if self._is_closed:  # metered after close (a request that outlived the drain): kept for the next start
+            with contextlib.suppress(OSError):
+                self._spill([record])
+            logger.warning(
+                "ledger record %s/%s after close: spilled to %s", record.request_id, record.attempt, self.spill_path
+            )
             return
         self._pending.append(record)
 
     async def start(self) -> None:
-        await asyncio.to_thread(self._create)
-        self._writer = asyncio.create_task(self._write_forever())
+        """Start the writer task; a spill file an earlier run left is replayed by it, in the background."""
+        self._num_spilled = await asyncio.to_thread(self._count_spilled)
+        self._task = asyncio.create_task(self._write_forever(), name="ledger-writer")
 
-    def _create(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.closing(sqlite3.connect(self.path)) as db, db:
-            db.executescript(_SCHEMA)
-            present = {row[1] for row in db.execute("PRAGMA table_info(usage)")}
-            for column, kind in _ADDED_COLUMNS.items():
-                if column not in present:
-                    db.execute(f"ALTER TABLE usage ADD COLUMN {column} {kind}")
-            db.execute("CREATE INDEX IF NOT EXISTS usage_team_started_at ON usage (team, started_at)")
-
-    async def _write_forever(self) -> None:
-        """Flush every `flush_interval_s` until closing; never cancelled half-way through a batch."""
-        while not self._closing.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closing.wait(), self.flush_interval_s)
-            await self.flush()
+    def status(self) -> LedgerStatus:
+        return LedgerStatus(
+            pending=len(self._pending),
+            spilled=self._num_spilled,
+            is_behind=self._failing_since is not None or self._num_spilled > 0,
+            last_error=self._last_error,
+            last_written_at=self._last_written_at,
+        )
 
     async def flush(self) -> None:
-        batch, self._pending = self._pending, []
-        if batch:
-            await asyncio.to_thread(self._insert, batch)
+        """Write what is pending now (spilling it if the database fails); never raises."""
+        async with self._lock:
+            await self._write_pending()
 
-    def _insert(self, batch: list[UsageRecord]) -> None:
-        placeholders = ", ".join("?" for _ in _COLUMNS)
-        with contextlib.closing(sqlite3.connect(self.path, timeout=10)) as db, db:
-            db.executemany(f"INSERT OR REPLACE INTO usage VALUES ({placeholders})", [astuple(r) for r in batch])
+    async def read(self, *, request_id: str | None = None, client_request_id: str | None = None) -> list[UsageRecord]:
+        return await self.database.read_usage(request_id=request_id, client_request_id=client_request_id)
 
-    def read(self, request_id: str | None = None) -> list[UsageRecord]:
-        """Blocking; for reports and tests."""
-        query, args = "SELECT * FROM usage", ()
+    async def aclose(self) -> None:
+        """Write everything pending; spill it if the database does not answer within `close_timeout_s`."""
+        self._is_closing = True
+        self._wake.set()
+        if self._task is not None:
+            # a write stuck on a hung database is cut short: its batch is spilled (see _write_pending)
+            await asyncio.wait({self._task}, timeout=self.close_timeout_s)
+            if not self._task.done():
+                self._task.cancel()
+                await asyncio.wait({self._task})
+            self._task = None
+        async with self._lock:
+            batch, self._pending = self._pending, []
+            if batch:
+                try:
+                    await asyncio.wait_for(self._insert(batch), self.close_timeout_s)
+                except Exception as exc:  # whatever failed, the records go to the spill file
+                    self._spill_logged(batch, exc)
+            self._is_closed = True
+
+    async def _write_forever(self) -> None:
+        while not self._is_closing:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._backoff_s or self.flush_interval_s)
+            self._wake.clear()
+            if self._is_closing:
+                return
+            try:
+                async with self._lock:
+                    if await self._write_pending() and self._num_spilled:
+                        await self._replay()
+            except Exception:  # the loop must survive anything, a bug in this module included
+                logger.exception("ledger writer: unexpected error; going on")
+
+    async def _write_pending(self) -> bool:
+        """True when everything pending was written (or nothing was)."""
+        while self._pending:
+            batch = self._pending[: self.batch_size]
+            del self._pending[: len(batch)]
+            try:
+                await self._insert(batch)
+            except asyncio.CancelledError:  # aclose() gave up on a hung write (perhaps done: a replay skips it)
+                self._spill_logged(batch, TimeoutError("no answer before the ledger closed"))
+                raise
+            except Exception as exc:  # whatever failed, what waits goes to the spill file, not to memory
+                batch += self._pending
+                self._pending = []
+                self._spill_logged(batch, exc)
+                return False
+        return True
+
+    async def _insert(self, batch: Sequence[UsageRecord]) -> None:
+        await self.database.insert_usage(batch)
+        self._succeeded()
+
+    async def _replay(self) -> None:
+        """Rename the spill file aside (new spills go to a fresh one), insert its records, delete it."""
+        for aside in await asyncio.to_thread(self._set_spills_aside):
+            records = await asyncio.to_thread(_read_spill, aside)
+            try:
+                for start in range(0, len(records), self.batch_size):
+                    await self._insert(records[start : start + self.batch_size])
+            except Exception as exc:  # kept aside; replayed again on the next success
+                self._failed(exc)
+                return
+            aside.unlink()
+            self._num_spilled = max(0, self._num_spilled - len(records))
+            logger.info("ledger: replayed %d spilled records from %s", len(records), aside)
+
+    def _set_spills_aside(self) -> list[Path]:
+        if self.spill_path.exists():
+            self.spill_path.rename(self.spill_path.with_name(f"{self.spill_path.name}.replay-{uuid.uuid4().hex[:8]}"))
+        return sorted(self.spill_path.parent.glob(f"{self.spill_path.name}.replay-*"))
+
+    def _count_spilled(self) -> int:
+        paths = [self.spill_path, *self.spill_path.parent.glob(f"{self.spill_path.name}.replay-*")]
+        return sum(len(_read_spill(p)) for p in paths if p.exists())
+
+    def _spill_logged(self, batch: list[UsageRecord], exc: Exception) -> None:
+        self._failed(exc)
+        try:
+            self._spill(batch)
+        except OSError as spill_exc:  # nowhere left to keep them: say so, loudly
+            logger.error(
+                "ledger: %d records lost: cannot write the spill file %s: %s", len(batch), self.spill_path, spill_exc
+            )
+
+    def _spill(self, batch: Sequence[UsageRecord]) -> None:
+        self.spill_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.spill_path.open("a", encoding="utf-8") as file:
+            file.writelines(json.dumps(dataclasses.asdict(r)) + "\n" for r in batch)
+            file.flush()
+        self._num_spilled += len(batch)
+
+    def _failed(self, exc: BaseException) -> None:
+        now = time.time()
+        self._last_error = f"{type(exc).__name__}: {exc}"
+        self._backoff_s = min(self.max_backoff_s, max(self.flush_interval_s, self._backoff_s * 2 or 0.1))
+        if self._failing_since is None:
+            self._failing_since = self._reminded_at = now
+            logger.error(
+                "ledger: writing to %s failed (%s); records go to %s until it works again",
+                self.database.display_url,
+                self._last_error,
+                self.spill_path,
+            )
+        elif now - self._reminded_at >= self.remind_every_s:
+            self._reminded_at = now
+            logger.error(
+                "ledger: %s still failing for %.0f s (%s); %d records spilled",
+                self.database.display_url,
+                now - self._failing_since,
+                self._last_error,
+                self._num_spilled,
+            )
+
+    def _succeeded(self) -> None:
+        self._last_written_at = time.time()
+        self._backoff_s = 0.0
+        if self._failing_since is not None:
+            logger.info(
+                "ledger: writing to %s again after %.0f s", self.database.display_url, time.time() - self._failing_since
+            )
+            self._failing_since = None
+            self._last_error = None
+
+
+def _read_spill(path: Path) -> list[UsageRecord]:
+    records = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        try:
+            values = json.loads(line)
+            records.append(UsageRecord(**{k: v for k, v in values.items() if k in _FIELDS}))
+        except (ValueError, TypeError) as exc:  # a line cut short by a crash
+            logger.warning("ledger: skipping line %d of %s: %s", number, path, exc)
+    return records
+
+
+class SQLiteLedger(LedgerWriter):
+    """Compatibility until the proxy opens a `Database` itself: a `LedgerWriter` on the SQLite file at `path`."""
+
+    def __init__(self, path: str | Path, flush_interval_s: float = 0.2) -> None:
+        self.path = Path(path).expanduser()
+        super().__init__(None, self.path.with_name(self.path.name + ".spill.jsonl"), flush_interval_s=flush_interval_s)  # type: ignore[arg-type]
+
+    async def start(self) -> None:
+        self.database = await open_database(f"sqlite:///{self.path}")
+        await super().start()
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        await self.database.aclose()
+
+    def read(self, request_id: str | None = None) -> list[UsageRecord]:  # type: ignore[override]
+        """Blocking; for tests."""
+        import sqlite3
+
+        from switchyard.billing.store.schema import USAGE_COLUMNS, usage_from_row
+
+        query, args = f"SELECT {', '.join(USAGE_COLUMNS)} FROM usage", ()
         if request_id is not None:
             query, args = query + " WHERE request_id = ?", (request_id,)
         with contextlib.closing(sqlite3.connect(self.path)) as db:
             rows = db.execute(query + " ORDER BY started_at, attempt", args).fetchall()
-        return [UsageRecord(*row[:8], bool(row[8]), *row[9:]) for row in rows]
+        return [usage_from_row(row) for row in rows]
 
     async def spend_since(self, since: float) -> dict[str, float]:
-        return await asyncio.to_thread(self._spend_since, since)
-
-    def _spend_since(self, since: float) -> dict[str, float]:
-        with contextlib.closing(sqlite3.connect(self.path)) as db:
-            rows = db.execute(
-                "SELECT team, SUM(cost_usd) FROM usage WHERE team IS NOT NULL AND started_at >= ? GROUP BY team",
-                (since,),
-            ).fetchall()
-        return {team: float(total) for team, total in rows}
-
-    async def aclose(self) -> None:
-        """Write everything pending; records that arrive later are written as they come."""
-        self._closing.set()
-        if self._writer is not None:
-            await self._writer
-            self._writer = None
-        await self.flush()
-        self._is_closed = True
-
-
-def now() -> float:
-    return time.time()
+        """USD per team (the proxy's budgets until they move to billing/limits)."""
+        spend = await self.database.spend_since(since)
+        return {name: usd for (kind, name), usd in spend.items() if kind == "team"}

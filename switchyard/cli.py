@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from switchyard.backends.defaults import load_settings
+from switchyard.cli_billing import keys_app, teams_app
 from switchyard.cli_report import report
 from switchyard.core.settings import DEFAULT_CONFIG_NAME, ConfigError
 from switchyard.evals.classifier_cli import app as classifier_app
@@ -18,6 +19,8 @@ from switchyard.evals.cli_support import cli_error
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Switchyard: an LLM routing proxy.")
 app.add_typer(eval_app, name="eval")
 app.add_typer(classifier_app, name="classifier")
+app.add_typer(teams_app, name="teams")
+app.add_typer(keys_app, name="keys")
 app.command("report")(report)
 engine_app = typer.Typer(no_args_is_help=True, add_completion=False, help="The embedded CPU engine.")
 app.add_typer(engine_app, name="engine")

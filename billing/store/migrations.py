@@ -1,0 +1,151 @@
+"""Numbered schema migrations per dialect, each applied once, recorded in `schema_migrations`.
+
+SQLite's first migration also adopts the ledger file the proxy wrote before this schema (table
+`usage` with the first 13 fields of UsageRecord; the oldest files lack `team`): its rows stay and
+are counted into `usage_daily`. The runner in each dialect's module applies what is missing in
+one transaction under a lock (SQLite BEGIN IMMEDIATE, a PostgreSQL advisory lock), so two
+proxies starting together apply each migration once.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+SQLITE_USAGE_ADDED = {
+    "client_request_id": "TEXT",
+    "key_id": "TEXT",
+    "requested_model": "TEXT",
+    "tier": "TEXT",
+    "route": "TEXT",
+    "score": "REAL",
+    "escalated_from": "TEXT",
+    "ttft_ms": "REAL",
+    "is_hedge": "INTEGER NOT NULL DEFAULT 0",
+    "is_shadow": "INTEGER NOT NULL DEFAULT 0",
+    "hosting": "TEXT",
+    "ceiling_cost_usd": "REAL",
+}
+
+_SQLITE_TABLES = """
+CREATE INDEX IF NOT EXISTS usage_started_at ON usage (started_at);
+CREATE INDEX IF NOT EXISTS usage_team_started_at ON usage (team, started_at);
+CREATE INDEX IF NOT EXISTS usage_client_request_id ON usage (client_request_id);
+CREATE TABLE usage_daily (
+    day TEXT NOT NULL, team TEXT NOT NULL, model TEXT NOT NULL,
+    attempts INTEGER NOT NULL, requests INTEGER NOT NULL, prompt_tokens INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL, cost_usd REAL NOT NULL,
+    PRIMARY KEY (day, team, model)
+);
+INSERT INTO usage_daily
+SELECT date(started_at, 'unixepoch'), COALESCE(team, ''), model, COUNT(*), SUM(attempt = 1),
+       SUM(prompt_tokens), SUM(completion_tokens), SUM(cost_usd)
+FROM usage GROUP BY 1, 2, 3;
+CREATE TRIGGER usage_daily_grows AFTER INSERT ON usage BEGIN
+    INSERT INTO usage_daily VALUES (
+        date(NEW.started_at, 'unixepoch'), COALESCE(NEW.team, ''), NEW.model, 1, NEW.attempt = 1,
+        NEW.prompt_tokens, NEW.completion_tokens, NEW.cost_usd)
+    ON CONFLICT (day, team, model) DO UPDATE SET
+        attempts = attempts + 1, requests = requests + excluded.requests,
+        prompt_tokens = prompt_tokens + excluded.prompt_tokens,
+        completion_tokens = completion_tokens + excluded.completion_tokens,
+        cost_usd = cost_usd + excluded.cost_usd;
+END;
+CREATE TABLE teams (
+    name TEXT PRIMARY KEY, models TEXT, budget_usd_per_day REAL, budget_usd_per_month REAL,
+    rpm INTEGER, tpm INTEGER, priority TEXT NOT NULL, created_at REAL NOT NULL
+);
+CREATE TABLE api_keys (
+    id TEXT PRIMARY KEY, team TEXT NOT NULL, prefix TEXT NOT NULL, digest BLOB NOT NULL UNIQUE,
+    budget_usd_per_day REAL, budget_usd_per_month REAL, rpm INTEGER, tpm INTEGER,
+    created_at REAL, expires_at REAL, revoked_at REAL
+);
+CREATE INDEX api_keys_team ON api_keys (team);
+CREATE TABLE directory_version (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL);
+INSERT INTO directory_version VALUES (1, 0);
+"""
+
+
+def _sqlite_1(db: sqlite3.Connection) -> None:
+    """The usage table as the proxy wrote it, or adopted from an old file; then everything else."""
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS usage (request_id TEXT NOT NULL, attempt INTEGER NOT NULL, "
+        "model TEXT NOT NULL, backend TEXT NOT NULL, status TEXT NOT NULL, prompt_tokens INTEGER NOT NULL, "
+        "completion_tokens INTEGER NOT NULL, cost_usd REAL NOT NULL, is_estimated INTEGER NOT NULL, "
+        "started_at REAL NOT NULL, duration_ms REAL NOT NULL, error TEXT, team TEXT, "
+        "PRIMARY KEY (request_id, attempt))"
+    )
+    present = {row[1] for row in db.execute("PRAGMA table_info(usage)")}
+    added = {"team": "TEXT"} | SQLITE_USAGE_ADDED
+    for column, kind in added.items():
+        if column not in present:
+            db.execute(f"ALTER TABLE usage ADD COLUMN {column} {kind}")
+    for statement in _split(_SQLITE_TABLES):
+        db.execute(statement)
+
+
+def _split(script: str) -> list[str]:
+    """Statements of a script (a trigger's body keeps its own semicolons)."""
+    statements, current = [], []
+    for line in script.strip().splitlines():
+        current.append(line)
+        text = "\n".join(current).strip()
+        if text.endswith(";") and (not text.upper().startswith("CREATE TRIGGER") or text.endswith("END;")):
+            statements.append(text)
+            current = []
+    return statements
+
+
+SQLITE: list[Callable[[sqlite3.Connection], None]] = [_sqlite_1]
+
+POSTGRES: list[str] = [
+    """
+    CREATE TABLE usage (
+        request_id TEXT NOT NULL, attempt INTEGER NOT NULL, model TEXT NOT NULL, backend TEXT NOT NULL,
+        status TEXT NOT NULL, prompt_tokens BIGINT NOT NULL, completion_tokens BIGINT NOT NULL,
+        cost_usd DOUBLE PRECISION NOT NULL, is_estimated BOOLEAN NOT NULL,
+        started_at DOUBLE PRECISION NOT NULL, duration_ms DOUBLE PRECISION NOT NULL, error TEXT, team TEXT,
+        client_request_id TEXT, key_id TEXT, requested_model TEXT, tier TEXT, route TEXT,
+        score DOUBLE PRECISION, escalated_from TEXT, ttft_ms DOUBLE PRECISION,
+        is_hedge BOOLEAN NOT NULL DEFAULT FALSE, is_shadow BOOLEAN NOT NULL DEFAULT FALSE,
+        hosting TEXT, ceiling_cost_usd DOUBLE PRECISION,
+        PRIMARY KEY (request_id, attempt)
+    );
+    CREATE INDEX usage_started_at ON usage (started_at);
+    CREATE INDEX usage_team_started_at ON usage (team, started_at);
+    CREATE INDEX usage_client_request_id ON usage (client_request_id);
+    CREATE TABLE usage_daily (
+        day DATE NOT NULL, team TEXT NOT NULL, model TEXT NOT NULL,
+        attempts BIGINT NOT NULL, requests BIGINT NOT NULL, prompt_tokens BIGINT NOT NULL,
+        completion_tokens BIGINT NOT NULL, cost_usd DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (day, team, model)
+    );
+    CREATE FUNCTION usage_daily_grow() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO usage_daily AS d VALUES (
+            (to_timestamp(NEW.started_at) AT TIME ZONE 'UTC')::date, COALESCE(NEW.team, ''), NEW.model,
+            1, CASE WHEN NEW.attempt = 1 THEN 1 ELSE 0 END,
+            NEW.prompt_tokens, NEW.completion_tokens, NEW.cost_usd)
+        ON CONFLICT (day, team, model) DO UPDATE SET
+            attempts = d.attempts + 1, requests = d.requests + excluded.requests,
+            prompt_tokens = d.prompt_tokens + excluded.prompt_tokens,
+            completion_tokens = d.completion_tokens + excluded.completion_tokens,
+            cost_usd = d.cost_usd + excluded.cost_usd;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER usage_daily_grows AFTER INSERT ON usage FOR EACH ROW EXECUTE FUNCTION usage_daily_grow();
+    CREATE TABLE teams (
+        name TEXT PRIMARY KEY, models TEXT, budget_usd_per_day DOUBLE PRECISION,
+        budget_usd_per_month DOUBLE PRECISION, rpm INTEGER, tpm INTEGER, priority TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE api_keys (
+        id TEXT PRIMARY KEY, team TEXT NOT NULL, prefix TEXT NOT NULL, digest BYTEA NOT NULL UNIQUE,
+        budget_usd_per_day DOUBLE PRECISION, budget_usd_per_month DOUBLE PRECISION, rpm INTEGER, tpm INTEGER,
+        created_at DOUBLE PRECISION, expires_at DOUBLE PRECISION, revoked_at DOUBLE PRECISION
+    );
+    CREATE INDEX api_keys_team ON api_keys (team);
+    CREATE TABLE directory_version (id INTEGER PRIMARY KEY CHECK (id = 1), version BIGINT NOT NULL);
+    INSERT INTO directory_version VALUES (1, 0);
+    """,
+]

@@ -1,0 +1,294 @@
+"""The SQLite database: sqlite3 on worker threads, WAL, a busy timeout; one connection per call."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from switchyard.billing.records import UsageRecord
+from switchyard.billing.store import migrations
+from switchyard.billing.store.errors import StoreConflict, StoreError, StoreNotFound, StoreUnavailable
+from switchyard.billing.store.schema import (
+    KEY_COLUMNS,
+    TEAM_COLUMNS,
+    USAGE_COLUMNS,
+    check_group_by,
+    check_team_changes,
+    key_from_row,
+    models_to_text,
+    summary,
+    team_from_row,
+    team_values,
+    usage_from_row,
+    usage_values,
+)
+from switchyard.billing.teams import ApiKey, Team, new_key
+
+T = TypeVar("T")
+# Worth retrying later: busy or locked beyond the busy timeout, the file out of reach or the disk full.
+_UNAVAILABLE = {
+    sqlite3.SQLITE_BUSY,
+    sqlite3.SQLITE_LOCKED,
+    sqlite3.SQLITE_CANTOPEN,
+    sqlite3.SQLITE_IOERR,
+    sqlite3.SQLITE_FULL,
+}
+_USAGE = ", ".join(USAGE_COLUMNS)
+_INSERT_USAGE = f"INSERT OR IGNORE INTO usage ({_USAGE}) VALUES ({', '.join('?' for _ in USAGE_COLUMNS)})"
+_KEYS = ", ".join(KEY_COLUMNS)
+_TEAMS = ", ".join(TEAM_COLUMNS)
+
+
+class SQLiteDatabase:
+    dialect = "sqlite"
+
+    def __init__(self, path: Path, busy_timeout_s: float) -> None:
+        self.path = path
+        self.display_url = f"sqlite:///{path}"
+        self.busy_timeout_s = busy_timeout_s
+
+    @classmethod
+    async def open(cls, path: Path, *, busy_timeout_s: float) -> SQLiteDatabase:
+        database = cls(path, busy_timeout_s)
+        try:
+            await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreUnavailable(f"{database.display_url}: cannot create its folder: {exc}") from exc
+        await database._call(database._migrate)
+        return database
+
+    async def aclose(self) -> None:
+        """Nothing stays open between calls."""
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
+
+    async def _call(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        return await asyncio.to_thread(self._call_blocking, work)
+
+    def _call_blocking(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            with contextlib.closing(self._connect()) as db:
+                return work(db)
+        except sqlite3.DatabaseError as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _UNAVAILABLE:  # the primary code of an extended one
+                raise StoreUnavailable(f"{self.display_url}: {exc}") from exc
+            raise StoreError(f"{self.display_url}: {exc}") from exc
+
+    @staticmethod
+    def _write(db: sqlite3.Connection, work: Callable[[], T]) -> T:
+        """`work` in one transaction that holds the write lock from its start."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            result = work()
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+        return result
+
+    def _migrate(self, db: sqlite3.Connection) -> None:
+        db.execute("PRAGMA journal_mode=WAL")
+
+        def apply() -> None:
+            db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL)")
+            (done,) = db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()
+            for version, migration in enumerate(migrations.SQLITE, start=1):
+                if version > done:
+                    migration(db)
+                    db.execute("INSERT INTO schema_migrations VALUES (?, ?)", (version, time.time()))
+
+        self._write(db, apply)
+
+    # the ledger
+
+    async def insert_usage(self, records: Sequence[UsageRecord]) -> int:
+        rows = [usage_values(r) for r in records]
+
+        def insert(db: sqlite3.Connection) -> int:
+            # rowcount sums each statement's own changes: an ignored row adds 0, the trigger's none
+            return self._write(db, lambda: db.executemany(_INSERT_USAGE, rows).rowcount)
+
+        return await self._call(insert) if rows else 0
+
+    async def spend_since(self, since: float) -> dict[tuple[str, str], float]:
+        query = (
+            "SELECT 'team', team, SUM(cost_usd) FROM usage WHERE team IS NOT NULL AND started_at >= ? GROUP BY team "
+            "UNION ALL "
+            "SELECT 'key', key_id, SUM(cost_usd) FROM usage WHERE key_id IS NOT NULL AND started_at >= ? "
+            "GROUP BY key_id"
+        )
+        rows = await self._call(lambda db: db.execute(query, (since, since)).fetchall())
+        return {(kind, name): float(total) for kind, name, total in rows}
+
+    async def usage_summary(
+        self, start: dt.date, end: dt.date, *, group_by: str | None, team: str | None
+    ) -> dict[str, Any]:
+        check_group_by(group_by)
+        group = group_by or "NULL"
+        where, args = "day BETWEEN ? AND ?", [start.isoformat(), end.isoformat()]
+        if team is not None:
+            where, args = where + " AND team = ?", [*args, team]
+        query = (
+            f"SELECT {group}, SUM(cost_usd), SUM(prompt_tokens), SUM(completion_tokens), SUM(requests) "
+            f"FROM usage_daily WHERE {where}" + (f" GROUP BY {group} ORDER BY {group}" if group_by else "")
+        )
+        rows = await self._call(lambda db: db.execute(query, args).fetchall())
+        return summary(start, end, group_by, team, rows)
+
+    async def count_usage(self, since: float | None, until: float | None, team: str | None) -> int:
+        where, args = _usage_filter(since, until, team)
+        (count,) = await self._call(lambda db: db.execute(f"SELECT COUNT(*) FROM usage WHERE {where}", args).fetchone())
+        return int(count)
+
+    async def iter_usage(
+        self, since: float | None, until: float | None, team: str | None, batch_size: int = 5000
+    ) -> AsyncIterator[list[UsageRecord]]:
+        where, args = _usage_filter(since, until, team)
+        after: tuple = ()
+        while True:
+            page_where = where + (" AND (started_at, request_id, attempt) > (?, ?, ?)" if after else "")
+            query = (
+                f"SELECT {_USAGE} FROM usage WHERE {page_where} "
+                f"ORDER BY started_at, request_id, attempt LIMIT {int(batch_size)}"
+            )
+            page_args = [*args, *after]
+            rows = await self._call(lambda db, q=query, a=page_args: db.execute(q, a).fetchall())
+            if not rows:
+                return
+            batch = [usage_from_row(row) for row in rows]
+            yield batch
+            last = batch[-1]
+            after = (last.started_at, last.request_id, last.attempt)
+
+    async def read_usage(
+        self, *, request_id: str | None = None, client_request_id: str | None = None
+    ) -> list[UsageRecord]:
+        where, args = "1 = 1", []
+        if request_id is not None:
+            where, args = where + " AND request_id = ?", [*args, request_id]
+        if client_request_id is not None:
+            where, args = where + " AND client_request_id = ?", [*args, client_request_id]
+        query = f"SELECT {_USAGE} FROM usage WHERE {where} ORDER BY started_at, request_id, attempt"
+        rows = await self._call(lambda db: db.execute(query, args).fetchall())
+        return [usage_from_row(row) for row in rows]
+
+    # teams and keys
+
+    async def directory_version(self) -> int:
+        (version,) = await self._call(lambda db: db.execute("SELECT version FROM directory_version").fetchone())
+        return int(version)
+
+    async def load_directory(self) -> tuple[list[Team], list[ApiKey]]:
+        def load(db: sqlite3.Connection) -> tuple[list[Team], list[ApiKey]]:
+            db.execute("BEGIN")
+            try:
+                teams = db.execute(f"SELECT {_TEAMS} FROM teams ORDER BY name").fetchall()
+                keys = db.execute(f"SELECT {_KEYS} FROM api_keys ORDER BY created_at, id").fetchall()
+            finally:
+                db.execute("COMMIT")
+            return [team_from_row(r) for r in teams], [key_from_row(r) for r in keys]
+
+        return await self._call(load)
+
+    async def create_team(self, team: Team) -> None:
+        def create(db: sqlite3.Connection) -> None:
+            try:
+                db.execute(
+                    f"INSERT INTO teams ({_TEAMS}, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (*team_values(team), time.time()),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise StoreConflict(f"a team named {team.name!r} exists already") from exc
+            _bump(db)
+
+        await self._call(lambda db: self._write(db, lambda: create(db)))
+
+    async def update_team(self, name: str, **changes: Any) -> Team:
+        check_team_changes(changes)
+        if "models" in changes:
+            models = changes["models"]
+            changes["models"] = models_to_text(None if models is None else frozenset(models))
+
+        def update(db: sqlite3.Connection) -> Team:
+            if changes:
+                assignments = ", ".join(f"{column} = ?" for column in changes)
+                db.execute(f"UPDATE teams SET {assignments} WHERE name = ?", (*changes.values(), name))
+            row = db.execute(f"SELECT {_TEAMS} FROM teams WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise StoreNotFound(f"no team named {name!r} in the database")
+            _bump(db)
+            return team_from_row(row)
+
+        return await self._call(lambda db: self._write(db, lambda: update(db)))
+
+    async def list_teams(self) -> list[Team]:
+        return (await self.load_directory())[0]
+
+    async def create_key(
+        self,
+        team: str,
+        *,
+        budget_usd_per_day: float | None = None,
+        budget_usd_per_month: float | None = None,
+        rpm: int | None = None,
+        tpm: int | None = None,
+        expires_at: float | None = None,
+    ) -> tuple[str, ApiKey]:
+        key, key_id, prefix, key_digest = new_key()
+        api_key = ApiKey(
+            key_id,
+            team,
+            prefix,
+            key_digest,
+            budget_usd_per_day,
+            budget_usd_per_month,
+            rpm,
+            tpm,
+            time.time(),
+            expires_at,
+        )
+        values = tuple(getattr(api_key, column) for column in KEY_COLUMNS)
+
+        def create(db: sqlite3.Connection) -> None:
+            db.execute(f"INSERT INTO api_keys ({_KEYS}) VALUES ({', '.join('?' for _ in KEY_COLUMNS)})", values)
+            _bump(db)
+
+        await self._call(lambda db: self._write(db, lambda: create(db)))
+        return key, api_key
+
+    async def list_keys(self, team: str | None = None) -> list[ApiKey]:
+        keys = (await self.load_directory())[1]
+        return [k for k in keys if team is None or k.team == team]
+
+    async def revoke_key(self, key_id: str) -> ApiKey:
+        def revoke(db: sqlite3.Connection) -> ApiKey:
+            db.execute("UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?", (time.time(), key_id))
+            row = db.execute(f"SELECT {_KEYS} FROM api_keys WHERE id = ?", (key_id,)).fetchone()
+            if row is None:
+                raise StoreNotFound(f"no key with id {key_id!r}")
+            _bump(db)
+            return key_from_row(row)
+
+        return await self._call(lambda db: self._write(db, lambda: revoke(db)))
+
+
+def _bump(db: sqlite3.Connection) -> None:
+    db.execute("UPDATE directory_version SET version = version + 1")
+
+
+def _usage_filter(since: float | None, until: float | None, team: str | None) -> tuple[str, list]:
+    where, args = "1 = 1", []
+    if since is not None:
+        where, args = where + " AND started_at >= ?", [*args, since]
+    if until is not None:
+        where, args = where + " AND started_at < ?", [*args, until]
+    if team is not None:
+        where, args = where + " AND team = ?", [*args, team]
+    return where, args
