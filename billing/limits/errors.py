@@ -11,6 +11,8 @@ raises `BudgetExceeded` (429 insufficient_quota) with its own message.
 
 from __future__ import annotations
 
+import math
+
 from switchyard.billing.limits.scopes import BucketLevel, RateStatus, format_duration, tightest
 from switchyard.core.errors import RateLimited, SwitchyardError
 
@@ -21,7 +23,10 @@ class RateLimitExceeded(RateLimited):
         self.status = status
 
     def headers(self) -> dict[str, str]:
-        return {**self.status.headers(), **super().headers()}
+        headers = self.status.headers()
+        if self.retry_after_s is not None:  # rounded up: a client retrying on time finds the room there
+            headers["retry-after"] = str(max(1, math.ceil(self.retry_after_s)))
+        return headers
 
 
 class LimitsUnavailable(SwitchyardError):

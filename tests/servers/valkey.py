@@ -17,11 +17,15 @@ import os
 import signal
 import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import psutil
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 _NO_PERSISTENCE = {"save": '""', "appendonly": "no"}
 
@@ -30,6 +34,18 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _wait_for_exit(pid: int, timeout_s: float = 10.0) -> None:
+    try:
+        process = psutil.Process(pid)
+        deadline = time.monotonic() + timeout_s
+        while process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"valkey-server (pid {pid}) did not exit within {timeout_s} s")
+            time.sleep(0.01)
+    except psutil.NoSuchProcess:
+        pass
 
 
 class EmbeddedValkey:
@@ -51,7 +67,13 @@ class EmbeddedValkey:
         self._server.start()
 
     def stop(self) -> None:
-        self._server.stop()
+        # SHUTDOWN without the wheel's client, which retries the closed connection for a second or two
+        pid = self._server.pid
+        if pid:
+            with redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5, retry=Retry(NoBackoff(), 0)) as client:
+                client.shutdown(nosave=True)
+            _wait_for_exit(pid)
+        self._server.stop()  # the runtime files
 
     @contextmanager
     def stopped(self) -> Iterator[None]:
