@@ -44,7 +44,7 @@ class _Bucket:
 def rate_costs(scopes: Sequence[RateScope], tokens: int) -> list[tuple[str, str, int, int]]:
     """(scope, kind, capacity, cost) for every limit the scopes set."""
     costs = []
-    for scope in scopes:
+    for scope in dict.fromkeys(scopes):  # the same scope twice would pay twice
         if scope.rpm is not None:
             costs.append((scope.name, "requests", scope.rpm, 1))
         if scope.tpm is not None:
@@ -109,6 +109,7 @@ class LocalLimiter:
         now: float | None = None,
     ) -> bool:
         now = time.time() if now is None else now
+        scopes = list(dict.fromkeys(scopes))
         amount = to_nano_usd(amount_usd)
         rooms = [self._room(scope, now) for scope in scopes]
         if any(room <= 0 or amount > room for room in rooms):
@@ -121,7 +122,7 @@ class LocalLimiter:
 
     async def settle(self, scopes: Sequence[BudgetScope], reservation_id: str, actual_usd: float, at: float) -> None:
         wall_now = time.time()
-        for scope in scopes:
+        for scope in dict.fromkeys(scopes):
             for moment in {at, wall_now}:  # a reservation made just after midnight sits in the next period
                 period = self._periods.get((scope.name, scope.period_id(moment)))
                 if period is not None:

@@ -142,6 +142,7 @@ class ValkeyLimiter:
         now: float | None = None,
     ) -> bool:
         at = time.time() if now is None else now
+        scopes = list(dict.fromkeys(scopes))
         keys: list[str] = []
         args: list[str | int | float] = [_clock_arg(now), reservation_id, to_nano_usd(amount_usd), ttl_s]
         for scope in scopes:
@@ -151,6 +152,7 @@ class ValkeyLimiter:
 
     async def settle(self, scopes: Sequence[BudgetScope], reservation_id: str, actual_usd: float, at: float) -> None:
         wall_now = time.time()
+        scopes = list(dict.fromkeys(scopes))
         spent_keys = [self._budget_keys(scope, at)[0] for scope in scopes]
         release_keys: list[str] = []
         for scope in scopes:

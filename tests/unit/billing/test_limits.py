@@ -88,6 +88,16 @@ async def test_a_reservation_fits_every_scope_or_none(limiter: Limiter) -> None:
     assert await limiter.headroom([team], now=NOON) == pytest.approx(0.8)
 
 
+async def test_a_scope_named_twice_is_held_and_charged_once(limiter: Limiter) -> None:
+    scope = day(limit_usd=1.0)
+    assert await limiter.reserve([scope, scope], "r1", 0.6, TTL_S, now=NOON)
+    assert await limiter.spent(scope, now=NOON) == pytest.approx((0.0, 0.6))
+    await limiter.settle([scope, scope], "r1", 0.5, at=NOON)
+    assert await limiter.spent(scope, now=NOON) == pytest.approx((0.5, 0.0))
+    status = await limiter.check_rate([RateScope("key:k", rpm=2)] * 2, 1, now=NOON)
+    assert status is not None and status.remaining_requests == 1
+
+
 async def test_headroom_without_scopes_is_none(limiter: Limiter) -> None:
     assert await limiter.headroom([], now=NOON) is None
     assert await limiter.headroom([day(limit_usd=0.5)], now=NOON) == pytest.approx(0.5)
