@@ -85,11 +85,14 @@ def _top_series(table: Table, key: str, value: str) -> dict[str, dict[date, floa
 
 def _stacked_days(ax: Axes, series: dict[str, dict[date, float]], marks: Marks) -> list[date]:
     days = sorted({d for values in series.values() for d in values})
+    x = np.array(days, dtype="datetime64[D]")
     bottom = np.zeros(len(days))
     for i, (name, values) in enumerate(series.items()):
         heights = np.array([values.get(d, 0.0) for d in days])
         color = OTHER_COLOR if name == "other" else PALETTE[i % len(PALETTE)]
-        marks(ax.bar(days, heights, bottom=bottom, width=0.8, label=plain(name), color=color))
+        shown = heights > 0  # a segment of zero height would be an invisible mark
+        bars = ax.bar(x[shown], heights[shown], bottom=bottom[shown], width=0.8, label=plain(name), color=color)
+        marks(bars)
         bottom += heights
     return days
 
@@ -147,13 +150,15 @@ def route_mix(tables: Mapping[str, Table]) -> Plot:
     rows = table.records()[::-1]  # first row on top
     figure, marks = new_figure(height_in=max(2.4, 0.45 * len(rows) + 1.4)), Marks()
     ax = figure.add_subplot()
-    labels = [plain(r["route"]) for r in rows]
+    y = np.arange(len(rows))
     left = np.zeros(len(rows))
     for outcome, (name, color) in OUTCOME_STYLE.items():
         widths = np.array([r[outcome] for r in rows], dtype=float)
-        if widths.any():
-            marks(ax.barh(labels, widths, left=left, height=0.6, label=name, color=color))
+        shown = widths > 0
+        if shown.any():
+            marks(ax.barh(y[shown], widths[shown], left=left[shown], height=0.6, label=name, color=color))
         left += widths
+    ax.set_yticks(y, [plain(r["route"]) for r in rows])
     _style(ax)
     ax.grid(axis="y", visible=False)
     ax.grid(axis="x", color="#e5e5e5", linewidth=0.8)
@@ -261,7 +266,8 @@ def hosting(tables: Mapping[str, Table]) -> Plot:
         shown.add(r["hosting"])
         bars = ax.barh(plain(r["model"]), r["usd_per_mtok"], height=0.6, color=colors[r["hosting"]], label=label)
         ax.bar_label(bars, labels=[usd_text(r["usd_per_mtok"])], padding=3, fontsize=8)
-        marks(bars)
+        if r["usd_per_mtok"] > 0:
+            marks(bars)
     for r in blended.records():
         if r["usd_per_mtok"] is not None and r["hosting"] in colors:
             line = ax.axvline(r["usd_per_mtok"], color=colors[r["hosting"]], linestyle="--", linewidth=1.2)
@@ -300,8 +306,9 @@ def latency(tables: Mapping[str, Table]) -> Plot:
     y = np.arange(len(rows))
     for ax, (p50, p95, what) in zip(axes, panels, strict=True):
         for offset, column, name, color in ((0.2, p50, "p50", "#4e79a7"), (-0.2, p95, "p95", "#f28e2b")):
-            values = np.array([np.nan if r[column] is None else r[column] for r in rows])
-            marks(ax.barh(y + offset, values, height=0.38, color=color, label=name))
+            shown = np.array([r[column] is not None for r in rows])
+            values = np.array([r[column] for r in rows if r[column] is not None], dtype=float)
+            marks(ax.barh(y[shown] + offset, values, height=0.38, color=color, label=name))
         _style(ax)
         ax.grid(axis="y", visible=False)
         ax.grid(axis="x", color="#e5e5e5", linewidth=0.8)

@@ -27,7 +27,6 @@ from datetime import UTC, date, datetime
 import pytest
 
 from switchyard.billing.records import UsageRecord
-from switchyard.billing.report import build_report
 from switchyard.billing.report.aggregate import Aggregator, escalation_reason
 from switchyard.billing.report.requests import RequestTracker, request_kind, tier_in_route
 from switchyard.billing.report.reservoir import Reservoir
@@ -249,12 +248,6 @@ def test_summary_totals() -> None:
     }
     assert summary["route_mix"]["cascade:escalated"] == 2
     assert summary["hosting"]["commercial"] == {"tokens": 750, "cost_usd": pytest.approx(0.033), "usd_per_mtok": 44.0}
-
-
-async def test_build_report_streams_batches_into_the_same_numbers() -> None:
-    report = await build_report(batches_of(ledger_records(), size=2), since=DAY0, until=DAY1)
-    assert report.summary == build_summary(aggregate(ledger_records()))
-    assert report.tables["route_mix"] == build_tables(aggregate(ledger_records()))["route_mix"]
 
 
 def test_period_and_team_filters() -> None:
