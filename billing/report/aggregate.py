@@ -149,6 +149,10 @@ class Aggregator:
             self.escalations[(day, escalation_reason(record.error))] += 1
         self._tracker.add(record, day, team)
 
+    def add_batch(self, records: list[UsageRecord]) -> None:
+        for record in records:
+            self.add(record)
+
     def finish(self) -> None:
         self._tracker.finish()
 

@@ -62,9 +62,10 @@ def usd(value: float | None) -> str:
     size = abs(value)
     if size == 0:
         return "$0"
+    sign = "-" if value < 0 else ""
     if size >= 1:
-        return f"${value:,.2f}"
-    return f"${value:.4f}" if size >= 0.01 else f"${value:.6f}"
+        return f"{sign}${size:,.2f}"
+    return f"{sign}${size:.4f}" if size >= 0.01 else f"{sign}${size:.6f}"
 
 
 def percent(value: float | None, scale: float = 100.0) -> str:

@@ -14,7 +14,7 @@ from datetime import date, timedelta
 import matplotlib.dates as mdates
 import numpy as np
 from matplotlib.axes import Axes
-from matplotlib.ticker import FuncFormatter, PercentFormatter
+from matplotlib.ticker import PercentFormatter, ScalarFormatter
 
 from switchyard.billing.report.svg import Marks, new_figure, plain, to_svg
 from switchyard.billing.report.tables import Table
@@ -47,10 +47,20 @@ def _style(ax: Axes) -> None:
     ax.tick_params(labelsize=8)
 
 
+class UsdFormatter(ScalarFormatter):
+    """Matplotlib's tick labels (as many decimals as the tick spacing needs), with a dollar sign."""
+
+    def __init__(self) -> None:
+        super().__init__(useOffset=False)
+        self.set_powerlimits((-7, 9))  # plain decimals: an exponent apart from a "$" reads wrong
+
+    def __call__(self, x, pos=None) -> str:
+        text = super().__call__(x, pos).replace("\N{MINUS SIGN}", "-")
+        return ("-$" + text[1:] if text.startswith("-") else "$" + text) if text else text
+
+
 def _usd_axis(ax: Axes, axis: str = "y") -> None:
-    largest = max(abs(v) for v in (ax.get_ylim() if axis == "y" else ax.get_xlim()))
-    decimals = 2 if largest >= 0.05 else 4 if largest >= 0.0005 else 6
-    (ax.yaxis if axis == "y" else ax.xaxis).set_major_formatter(FuncFormatter(lambda v, _: f"${v:,.{decimals}f}"))
+    (ax.yaxis if axis == "y" else ax.xaxis).set_major_formatter(UsdFormatter())
 
 
 def usd_text(value: float) -> str:
@@ -98,8 +108,8 @@ def _stacked_days(ax: Axes, series: dict[str, dict[date, float]], marks: Marks) 
 
 
 def _cost_by_day(table: Table, key: str, *, id: str, title: str, explanation: str) -> Plot:
-    plot = Plot(id, title, explanation, (table.name,), empty_note="No usage in this period.")
-    if not table.rows:
+    plot = Plot(id, title, explanation, (table.name,), empty_note="No cost in this period: every attempt was free.")
+    if not any(row["cost_usd"] for row in table.records()):
         return plot
     figure, marks = new_figure(), Marks()
     ax = figure.add_subplot()
@@ -214,11 +224,12 @@ def savings(tables: Mapping[str, Table]) -> Plot:
         "fig-savings",
         "Routed requests: realised cost against the strongest model",
         "Cumulative cost of the requests sent to auto or cascade, against what the same answers would have cost "
-        "on the strongest model each route could reach; the shaded gap is what routing saved.",
+        "on the strongest model each route could reach; the green gap is what routing saved (red: where escalations "
+        "and retries cost more than the strongest model would have).",
         (table.name,),
-        empty_note="No routed (auto or cascade) requests in this period.",
+        empty_note="No routed (auto or cascade) requests with a cost in this period.",
     )
-    if not table.rows:
+    if not any(row["realised_cost_usd"] or row["ceiling_cost_usd"] for row in table.records()):
         return plot
     realised: dict[date, float] = defaultdict(float)
     ceiling: dict[date, float] = defaultdict(float)
@@ -232,7 +243,10 @@ def savings(tables: Mapping[str, Table]) -> Plot:
     ax = figure.add_subplot()
     marks(ax.plot(days, strongest, color="#e15759", marker="o", markersize=4, label="all on the strongest model"))
     marks(ax.plot(days, spent, color="#4e79a7", marker="o", markersize=4, label="realised (routed)"))
-    marks(ax.fill_between(days, spent, strongest, where=strongest >= spent, color="#59a14f", alpha=0.25, label="saved"))
+    for where, color, label in ((strongest > spent, "#59a14f", "saved"), (spent > strongest, "#e15759", "overspent")):
+        if where.any():
+            marks(ax.fill_between(days, spent, strongest, where=where, interpolate=True, color=color, alpha=0.2,
+                                  label=label))  # fmt: skip
     _style(ax)
     _day_axis(ax, days)
     ax.set_ylim(bottom=0)
@@ -251,10 +265,10 @@ def hosting(tables: Mapping[str, Table]) -> Plot:
         "Realised USD per million tokens (prompt and completion together) for each model, coloured by where it "
         "runs; dashed lines are each hosting's blended rate over all its tokens.",
         (blended.name, models.name),
-        empty_note="No tokens in this period.",
+        empty_note="No tokens with a cost in this period.",
     )
     rows = [r for r in models.records() if r["usd_per_mtok"] is not None]
-    if not rows:
+    if not any(r["usd_per_mtok"] for r in rows):
         return plot
     rows.sort(key=lambda r: (r["hosting"], -r["usd_per_mtok"], r["model"]), reverse=True)
     colors = {h: PALETTE[i % len(PALETTE)] for i, h in enumerate(sorted({r["hosting"] for r in rows}))}

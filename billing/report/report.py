@@ -1,13 +1,14 @@
 """`build_report`: usage records streamed in batches → a `Report` (tables, summary, figures, page).
 
 The caller reads the ledger (`Database.iter_usage`, ordered by `started_at`) and passes the
-batches; nothing here touches a database. Aggregation runs on the event loop batch by batch;
-drawing the figures (matplotlib, CPU-bound) runs on a worker thread.
+batches; nothing here touches a database. Each batch is aggregated, and the figures are drawn
+(matplotlib, CPU-bound), on a worker thread, so a report served by the proxy does not stall it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterable, Mapping
 from dataclasses import dataclass, field
@@ -104,17 +105,13 @@ async def build_report(
     """
     since, until = _as_day(since), _as_day(until)
     aggregator = Aggregator(since=since, until=until, team=team)
-    if progress:
-        with _progress_bar() as bar:
-            task = bar.add_task("reading usage", total=total)
-            async for batch in batches:
-                for record in batch:
-                    aggregator.add(record)
-                bar.advance(task, len(batch))
-    else:
+    with _progress_bar() if progress else contextlib.nullcontext() as bar:
+        task = bar.add_task("reading usage", total=total) if bar else None
         async for batch in batches:
-            for record in batch:
-                aggregator.add(record)
+            # ~20 µs a record: a batch of thousands would hold the event loop (the proxy's) too long
+            await asyncio.to_thread(aggregator.add_batch, batch)
+            if bar:
+                bar.advance(task, len(batch))
     aggregator.finish()
     tables = build_tables(aggregator, prices)
     summary = build_summary(aggregator)

@@ -159,7 +159,7 @@ def test_sections_without_data_say_so_instead_of_plotting() -> None:
     assert report.figure_ids == ["fig-cost-by-team", "fig-cost-by-model", "fig-route-mix", "fig-hosting", "fig-latency"]
     page = report.html()
     assert "No cascade requests and no escalations in this period." in page
-    assert "No routed (auto or cascade) requests in this period." in page
+    assert "No routed (auto or cascade) requests with a cost in this period." in page
 
 
 def test_progress_bar_on_stderr(capsys) -> None:
