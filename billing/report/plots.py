@@ -16,7 +16,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.ticker import PercentFormatter, ScalarFormatter
 
-from switchyard.billing.report.svg import Marks, new_figure, plain, to_svg
+from switchyard.billing.report.svg import DRAW_LOCK, Marks, new_figure, plain, to_svg
 from switchyard.billing.report.tables import Table
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f")
@@ -351,4 +351,5 @@ FIGURES: tuple[Callable[[Mapping[str, Table]], Plot], ...] = (
 
 
 def draw_all(tables: Mapping[str, Table]) -> list[Plot]:
-    return [draw(tables) for draw in FIGURES]
+    with DRAW_LOCK:
+        return [draw(tables) for draw in FIGURES]

@@ -4,7 +4,7 @@ Figures are built on `matplotlib.figure.Figure` with the SVG canvas, so no GUI b
 no figure is registered anywhere, and nothing global changes between calls. Every id in a figure
 gets the figure's prefix (matplotlib names glyphs and clip paths the same way in every figure),
 the metadata block goes, and the data's drawn artists carry `<prefix>-mark-<n>` ids so a browser
-can check that each plot drew something.
+can check that each plot drew something. The same figure always gives the same markup.
 """
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ import re
 import threading
 from collections.abc import Iterable
 
+import matplotlib
 from matplotlib.artist import Artist
 from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
 
 MARK = "mark"
-# Matplotlib's renderers share caches (fonts, text layout); figures render one at a time.
-_RENDER_LOCK = threading.Lock()
+# Matplotlib shares caches and registries (fonts, text layout, unit converters) between figures:
+# one report draws at a time, whichever thread it runs on.
+DRAW_LOCK = threading.Lock()
 _ID = re.compile(r'\bid="([^"]+)"')
 _HREF = re.compile(r'href="#([^"]+)"')
 _URL = re.compile(r"url\(#([^)]+)\)")
@@ -49,7 +51,8 @@ class Marks:
 def to_svg(figure: Figure, prefix: str) -> str:
     """The figure as an `<svg>` element whose ids all start with `prefix-`."""
     buffer = io.StringIO()
-    with _RENDER_LOCK:
+    # A fixed salt: clip-path ids follow from the figure alone, so one ledger always gives one page.
+    with matplotlib.rc_context({"svg.hashsalt": "switchyard-report"}):
         figure.savefig(buffer, format="svg", metadata={"Date": None})
     figure.clear()
     svg = _METADATA.sub("", _PROLOGUE.sub("", buffer.getvalue(), count=1), count=1)

@@ -9,8 +9,12 @@ import re
 from datetime import date
 
 import pytest
+from matplotlib.ticker import MultipleLocator
 
-from switchyard.billing.report import COLUMNS, HTML_FILE, SUMMARY_FILE, Report, build_report
+from switchyard.billing.report import COLUMNS, HTML_FILE, SUMMARY_FILE, Report, Table, build_report
+from switchyard.billing.report.page import render_table, usd
+from switchyard.billing.report.plots import UsdFormatter, _top_series
+from switchyard.billing.report.svg import new_figure
 from switchyard.billing.report.tables import build_summary, build_tables
 from switchyard.core.prices import Price
 from tests.unit.billing.test_report import DAY0, DAY1, aggregate, batches_of, ledger_records, rec
@@ -128,7 +132,7 @@ def test_ids_are_unique_across_figures(page: str) -> None:
 
 
 def test_names_from_the_ledger_are_escaped() -> None:
-    records = [rec("a", 1, 1.0, "m$1$", "completed", 0.001, team="<script>alert(1)</script>", requested_model="m")]
+    records = [rec("a", 1, 1.0, "m$1$", "completed", 0.0, team="<script>alert(1)</script>", requested_model="m")]
     page = build(records, team="<script>alert(1)</script>").html()
     assert "<script>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
@@ -166,3 +170,56 @@ def test_progress_bar_on_stderr(capsys) -> None:
     build(ledger_records(), team="nobody", total=16, progress=True)
     err = capsys.readouterr().err
     assert "reading usage" in err and "16/16" in err
+
+
+def test_a_period_where_everything_was_free_plots_no_cost() -> None:
+    records = [rec("a", 1, 1.0, "small-m", "completed", 0.0, requested_model="auto", hosting="self-hosted")]
+    report = build(records)
+    assert report.figure_ids == ["fig-route-mix", "fig-latency"]
+    assert report.html().count("No cost in this period: every attempt was free.") == 2
+
+
+async def test_reports_built_side_by_side_draw_every_figure() -> None:
+    """/admin/report may be asked twice at once: matplotlib draws one report at a time."""
+    records = [rec("a", 1, 1.0, "small-m", "completed", 0.0, requested_model="small-m")]  # two figures: quick
+    first, second = await asyncio.gather(build_report(batches_of(records)), build_report(batches_of(records)))
+    assert first.figure_ids == second.figure_ids == ["fig-route-mix", "fig-latency"]
+    assert [p.svg for p in first.plots] == [p.svg for p in second.plots]
+
+
+def test_more_series_than_colours_are_summed_as_other() -> None:
+    rows = tuple((DAY0, f"team-{i}", 1, 1, 0, 0, float(i + 1)) for i in range(10))
+    series = _top_series(Table("cost_by_team_day", COLUMNS["cost_by_team_day"], rows), "team", "cost_usd")
+    assert list(series) == [f"team-{i}" for i in range(9, 1, -1)] + ["other"]
+    assert series["other"][DAY0] == 1.0 + 2.0
+    assert sum(values[DAY0] for values in series.values()) == sum(range(1, 11))
+
+
+def test_long_tables_show_their_first_rows_and_point_at_the_csv() -> None:
+    table = Table("escalation_reasons", COLUMNS["escalation_reasons"], tuple((DAY0, f"r{i}", i) for i in range(250)))
+    rendered = render_table(table)
+    assert "Data: escalation_reasons.csv (250 rows, first 200 shown)" in rendered
+    assert rendered.count("<tr>") == 201 and "<details>" in rendered  # closed: too long to open by default
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(None, "—"), (0.0, "$0"), (1234.5, "$1,234.50"), (0.0445, "$0.0445"), (0.000123, "$0.000123"), (-3, "-$3.00")],
+)
+def test_dollars_on_the_page(value, text) -> None:
+    assert usd(value) == text
+
+
+def test_dollar_ticks_keep_the_precision_of_the_tick_spacing() -> None:
+    figure = new_figure()
+    ax = figure.add_subplot()
+    ax.plot([0, 1], [0, 0.175])
+    ax.set_ylim(0, 0.175)
+    ax.yaxis.set_major_locator(MultipleLocator(0.025))
+    ax.yaxis.set_major_formatter(UsdFormatter())
+    figure.canvas.draw()
+    ticks = [(t.get_position()[1], t.get_text()) for t in ax.get_yticklabels() if t.get_text()]
+    assert len(ticks) >= 4
+    for value, text in ticks:
+        assert "$" in text and float(text.replace("$", "")) == pytest.approx(value)  # $0.025, never $0.03
+    assert ("$0.075" in dict(ticks).values()) and (-0.025, "-$0.025") in ticks
