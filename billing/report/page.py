@@ -189,9 +189,10 @@ def render_page(
         + "</dl></header>"
     )
     if summary["records"] == 0:
+        whose = team_text if team is None else f"team {team}"
         body = (
             '<div class="nousage"><h2>No usage</h2>'
-            f"<p>No usage was recorded for {escape(team_text)} in {escape(period)}. "
+            f"<p>No usage was recorded for {escape(whose)} in {escape(period)}. "
             "There is nothing to plot; try a longer period or another team.</p></div>"
         )
         nav = ""

@@ -142,7 +142,7 @@ def test_an_empty_period_is_a_no_usage_page(tmp_path) -> None:
     report = build([], since=date(2026, 1, 1), until=date(2026, 1, 31), team="search")
     assert report.is_empty and report.figure_ids == []
     page = report.html()
-    assert "No usage" in page and "<figure" not in page
+    assert "No usage was recorded for team search in 2026-01-01" in page and "<figure" not in page
     assert "2026-01-01 → 2026-01-31 (UTC)" in page and "<dd>search</dd>" in page
     paths = report.write(tmp_path)
     assert len(paths) == len(COLUMNS) + 2
