@@ -1,0 +1,181 @@
+"""Streaming aggregation of usage records: sums per day, team, model and hosting, in one pass.
+
+Nothing here keeps a row: each record adds to a few counters (attempts feed the cost tables and
+the latency reservoirs; `RequestTracker` joins them into requests for the route mix, the
+escalation rate and the savings). Days are UTC days of `started_at`; a request belongs to the
+day its first attempt started.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+
+from switchyard.billing.records import UsageRecord
+from switchyard.billing.report.requests import OUTCOMES, ROUTED_KINDS, RequestTrace, RequestTracker
+from switchyard.billing.report.reservoir import Reservoir
+
+NO_TEAM = "(none)"
+UNKNOWN_HOSTING = "unknown"
+
+
+def utc_day(ts: float) -> date:
+    return datetime.fromtimestamp(ts, UTC).date()
+
+
+def escalation_reason(error: str | None) -> str:
+    """The reason's name without its figures: `low confidence (0.31 < 0.5)` → `low confidence`."""
+    text = (error or "").split("(", 1)[0].split(":", 1)[0].strip().lower()
+    return text or "unspecified"
+
+
+@dataclass(slots=True)
+class Sums:
+    """Attempts and what they cost; `requests` counts first attempts (one per client request)."""
+
+    attempts: int = 0
+    requests: int = 0
+    completed: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, record: UsageRecord) -> None:
+        self.attempts += 1
+        self.requests += record.attempt == 1
+        self.completed += record.status == "completed"
+        self.prompt_tokens += record.prompt_tokens
+        self.completion_tokens += record.completion_tokens
+        self.cost_usd += record.cost_usd
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def usd_per_mtok(self) -> float | None:
+        return self.cost_usd / self.tokens * 1e6 if self.tokens else None
+
+
+@dataclass(slots=True)
+class RouteSums:
+    """Requests of one route label, split by outcome, and what they cost."""
+
+    outcomes: Counter = field(default_factory=Counter)
+    cost_usd: float = 0.0
+
+    @property
+    def requests(self) -> int:
+        return sum(self.outcomes[o] for o in OUTCOMES)
+
+
+@dataclass(slots=True)
+class SavingsSums:
+    """Routed requests of one day and kind: realised cost against the strongest-model ceiling."""
+
+    requests: int = 0
+    realised_cost_usd: float = 0.0
+    ceiling_cost_usd: float = 0.0
+    num_without_ceiling: int = 0
+
+    @property
+    def savings_usd(self) -> float:
+        return self.ceiling_cost_usd - self.realised_cost_usd
+
+    @property
+    def savings_pct(self) -> float | None:
+        return 100 * self.savings_usd / self.ceiling_cost_usd if self.ceiling_cost_usd else None
+
+
+@dataclass(slots=True)
+class CascadeDay:
+    requests: int = 0
+    escalated: int = 0
+
+
+class Aggregator:
+    """Feed it records (`add`), then `finish()`; the public dicts hold the report's numbers."""
+
+    def __init__(
+        self, *, since: date | None = None, until: date | None = None, team: str | None = None, reservoir_size=4096
+    ) -> None:
+        self.since, self.until, self.team = since, until, team
+        self.reservoir_size = reservoir_size
+        self.num_records = 0
+        self.num_skipped = 0  # outside the period or of another team
+        self.totals = Sums()
+        self.by_team_day: dict[tuple[date, str], Sums] = defaultdict(Sums)
+        self.by_model_day: dict[tuple[date, str], Sums] = defaultdict(Sums)
+        self.by_model: dict[str, Sums] = defaultdict(Sums)
+        self.by_hosting: dict[str, Sums] = defaultdict(Sums)
+        self.hosting_of_model: dict[str, str] = {}
+        self.latency_ms: dict[str, Reservoir] = {}
+        self.ttft_ms: dict[str, Reservoir] = {}
+        self.escalations: Counter[tuple[date, str]] = Counter()
+        self.route_mix: dict[str, RouteSums] = defaultdict(RouteSums)
+        self.cascade_by_day: dict[date, CascadeDay] = defaultdict(CascadeDay)
+        self.savings: dict[tuple[date, str], SavingsSums] = defaultdict(SavingsSums)
+        self.num_requests = 0  # requests joined from their attempts (shadow-only ones left out)
+        self._tracker = RequestTracker(self._add_request)
+
+    def add(self, record: UsageRecord) -> None:
+        day = utc_day(record.started_at)
+        if (
+            (self.since is not None and day < self.since)
+            or (self.until is not None and day > self.until)
+            or (self.team is not None and record.team != self.team)
+        ):
+            self.num_skipped += 1
+            return
+        self.num_records += 1
+        team = record.team or NO_TEAM
+        hosting = record.hosting or self.hosting_of_model.get(record.model, UNKNOWN_HOSTING)
+        if record.hosting:
+            self.hosting_of_model[record.model] = record.hosting
+        for sums in (
+            self.totals,
+            self.by_team_day[(day, team)],
+            self.by_model_day[(day, record.model)],
+            self.by_model[record.model],
+            self.by_hosting[hosting],
+        ):
+            sums.add(record)
+        if record.status == "completed":
+            self._sample(self.latency_ms, record.model, record.duration_ms)
+            if record.ttft_ms is not None:
+                self._sample(self.ttft_ms, record.model, record.ttft_ms)
+        if record.status == "escalated":
+            self.escalations[(day, escalation_reason(record.error))] += 1
+        self._tracker.add(record, day, team)
+
+    def add_batch(self, records: list[UsageRecord]) -> None:
+        for record in records:
+            self.add(record)
+
+    def finish(self) -> None:
+        self._tracker.finish()
+
+    def _sample(self, reservoirs: dict[str, Reservoir], model: str, value: float) -> None:
+        reservoir = reservoirs.get(model)
+        if reservoir is None:
+            reservoir = reservoirs[model] = Reservoir(self.reservoir_size, seed=len(reservoirs))
+        reservoir.add(value)
+
+    def _add_request(self, trace: RequestTrace) -> None:
+        if trace.num_attempts == 0:
+            return
+        self.num_requests += 1
+        route = self.route_mix[trace.route_label]
+        route.outcomes[trace.outcome] += 1
+        route.cost_usd += trace.cost_usd
+        if trace.kind == "cascade":
+            cascade = self.cascade_by_day[trace.day]
+            cascade.requests += 1
+            cascade.escalated += trace.has_escalated
+        if trace.kind in ROUTED_KINDS:
+            savings = self.savings[(trace.day, trace.kind)]
+            savings.requests += 1
+            savings.realised_cost_usd += trace.cost_usd
+            savings.ceiling_cost_usd += trace.ceiling_cost_usd
+            savings.num_without_ceiling += trace.num_without_ceiling

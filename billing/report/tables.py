@@ -1,0 +1,185 @@
+"""The report's tables (one CSV file each) and its JSON summary, shaped from an `Aggregator`.
+
+Every figure on the page is drawn from these tables and shows them underneath, so what an
+analyst sees plotted is exactly what the CSV files hold.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date
+
+from switchyard.billing.report.aggregate import Aggregator, SavingsSums
+from switchyard.billing.report.requests import OUTCOMES
+from switchyard.core.prices import Price
+
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "cost_by_team_day": (
+        "day", "team", "requests", "attempts", "prompt_tokens", "completion_tokens", "cost_usd",
+    ),
+    "cost_by_model_day": (
+        "day", "model", "attempts", "completed", "prompt_tokens", "completion_tokens", "cost_usd",
+    ),
+    "route_mix": ("route", "requests", "share", *OUTCOMES, "cost_usd"),
+    "escalation_by_day": ("day", "cascade_requests", "escalated_requests", "escalation_rate", "escalations"),
+    "escalation_reasons": ("day", "reason", "escalations"),
+    "savings_by_day": (
+        "day", "route", "requests", "realised_cost_usd", "ceiling_cost_usd", "savings_usd", "savings_pct",
+        "completed_without_ceiling",
+    ),
+    "cost_by_hosting": ("hosting", "attempts", "prompt_tokens", "completion_tokens", "cost_usd", "usd_per_mtok"),
+    "models": (
+        "model", "hosting", "attempts", "completed", "prompt_tokens", "completion_tokens", "cost_usd",
+        "usd_per_mtok", "price_input_usd_per_mtok", "price_output_usd_per_mtok",
+    ),
+    "latency_by_model": (
+        "model", "latency_samples", "p50_latency_ms", "p95_latency_ms", "ttft_samples", "p50_ttft_ms", "p95_ttft_ms",
+    ),
+}  # fmt: skip
+ROUTE_ORDER = ("auto:", "cascade:accepted", "cascade:escalated", "direct", "unrecorded")
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    name: str  # the CSV file is f"{name}.csv"
+    columns: tuple[str, ...]
+    rows: tuple[tuple, ...]
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.name}.csv"
+
+    def records(self) -> list[dict]:
+        return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
+
+    def to_csv(self) -> str:
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(self.columns)
+        writer.writerows([csv_cell(v) for v in row] for row in self.rows)
+        return out.getvalue()
+
+
+def csv_cell(value) -> str | int:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(round(value, 9)) if math.isfinite(value) else ""
+    return value.isoformat() if isinstance(value, date) else value
+
+
+def _ratio(part: float, whole: float) -> float | None:
+    return part / whole if whole else None
+
+
+def _route_rank(label: str) -> tuple[int, str]:
+    return next((i for i, p in enumerate(ROUTE_ORDER) if label.startswith(p)), len(ROUTE_ORDER)), label
+
+
+def build_tables(agg: Aggregator, prices: Mapping[str, Price] | None = None) -> dict[str, Table]:
+    prices = prices or {}
+    rows: dict[str, list[tuple]] = {name: [] for name in COLUMNS}
+    for (day, team), s in sorted(agg.by_team_day.items()):
+        rows["cost_by_team_day"].append(
+            (day, team, s.requests, s.attempts, s.prompt_tokens, s.completion_tokens, s.cost_usd)
+        )
+    for (day, model), s in sorted(agg.by_model_day.items()):
+        rows["cost_by_model_day"].append(
+            (day, model, s.attempts, s.completed, s.prompt_tokens, s.completion_tokens, s.cost_usd)
+        )
+    for label, r in sorted(agg.route_mix.items(), key=lambda item: _route_rank(item[0])):
+        share = _ratio(r.requests, agg.num_requests)
+        rows["route_mix"].append((label, r.requests, share, *(r.outcomes[o] for o in OUTCOMES), r.cost_usd))
+    escalations_by_day: Counter[date] = Counter()
+    for (day, _), n in agg.escalations.items():
+        escalations_by_day[day] += n
+    for day in sorted(set(agg.cascade_by_day) | set(escalations_by_day)):
+        c = agg.cascade_by_day.get(day)
+        num_requests, num_escalated = (c.requests, c.escalated) if c else (0, 0)
+        rows["escalation_by_day"].append(
+            (day, num_requests, num_escalated, _ratio(num_escalated, num_requests), escalations_by_day[day])
+        )
+    for (day, reason), n in sorted(agg.escalations.items()):
+        rows["escalation_reasons"].append((day, reason, n))
+    for (day, kind), s in sorted(agg.savings.items()):
+        rows["savings_by_day"].append((day, kind, *_savings_columns(s)))
+    for hosting, s in sorted(agg.by_hosting.items()):
+        rows["cost_by_hosting"].append(
+            (hosting, s.attempts, s.prompt_tokens, s.completion_tokens, s.cost_usd, s.usd_per_mtok)
+        )
+    for model, s in sorted(agg.by_model.items()):
+        price = prices.get(model)
+        rows["models"].append(
+            (
+                model, agg.hosting_of_model.get(model, "unknown"), s.attempts, s.completed, s.prompt_tokens,
+                s.completion_tokens, s.cost_usd, s.usd_per_mtok, price and price.input_usd_per_mtok,
+                price and price.output_usd_per_mtok,
+            )
+        )  # fmt: skip
+    for model in sorted(set(agg.latency_ms) | set(agg.ttft_ms)):
+        latency, ttft = agg.latency_ms.get(model), agg.ttft_ms.get(model)
+        rows["latency_by_model"].append(
+            (
+                model, latency.num_seen if latency else 0, latency and latency.percentile(50),
+                latency and latency.percentile(95), ttft.num_seen if ttft else 0, ttft and ttft.percentile(50),
+                ttft and ttft.percentile(95),
+            )
+        )  # fmt: skip
+    return {name: Table(name, COLUMNS[name], tuple(rows[name])) for name in COLUMNS}
+
+
+def _savings_columns(s: SavingsSums) -> tuple:
+    return (
+        s.requests, s.realised_cost_usd, s.ceiling_cost_usd, s.savings_usd, s.savings_pct, s.num_without_ceiling,
+    )  # fmt: skip
+
+
+def build_summary(agg: Aggregator) -> dict:
+    """Headline numbers (the JSON summary's body, without the period and file list)."""
+    routed = SavingsSums()
+    for s in agg.savings.values():
+        routed.requests += s.requests
+        routed.realised_cost_usd += s.realised_cost_usd
+        routed.ceiling_cost_usd += s.ceiling_cost_usd
+        routed.num_without_ceiling += s.num_without_ceiling
+    num_cascade = sum(c.requests for c in agg.cascade_by_day.values())
+    num_escalated = sum(c.escalated for c in agg.cascade_by_day.values())
+    reasons: dict[str, int] = {}
+    for (_, reason), n in sorted(agg.escalations.items(), key=lambda item: item[0][1]):
+        reasons[reason] = reasons.get(reason, 0) + n
+    days = sorted({day for day, _ in agg.by_team_day})
+    t = agg.totals
+    return {
+        "first_day": days[0].isoformat() if days else None,
+        "last_day": days[-1].isoformat() if days else None,
+        "records": agg.num_records,
+        "requests": agg.num_requests,
+        "attempts": t.attempts,
+        "prompt_tokens": t.prompt_tokens,
+        "completion_tokens": t.completion_tokens,
+        "cost_usd": t.cost_usd,
+        "savings": {
+            "routed_requests": routed.requests,
+            "realised_cost_usd": routed.realised_cost_usd,
+            "ceiling_cost_usd": routed.ceiling_cost_usd,
+            "savings_usd": routed.savings_usd,
+            "savings_pct": routed.savings_pct,
+            "completed_without_ceiling": routed.num_without_ceiling,
+        },
+        "escalation": {
+            "cascade_requests": num_cascade,
+            "escalated_requests": num_escalated,
+            "rate": _ratio(num_escalated, num_cascade),
+            "reasons": reasons,
+        },
+        "route_mix": {label: r.requests for label, r in sorted(agg.route_mix.items())},
+        "hosting": {
+            hosting: {"tokens": s.tokens, "cost_usd": s.cost_usd, "usd_per_mtok": s.usd_per_mtok}
+            for hosting, s in sorted(agg.by_hosting.items())
+        },
+    }
