@@ -49,12 +49,12 @@ def report(
     if first is not None and last is not None and last < first:
         raise cli_error(f"--until {last} is before --since {first}")
     prices = {m.name: m.price.to_price() for m in settings.models if m.price is not None}
-    written = asyncio.run(_write(url, out, prices, _day_start(first), _day_start(last, inclusive_end=True), team))
+    written = asyncio.run(_write(url, out, prices, first, last, team))
     for path in written:
         typer.echo(path)
 
 
-async def _write(url: str, out: Path, prices, since: float | None, until: float | None, team: str | None):
+async def _write(url: str, out: Path, prices, first: dt.date | None, last: dt.date | None, team: str | None):
     from switchyard.billing.report import build_report
     from switchyard.billing.store import open_database
     from switchyard.billing.store.errors import StoreError
@@ -63,13 +63,14 @@ async def _write(url: str, out: Path, prices, since: float | None, until: float 
         database = await open_database(url)
     except StoreError as exc:
         raise cli_error(f"cannot open the ledger: {exc}") from exc
+    since, until = _day_start(first), _day_start(last, inclusive_end=True)
     try:
         total = await database.count_usage(since, until, team)
         built = await build_report(
             database.iter_usage(since, until, team),
             prices=prices,
-            since=since,
-            until=until,
+            since=first,
+            until=last,
             team=team,
             total=total,
             progress=True,

@@ -98,16 +98,20 @@ async def usage(request: Request) -> Response:
     return await usage_response(request, request.query_params.get("team"))
 
 
-def _day(request: Request, param: str) -> float | None:
+def _day(request: Request, param: str) -> dt.date | None:
     value = request.query_params.get(param)
     if value is None:
         return None
     try:
-        day = dt.date.fromisoformat(value)
+        return dt.date.fromisoformat(value)
     except ValueError:
         raise InvalidRequest(f"{param} must be a date like 2026-11-23, not {value!r}.", param=param) from None
-    start = dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp()
-    return start + 86_400 if param == "until" else start  # `until` is inclusive: its whole day
+
+
+def _start_of(day: dt.date | None, *, days: int = 0) -> float | None:
+    if day is None:
+        return None
+    return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp() + days * 86_400
 
 
 @router.get("/admin/report")
@@ -120,7 +124,7 @@ async def report(request: Request) -> Response:
     since, until = _day(request, "since"), _day(request, "until")
     team = request.query_params.get("team")
     built = await build_report(
-        database.iter_usage(since, until, team),
+        database.iter_usage(_start_of(since), _start_of(until, days=1), team),  # `until` is inclusive
         prices=request.app.state.services.prices,
         since=since,
         until=until,
