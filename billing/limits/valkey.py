@@ -10,6 +10,8 @@ When Valkey cannot be reached or does not answer within `timeout_s` (1 s): fail 
 `LimitsUnavailable` (503), or with `fail_open=True` let the request through (no rate check, every
 reservation granted, settles dropped) and log a WARNING at most every 30 s. Nothing is cached
 about the failure: the next call tries again, so a server back on the same address is used at once.
+A call that timed out may still have run on a hung server once it wakes: a reservation made that
+way lapses after its TTL, and a settle counted that way is spend that happened.
 """
 
 from __future__ import annotations
