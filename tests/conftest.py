@@ -11,6 +11,10 @@ from switchyard.proxy.app import create_app
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
 
+# Real servers from wheels, started on first use: Valkey (`valkey`, `valkey_session`) and PostgreSQL
+# (`postgres_server`, `postgres_url`, and `database_url`: a fresh database of each dialect).
+pytest_plugins = ["tests.servers.valkey", "tests.servers.postgres"]
+
 
 @pytest.fixture
 def fake_state() -> FakeState:
