@@ -19,7 +19,7 @@ from switchyard.core.settings import ConfigError, Settings
 from switchyard.proxy.app import create_app
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
-from tests.helpers import wait_until
+from tests.helpers import read_ledger, wait_for_records, wait_until
 
 HI = [{"role": "user", "content": "What is the capital of France?"}]
 STRONG_WORDS = ("strong1", "strong2", "strong3", "strong4", "strong5", "strong6")
@@ -88,11 +88,11 @@ def _stream(base: str, body: dict, headers: dict | None = None) -> tuple[httpx.H
     return response.headers, text, chunks
 
 
-def _records(app, request_id: str, count: int):
-    ledger = app.state.services.ledger
-    assert wait_until(lambda: len(ledger.read(request_id)) >= count, timeout_s=5), ledger.read(request_id)
+def _records(app, request_id: str, count: int, *, by_client_id: bool = False):
+    key = "client_request_id" if by_client_id else "request_id"
+    wait_for_records(app, count, **{key: request_id})
     time.sleep(0.3)  # and no more than `count` arrive
-    return ledger.read(request_id)
+    return read_ledger(app, **{key: request_id})
 
 
 # -- non-stream --------------------------------------------------------------------------------

@@ -11,11 +11,11 @@ import openai
 import pytest
 
 from switchyard.backends.defaults import load_settings
-from switchyard.billing.ledger import SQLiteLedger
 from switchyard.core.settings import ConfigError, Settings
 from switchyard.proxy.app import create_app
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
+from tests.helpers import read_ledger, wait_until
 
 # The fake counts len(json(messages)) // 4 prompt tokens and answers 5 tokens. At these prices a
 # call to m-large costs $0.015 for the prompt "score=0.62" ($0.008 estimated before the call).
@@ -141,23 +141,35 @@ def test_fallbacks_stay_within_the_teams_models(upstreams, tmp_path, ledger_path
     assert len(states["large"].records) == 1
 
 
-def test_budget_headroom_routes_down_then_refuses_and_a_restart_remembers(upstreams, tmp_path, ledger_path):
+def _spent(app, team: str) -> float:
+    return sum(r.cost_usd for r in read_ledger(app) if r.team == team)
+
+
+def test_budget_headroom_routes_down_reserves_then_refuses_and_a_restart_remembers(upstreams, tmp_path, ledger_path):
     urls, states = upstreams
     with proxy(urls, tmp_path) as (url, app), _sdk(url, "sk-research") as sdk:
-        first = _auto(sdk, 0.62)  # $0.008 estimated on m-large fits $0.02; it costs $0.015
+        first = _auto(sdk, 0.62)  # $0.008 reserved on m-large fits $0.02; it costs $0.015
         second = _auto(sdk, 0.62)  # $0.005 left: the estimate does not fit, m-small answers
-        explicit = sdk.chat.completions.create(  # explicit names are not moved, only refused at zero
-            model="m-large", messages=[{"role": "user", "content": "score=0.62"}], max_tokens=5
+        with pytest.raises(openai.RateLimitError) as too_big:  # explicit names are never moved: refused
+            sdk.chat.completions.create(
+                model="m-large", messages=[{"role": "user", "content": "score=0.62"}], max_tokens=5
+            )
+        # $0.004 reserved fits; the answer costs $0.015: a reservation bounds a request only by its estimate
+        last = sdk.chat.completions.create(
+            model="m-large", messages=[{"role": "user", "content": "score=0.62"}], max_tokens=1
         )
         with pytest.raises(openai.RateLimitError) as refused:
             _auto(sdk, 0.1)
-        spent = app.state.services.spend.spent_today("research")
+        assert wait_until(lambda: len([r for r in read_ledger(app) if r.team == "research"]) == 3)
+        spent = _spent(app, "research")
         with _sdk(url, "sk-search") as search:  # other teams are not affected
             assert search.chat.completions.create(model="m-small", messages=[{"role": "user", "content": "hi"}])
     assert first.headers["x-switchyard-model"] == "m-large"
     assert second.headers["x-switchyard-model"] == "m-small"
     assert second.headers["x-switchyard-route"] == "auto:classifier=0.620>=0.450->small(large over budget)"
-    assert explicit.choices[0].message.content.startswith("large")
+    assert too_big.value.body["code"] == "insufficient_quota"
+    assert "worst-case cost" in too_big.value.body["message"]
+    assert last.choices[0].message.content.startswith("large")
     assert refused.value.status_code == 429
     assert refused.value.body["code"] == "insufficient_quota" and refused.value.body["type"] == "insufficient_quota"
     assert "Team 'research' has spent its budget for today ($0.02)" in refused.value.body["message"]
@@ -170,28 +182,10 @@ def test_budget_headroom_routes_down_then_refuses_and_a_restart_remembers(upstre
     assert by_team["search"] == pytest.approx(cost_usd("m-small", "hi"))
 
     with proxy(urls, tmp_path) as (url, app), _sdk(url, "sk-research-2") as sdk:  # same team, other key
-        assert app.state.services.spend.spent_today("research") == pytest.approx(spent)
-        with pytest.raises(openai.RateLimitError):
+        with pytest.raises(openai.RateLimitError) as remembered:
             sdk.chat.completions.create(model="m-small", messages=[{"role": "user", "content": "hi"}])
+    assert "has spent its budget for today" in remembered.value.body["message"]
     assert len(states["large"].records) == 2
-
-
-async def test_a_ledger_from_before_teams_gets_the_column(tmp_path):
-    path = tmp_path / "old.db"
-    with sqlite3.connect(path) as db:
-        db.execute(
-            "CREATE TABLE usage (request_id TEXT NOT NULL, attempt INTEGER NOT NULL, model TEXT NOT NULL, "
-            "backend TEXT NOT NULL, status TEXT NOT NULL, prompt_tokens INTEGER NOT NULL, "
-            "completion_tokens INTEGER NOT NULL, cost_usd REAL NOT NULL, is_estimated INTEGER NOT NULL, "
-            "started_at REAL NOT NULL, duration_ms REAL NOT NULL, error TEXT, PRIMARY KEY (request_id, attempt))"
-        )
-        db.execute("INSERT INTO usage VALUES ('old', 1, 'm', 'b', 'completed', 1, 1, 0.5, 0, 1.0, 1.0, NULL)")
-    ledger = SQLiteLedger(path)
-    await ledger.start()
-    await ledger.aclose()
-    [old] = ledger.read()
-    assert old.request_id == "old" and old.team is None
-    assert await ledger.spend_since(0) == {}
 
 
 @pytest.mark.parametrize(

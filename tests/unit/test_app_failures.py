@@ -75,11 +75,14 @@ def test_unexpected_exception_mid_stream_goes_in_band():
     assert "secret" not in response.text
 
 
-def test_client_request_id_is_echoed():
+def test_the_proxy_ids_each_request_and_echoes_the_clients_id_beside_it():
     app = create_app(Settings())
     with _client(app) as client:
         response = client.get("/health/live", headers={"x-request-id": "abc-123"})
-    assert response.headers["x-request-id"] == "abc-123"
+        bad = client.get("/health/live", headers={"x-request-id": "x" * 200})
+    assert response.headers["x-request-id"].startswith("req_")
+    assert response.headers["x-client-request-id"] == "abc-123"
+    assert "x-client-request-id" not in bad.headers  # not sane: not kept
 
 
 def test_ready_is_503_without_models():
@@ -87,4 +90,6 @@ def test_ready_is_503_without_models():
     with _client(app) as client:
         response = client.get("/health/ready")
     assert response.status_code == 503
-    assert response.json() == {"status": "not_ready", "models": {}, "breakers": {}}
+    body = response.json()
+    assert (body["status"], body["models"], body["breakers"]) == ("not_ready", {}, {})
+    assert body["ledger"]["behind"] is False
