@@ -118,7 +118,14 @@ def check_config(config: ConfigOption = None) -> None:
         settings = load_settings(_resolve_config(config))
     except ConfigError as exc:
         raise cli_error(str(exc)) from exc
-    typer.echo(yaml.safe_dump(settings.model_dump(mode="json", exclude_none=True), sort_keys=False))
+    from switchyard.billing.store.base import mask_password
+
+    dumped = settings.model_dump(mode="json", exclude_none=True)
+    if "database_url" in dumped.get("billing", {}):
+        dumped["billing"]["database_url"] = mask_password(dumped["billing"]["database_url"])
+    if "redis_url" in dumped.get("billing", {}):
+        dumped["billing"]["redis_url"] = mask_password(dumped["billing"]["redis_url"])
+    typer.echo(yaml.safe_dump(dumped, sort_keys=False))
 
 
 if __name__ == "__main__":

@@ -192,3 +192,76 @@ def test_priority_tier_caps_and_rate_limit_headers(upstream, tmp_path):
     assert int(answers[1].headers["x-ratelimit-remaining-requests"]) <= 1
     assert answers[-1].status_code == 429 and answers[-1].json()["error"]["code"] == "rate_limit_exceeded"
     assert "retry-after" in answers[-1].headers
+
+
+def test_valkey_down_fails_closed_for_budgets_then_recovers_without_a_restart(upstream, tmp_path, valkey):
+    url_up, _ = upstream
+    teams = {"metered": {"api_keys": ["sk-metered"], "budget_usd_per_day": 1}, "free": {"api_keys": ["sk-free"]}}
+    with proxy(url_up, tmp_path, teams, redis_url=valkey.url) as (url, _):
+        metered, free = {"authorization": "Bearer sk-metered"}, {"authorization": "Bearer sk-free"}
+        assert httpx.post(url + "/v1/chat/completions", json=_body(), headers=metered).status_code == 200
+        with valkey.stopped():
+            refused = httpx.post(url + "/v1/chat/completions", json=_body(), headers=metered)
+            unlimited = httpx.post(url + "/v1/chat/completions", json=_body(), headers=free)
+        back = httpx.post(url + "/v1/chat/completions", json=_body(), headers=metered)
+    assert refused.status_code == 503, refused.text
+    assert "fail_open" in refused.json()["error"]["message"]
+    assert unlimited.status_code == 200  # no budget, no limit: Valkey is not asked
+    assert back.status_code == 200
+
+
+def test_valkey_down_with_fail_open_lets_requests_through(upstream, tmp_path, valkey):
+    url_up, _ = upstream
+    teams = {"metered": {"api_keys": ["sk-metered"], "budget_usd_per_day": 1, "rpm": 100}}
+    with proxy(url_up, tmp_path, teams, redis_url=valkey.url, fail_open=True) as (url, app):
+        with valkey.stopped():
+            answered = httpx.post(
+                url + "/v1/chat/completions", json=_body(), headers={"authorization": "Bearer sk-metered"}
+            )
+        assert answered.status_code == 200
+        assert wait_until(lambda: len(read_ledger(app)) == 1)  # the ledger still has it
+
+
+def test_the_report_from_the_cli_and_from_the_admin_api(upstream, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    url_up, _ = upstream
+    with proxy(url_up, tmp_path, {"a": {"api_keys": ["sk-a"]}}) as (url, app):
+        for _ in range(3):
+            httpx.post(url + "/v1/chat/completions", json=_body(), headers={"authorization": "Bearer sk-a"})
+        assert wait_until(lambda: len(read_ledger(app)) == 3)
+        page = httpx.get(url + "/admin/report", headers=ADMIN, params={"team": "a"}, timeout=60)
+        refused = httpx.get(url + "/admin/report", headers={"authorization": "Bearer sk-a"})
+        bad_day = httpx.get(url + "/admin/report", headers=ADMIN, params={"since": "yesterday"})
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "<svg" in page.text and "http://" not in page.text.split("<svg", 1)[0]
+    assert refused.status_code == 401
+    assert bad_day.status_code == 400 and bad_day.json()["error"]["param"] == "since"
+
+    config = tmp_path / "report.yaml"
+    config.write_text(f"billing:\n  database_url: sqlite:///{tmp_path / 'usage.db'}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD__")}
+    out = tmp_path / "report"
+    result = subprocess.run(
+        [sys.executable, "-m", "switchyard", "report", "--config", str(config), "--team", "a", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["requests"] == 3 and summary["cost_usd"] == pytest.approx(0.003)
+    assert (out / "report.html").read_text().count("<figure") >= 5
+    assert str(out / "report.html") in result.stdout
+    wrong = subprocess.run(
+        [sys.executable, "-m", "switchyard", "report", "--config", str(config), "--since", "nope", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert wrong.returncode != 0 and "--since must be a date" in wrong.stderr

@@ -7,6 +7,7 @@ receives says which rung answered. Confidence is `mean_logprob` against -0.5.
 from __future__ import annotations
 
 import time
+import uuid
 from contextlib import ExitStack
 
 import httpx
@@ -131,6 +132,29 @@ def test_an_unconfident_cheap_answer_escalates_and_both_attempts_are_metered(lad
     assert (strong.attempt, strong.model, strong.status) == (2, "strong", "completed")
     assert cheap.completion_tokens == 5 and not cheap.is_estimated
     assert cheap.cost_usd > 0 and strong.cost_usd > cheap.cost_usd
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_cascade_reserves_before_it_climbs_and_answers_with_what_it_has_when_the_budget_is_short(ladder, stream):
+    """The first rung's worst case ($1.8e-6) fits a $1e-5 budget; the strong rung's ($1.8e-5) does not."""
+    states, proxy = ladder
+    team = f"frugal-{uuid.uuid4().hex[:8]}"  # its own name: the session's ledger is shared
+    base, app = proxy(teams={team: {"api_keys": [f"sk-{team}"], "budget_usd_per_day": 1e-5}})
+    states["cheap"].behaviour.logprobs = UNSURE
+    body = {"model": "cascade", "messages": HI, "max_tokens": 5}
+    auth = {"authorization": f"Bearer sk-{team}"}
+    if stream:
+        headers, text, _ = _stream(base, body, auth)
+    else:
+        response = _post(base, body, auth)
+        assert response.status_code == 200, response.text
+        headers, text = response.headers, response.json()["choices"][0]["message"]["content"]
+    assert text == CHEAP_TEXT
+    assert headers["x-switchyard-model"] == "cheap"
+    assert headers["x-switchyard-cascade"] == "cheap(-2.00<-0.50)->over-budget"
+    assert states["strong"].num_requests == 0
+    [record] = _records(app, headers["x-request-id"], 1)
+    assert (record.model, record.status, record.team) == ("cheap", "completed", team)
 
 
 def test_logprobs_the_client_asked_for_are_kept_as_many_as_it_asked(ladder):

@@ -76,8 +76,14 @@ def test_bad_config_exits_2_naming_the_key(tmp_path):
 
 def test_check_config_masks_secrets(tmp_path):
     config = tmp_path / "ok.yaml"
-    config.write_text("models:\n  - name: x\n    base_url: http://127.0.0.1:1/v1\n    api_key: sk-secret-123\n")
+    config.write_text(
+        "models:\n  - name: x\n    base_url: http://127.0.0.1:1/v1\n    api_key: sk-secret-123\n"
+        "auth:\n  admin_key: sk-admin-secret\n"
+        "billing:\n  database_url: postgresql://me:pg-secret@127.0.0.1/db\n"
+        "  redis_url: redis://:valkey-secret@127.0.0.1:6379/0\n"
+    )
     result = subprocess.run(_switchyard("check-config", "--config", str(config)), capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert "sk-secret-123" not in result.stdout
-    assert "name: x" in result.stdout
+    for secret in ("sk-secret-123", "sk-admin-secret", "pg-secret", "valkey-secret"):
+        assert secret not in result.stdout
+    assert "name: x" in result.stdout and "postgresql://me:***@127.0.0.1/db" in result.stdout
