@@ -18,10 +18,10 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TextIO
 
 from switchyard.billing.records import STATUSES, UsageRecord
 from switchyard.billing.store import Database, open_database
@@ -171,16 +171,19 @@ class LedgerWriter:
     async def _replay(self) -> None:
         """Rename the spill file aside (new spills go to a fresh one), insert its records, delete it."""
         for aside in await asyncio.to_thread(self._set_spills_aside):
-            records = await asyncio.to_thread(_read_spill, aside)
-            try:
-                for start in range(0, len(records), self.batch_size):
-                    await self._insert(records[start : start + self.batch_size])
-            except Exception as exc:  # kept aside; replayed again on the next success
-                self._failed(exc)
-                return
+            num_replayed = 0
+            with aside.open(encoding="utf-8") as file:
+                batches = _read_spill(file, aside, self.batch_size)  # a batch at a time: it may be large
+                try:
+                    while batch := await asyncio.to_thread(next, batches, []):
+                        await self._insert(batch)
+                        num_replayed += len(batch)
+                except Exception as exc:  # kept aside; replayed again on the next success
+                    self._failed(exc)
+                    return
             aside.unlink()
-            self._num_spilled = max(0, self._num_spilled - len(records))
-            logger.info("ledger: replayed %d spilled records from %s", len(records), aside)
+            self._num_spilled = max(0, self._num_spilled - num_replayed)
+            logger.info("ledger: replayed %d spilled records from %s", num_replayed, aside)
 
     def _set_spills_aside(self) -> list[Path]:
         if self.spill_path.exists():
@@ -189,7 +192,12 @@ class LedgerWriter:
 
     def _count_spilled(self) -> int:
         paths = [self.spill_path, *self.spill_path.parent.glob(f"{self.spill_path.name}.replay-*")]
-        return sum(len(_read_spill(p)) for p in paths if p.exists())
+        num_spilled = 0
+        for path in paths:
+            if path.exists():
+                with path.open(encoding="utf-8") as file:
+                    num_spilled += sum(len(batch) for batch in _read_spill(file, path, self.batch_size))
+        return num_spilled
 
     def _spill_logged(self, batch: list[UsageRecord], exc: Exception) -> None:
         self._failed(exc)
@@ -240,15 +248,19 @@ class LedgerWriter:
             self._last_error = None
 
 
-def _read_spill(path: Path) -> list[UsageRecord]:
-    records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+def _read_spill(file: TextIO, path: Path, batch_size: int) -> Iterator[list[UsageRecord]]:
+    batch: list[UsageRecord] = []
+    for number, line in enumerate(file, start=1):
         try:
             values = json.loads(line)
-            records.append(UsageRecord(**{k: v for k, v in values.items() if k in _FIELDS}))
-        except (ValueError, TypeError) as exc:  # a line cut short by a crash
+            batch.append(UsageRecord(**{k: v for k, v in values.items() if k in _FIELDS}))
+        except (ValueError, TypeError, AttributeError) as exc:  # a line cut short by a crash
             logger.warning("ledger: skipping line %d of %s: %s", number, path, exc)
-    return records
+        if len(batch) == batch_size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 class SQLiteLedger(LedgerWriter):

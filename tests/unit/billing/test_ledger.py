@@ -84,7 +84,7 @@ async def test_a_second_record_with_the_same_key_never_replaces_the_first(databa
 
 async def test_a_spill_file_left_by_an_earlier_run_is_replayed_once(database: Database, tmp_path: Path) -> None:
     await database.insert_usage([usage("r0")])  # written before that run crashed: its spill repeats it
-    writer = writer_for(database, tmp_path)
+    writer = writer_for(database, tmp_path, batch_size=3)  # replayed in two batches
     writer.spill_path.parent.mkdir()
     lines = [json.dumps(dataclasses.asdict(usage(f"r{i}"))) for i in range(4)]
     writer.spill_path.write_text("\n".join(lines) + '\n{"request_id": "cut sh')  # the crash cut the last line
