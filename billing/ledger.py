@@ -6,7 +6,9 @@ appended to the spill file (JSON lines, flushed), and the task backs off and kee
 write succeeds again the spill file is renamed aside and replayed; inserts are idempotent on
 (request_id, attempt), so a replay after a crash half-way through counts nothing twice. At close,
 what is pending is written, or spilled if the database does not answer in time; a spill file left
-by an earlier run is replayed in the background after the next `start()`.
+by an earlier run is replayed in the background after the next `start()`. A record the database
+refuses outright (a NaN cost, say) is set apart in `<spill file>.rejected`, logged, and does not
+hold the others back.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Protocol, TextIO
 
 from switchyard.billing.records import STATUSES, UsageRecord
-from switchyard.billing.store import Database, open_database
+from switchyard.billing.store import Database, StoreError, StoreUnavailable, open_database
 
 __all__ = ["STATUSES", "Ledger", "LedgerStatus", "LedgerWriter", "SQLiteLedger", "UsageRecord"]
 
@@ -165,8 +167,30 @@ class LedgerWriter:
         return True
 
     async def _insert(self, batch: Sequence[UsageRecord]) -> None:
-        await self.database.insert_usage(batch)
+        try:
+            await self.database.insert_usage(batch)
+        except StoreUnavailable:
+            raise
+        except StoreError as exc:  # the database refused the data: no retry would help
+            if len(batch) > 1:
+                for record in batch:  # write the others; set the offending record(s) apart
+                    await self._insert([record])
+                return
+            self._reject(batch[0], exc)
         self._succeeded()
+
+    def _reject(self, record: UsageRecord, exc: StoreError) -> None:
+        """Keep a record the database refuses (a NaN cost, say) beside the spill file, and say so."""
+        rejected = self.spill_path.with_name(self.spill_path.name + ".rejected")
+        logger.error(
+            "ledger: the database refused %s/%s (%s); kept in %s", record.request_id, record.attempt, exc, rejected
+        )
+        try:
+            rejected.parent.mkdir(parents=True, exist_ok=True)
+            with rejected.open("a", encoding="utf-8") as file:
+                file.write(json.dumps(dataclasses.asdict(record)) + "\n")
+        except OSError as write_exc:
+            logger.error("ledger: record %s/%s lost: %s", record.request_id, record.attempt, write_exc)
 
     async def _replay(self) -> None:
         """Rename the spill file aside (new spills go to a fresh one), insert its records, delete it."""
