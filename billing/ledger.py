@@ -6,7 +6,9 @@ appended to the spill file (JSON lines, flushed), and the task backs off and kee
 write succeeds again the spill file is renamed aside and replayed; inserts are idempotent on
 (request_id, attempt), so a replay after a crash half-way through counts nothing twice. At close,
 what is pending is written, or spilled if the database does not answer in time; a spill file left
-by an earlier run is replayed in the background after the next `start()`.
+by an earlier run is replayed in the background after the next `start()`. A record the database
+refuses outright (a NaN cost, say) is set apart in `<spill file>.rejected`, logged, and does not
+hold the others back.
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TextIO
 
 from switchyard.billing.records import STATUSES, UsageRecord
-from switchyard.billing.store import Database, open_database
+from switchyard.billing.store import Database, StoreError, StoreUnavailable, open_database
 
 __all__ = ["STATUSES", "Ledger", "LedgerStatus", "LedgerWriter", "SQLiteLedger", "UsageRecord"]
 
@@ -165,22 +167,47 @@ class LedgerWriter:
         return True
 
     async def _insert(self, batch: Sequence[UsageRecord]) -> None:
-        await self.database.insert_usage(batch)
+        try:
+            await self.database.insert_usage(batch)
+        except StoreUnavailable:
+            raise
+        except StoreError as exc:  # the database refused the data: no retry would help
+            if len(batch) > 1:
+                for record in batch:  # write the others; set the offending record(s) apart
+                    await self._insert([record])
+                return
+            self._reject(batch[0], exc)
         self._succeeded()
+
+    def _reject(self, record: UsageRecord, exc: StoreError) -> None:
+        """Keep a record the database refuses (a NaN cost, say) beside the spill file, and say so."""
+        rejected = self.spill_path.with_name(self.spill_path.name + ".rejected")
+        logger.error(
+            "ledger: the database refused %s/%s (%s); kept in %s", record.request_id, record.attempt, exc, rejected
+        )
+        try:
+            rejected.parent.mkdir(parents=True, exist_ok=True)
+            with rejected.open("a", encoding="utf-8") as file:
+                file.write(json.dumps(dataclasses.asdict(record)) + "\n")
+        except OSError as write_exc:
+            logger.error("ledger: record %s/%s lost: %s", record.request_id, record.attempt, write_exc)
 
     async def _replay(self) -> None:
         """Rename the spill file aside (new spills go to a fresh one), insert its records, delete it."""
         for aside in await asyncio.to_thread(self._set_spills_aside):
-            records = await asyncio.to_thread(_read_spill, aside)
-            try:
-                for start in range(0, len(records), self.batch_size):
-                    await self._insert(records[start : start + self.batch_size])
-            except Exception as exc:  # kept aside; replayed again on the next success
-                self._failed(exc)
-                return
+            num_replayed = 0
+            with aside.open(encoding="utf-8") as file:
+                batches = _read_spill(file, aside, self.batch_size)  # a batch at a time: it may be large
+                try:
+                    while batch := await asyncio.to_thread(next, batches, []):
+                        await self._insert(batch)
+                        num_replayed += len(batch)
+                except Exception as exc:  # kept aside; replayed again on the next success
+                    self._failed(exc)
+                    return
             aside.unlink()
-            self._num_spilled = max(0, self._num_spilled - len(records))
-            logger.info("ledger: replayed %d spilled records from %s", len(records), aside)
+            self._num_spilled = max(0, self._num_spilled - num_replayed)
+            logger.info("ledger: replayed %d spilled records from %s", num_replayed, aside)
 
     def _set_spills_aside(self) -> list[Path]:
         if self.spill_path.exists():
@@ -189,7 +216,12 @@ class LedgerWriter:
 
     def _count_spilled(self) -> int:
         paths = [self.spill_path, *self.spill_path.parent.glob(f"{self.spill_path.name}.replay-*")]
-        return sum(len(_read_spill(p)) for p in paths if p.exists())
+        num_spilled = 0
+        for path in paths:
+            if path.exists():
+                with path.open(encoding="utf-8") as file:
+                    num_spilled += sum(len(batch) for batch in _read_spill(file, path, self.batch_size))
+        return num_spilled
 
     def _spill_logged(self, batch: list[UsageRecord], exc: Exception) -> None:
         self._failed(exc)
@@ -240,15 +272,19 @@ class LedgerWriter:
             self._last_error = None
 
 
-def _read_spill(path: Path) -> list[UsageRecord]:
-    records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+def _read_spill(file: TextIO, path: Path, batch_size: int) -> Iterator[list[UsageRecord]]:
+    batch: list[UsageRecord] = []
+    for number, line in enumerate(file, start=1):
         try:
             values = json.loads(line)
-            records.append(UsageRecord(**{k: v for k, v in values.items() if k in _FIELDS}))
-        except (ValueError, TypeError) as exc:  # a line cut short by a crash
+            batch.append(UsageRecord(**{k: v for k, v in values.items() if k in _FIELDS}))
+        except (ValueError, TypeError, AttributeError) as exc:  # a line cut short by a crash
             logger.warning("ledger: skipping line %d of %s: %s", number, path, exc)
-    return records
+        if len(batch) == batch_size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 class SQLiteLedger(LedgerWriter):

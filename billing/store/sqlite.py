@@ -40,7 +40,11 @@ _UNAVAILABLE = {
     sqlite3.SQLITE_FULL,
 }
 _USAGE = ", ".join(USAGE_COLUMNS)
-_INSERT_USAGE = f"INSERT OR IGNORE INTO usage ({_USAGE}) VALUES ({', '.join('?' for _ in USAGE_COLUMNS)})"
+# Not INSERT OR IGNORE: that would also drop, silently, a row breaking a NOT NULL constraint.
+_INSERT_USAGE = (
+    f"INSERT INTO usage ({_USAGE}) VALUES ({', '.join('?' for _ in USAGE_COLUMNS)}) "
+    "ON CONFLICT (request_id, attempt) DO NOTHING"
+)
 _KEYS = ", ".join(KEY_COLUMNS)
 _TEAMS = ", ".join(TEAM_COLUMNS)
 
@@ -112,7 +116,7 @@ class SQLiteDatabase:
         rows = [usage_values(r) for r in records]
 
         def insert(db: sqlite3.Connection) -> int:
-            # rowcount sums each statement's own changes: an ignored row adds 0, the trigger's none
+            # rowcount sums each statement's own changes: a row already there adds 0, the trigger's none
             return self._write(db, lambda: db.executemany(_INSERT_USAGE, rows).rowcount)
 
         return await self._call(insert) if rows else 0

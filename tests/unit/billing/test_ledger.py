@@ -84,7 +84,7 @@ async def test_a_second_record_with_the_same_key_never_replaces_the_first(databa
 
 async def test_a_spill_file_left_by_an_earlier_run_is_replayed_once(database: Database, tmp_path: Path) -> None:
     await database.insert_usage([usage("r0")])  # written before that run crashed: its spill repeats it
-    writer = writer_for(database, tmp_path)
+    writer = writer_for(database, tmp_path, batch_size=3)  # replayed in two batches
     writer.spill_path.parent.mkdir()
     lines = [json.dumps(dataclasses.asdict(usage(f"r{i}"))) for i in range(4)]
     writer.spill_path.write_text("\n".join(lines) + '\n{"request_id": "cut sh')  # the crash cut the last line
@@ -94,6 +94,21 @@ async def test_a_spill_file_left_by_an_earlier_run_is_replayed_once(database: Da
     await writer.aclose()
     assert await totals(database) == (4, 4, 1.0)
     assert list(writer.spill_path.parent.iterdir()) == []
+
+
+async def test_a_record_the_database_refuses_is_set_apart_and_holds_nothing_back(
+    database: Database, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    writer = writer_for(database, tmp_path)
+    await writer.start()
+    for record in (usage("r1"), usage("bad", cost_usd=float("nan")), usage("r2")):
+        writer.record(record)
+    await writer.aclose()
+    assert [r.request_id for r in await database.read_usage()] == ["r1", "r2"]
+    assert not writer.status().is_behind
+    rejected = writer.spill_path.with_name(writer.spill_path.name + ".rejected").read_text().splitlines()
+    assert [json.loads(line)["request_id"] for line in rejected] == ["bad"]
+    assert any("refused bad/1" in r.getMessage() for r in caplog.records if r.levelno == logging.ERROR)
 
 
 async def test_a_record_after_close_is_written_at_the_next_start(database: Database, tmp_path: Path) -> None:
