@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TextIO
 
-from switchyard.billing.records import STATUSES, UsageRecord
-from switchyard.billing.store import Database, StoreError, StoreUnavailable, open_database
+from switchyard.billing.records import UsageRecord
+from switchyard.billing.store import Database, StoreError, StoreUnavailable
 
-__all__ = ["STATUSES", "Ledger", "LedgerStatus", "LedgerWriter", "SQLiteLedger", "UsageRecord"]
+__all__ = ["Ledger", "LedgerStatus", "LedgerWriter"]
 
 logger = logging.getLogger("switchyard.ledger")
 _FIELDS = frozenset(f.name for f in dataclasses.fields(UsageRecord))
@@ -285,37 +285,3 @@ def _read_spill(file: TextIO, path: Path, batch_size: int) -> Iterator[list[Usag
             batch = []
     if batch:
         yield batch
-
-
-class SQLiteLedger(LedgerWriter):
-    """Compatibility until the proxy opens a `Database` itself: a `LedgerWriter` on the SQLite file at `path`."""
-
-    def __init__(self, path: str | Path, flush_interval_s: float = 0.2) -> None:
-        self.path = Path(path).expanduser()
-        super().__init__(None, self.path.with_name(self.path.name + ".spill.jsonl"), flush_interval_s=flush_interval_s)  # type: ignore[arg-type]
-
-    async def start(self) -> None:
-        self.database = await open_database(f"sqlite:///{self.path}")
-        await super().start()
-
-    async def aclose(self) -> None:
-        await super().aclose()
-        await self.database.aclose()
-
-    def read(self, request_id: str | None = None) -> list[UsageRecord]:  # type: ignore[override]
-        """Blocking; for tests."""
-        import sqlite3
-
-        from switchyard.billing.store.schema import USAGE_COLUMNS, usage_from_row
-
-        query, args = f"SELECT {', '.join(USAGE_COLUMNS)} FROM usage", ()
-        if request_id is not None:
-            query, args = query + " WHERE request_id = ?", (request_id,)
-        with contextlib.closing(sqlite3.connect(self.path)) as db:
-            rows = db.execute(query + " ORDER BY started_at, attempt", args).fetchall()
-        return [usage_from_row(row) for row in rows]
-
-    async def spend_since(self, since: float) -> dict[str, float]:
-        """USD per team (the proxy's budgets until they move to billing/limits)."""
-        spend = await self.database.spend_since(since)
-        return {name: usd for (kind, name), usd in spend.items() if kind == "team"}

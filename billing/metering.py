@@ -16,6 +16,7 @@ from typing import Protocol
 import orjson
 
 from switchyard.billing.budgets import Spending
+from switchyard.billing.ledger import Ledger
 from switchyard.billing.records import UsageRecord
 from switchyard.core.context import answered_by
 from switchyard.core.errors import SwitchyardError
@@ -29,10 +30,6 @@ class ModelEntry(Protocol):
     name: str
     backend_kind: str
     tier: str | None
-
-
-class Ledger(Protocol):
-    def record(self, record: UsageRecord) -> None: ...
 
 
 SELF_HOSTED_KINDS = ("vllm", "embedded")

@@ -18,8 +18,10 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from switchyard.backends.defaults import load_settings
+from switchyard.billing import admin
 from switchyard.billing.store import Database, StoreError, open_database
-from switchyard.billing.teams import PRIORITY_DEFAULT, ApiKey, Team, yaml_keys
+from switchyard.billing.teams import ApiKey, Team, yaml_keys
+from switchyard.core.errors import SwitchyardError
 from switchyard.core.settings import DEFAULT_CONFIG_NAME, ConfigError, Settings
 from switchyard.evals.cli_support import cli_error
 
@@ -70,6 +72,8 @@ def _with_database(settings: Settings, work: Callable[[Database], Awaitable[T]])
 
     try:
         return asyncio.run(run())
+    except SwitchyardError as exc:  # the admin checks: a YAML team, an unknown model or team, …
+        raise cli_error(exc.message) from exc
     except (StoreError, ValueError) as exc:
         raise cli_error(str(exc)) from exc
 
@@ -91,20 +95,8 @@ def _team_changes(
         "priority": priority,
     }
     if models is not None:
-        names = frozenset(name.strip() for name in models.split(",") if name.strip())
-        unknown = sorted(names - {m.name for m in settings.models})
-        if unknown:
-            raise cli_error(f"--models names {', '.join(unknown)}, which is not a configured model")
-        changes["models"] = names
-    tiers = {PRIORITY_DEFAULT, "batch", *settings.billing.priority_tiers}
-    if priority is not None and priority not in tiers:
-        raise cli_error(f"--priority {priority!r} is not one of {', '.join(sorted(tiers))}")
+        changes["models"] = frozenset(name.strip() for name in models.split(",") if name.strip())
     return {name: value for name, value in changes.items() if value is not None}
-
-
-def _refuse_yaml_team(settings: Settings, name: str) -> None:
-    if name in settings.teams:
-        raise cli_error(f"team {name!r} is defined in the config file (yaml): change it there")
 
 
 @teams_app.command("create")
@@ -120,9 +112,8 @@ def teams_create(
 ) -> None:
     """Create a team in the database."""
     settings = _settings(config)
-    _refuse_yaml_team(settings, name)
     team = Team(name, **_team_changes(settings, budget_usd_per_day, budget_usd_per_month, rpm, tpm, models, priority))
-    _with_database(settings, lambda db: db.create_team(team))
+    _with_database(settings, lambda db: admin.create_team(db, settings, team))
     typer.echo(f"created team {name}")
 
 
@@ -139,9 +130,8 @@ def teams_update(
 ) -> None:
     """Change a database team: only the options given."""
     settings = _settings(config)
-    _refuse_yaml_team(settings, name)
     changes = _team_changes(settings, budget_usd_per_day, budget_usd_per_month, rpm, tpm, models, priority)
-    team = _with_database(settings, lambda db: db.update_team(name, **changes))
+    team = _with_database(settings, lambda db: admin.update_team(db, settings, name, changes))
     typer.echo(_team_line(team))
 
 
@@ -149,19 +139,7 @@ def teams_update(
 def teams_list(config: ConfigOption = None) -> None:
     """Every team: the config file's (yaml) and the database's."""
     settings = _settings(config)
-    yaml_teams = [
-        Team(
-            name,
-            None if t.models is None else frozenset(t.models),
-            t.budget_usd_per_day,
-            t.budget_usd_per_month,
-            t.rpm,
-            t.tpm,
-            t.priority,
-        )
-        for name, t in settings.teams.items()
-    ]
-    for team in [*yaml_teams, *_with_database(settings, lambda db: db.list_teams())]:
+    for team in _with_database(settings, lambda db: admin.list_teams(db, settings)):
         typer.echo(_team_line(team))
 
 
@@ -190,26 +168,25 @@ def keys_create(
 ) -> None:
     """Create a key; prints its id and prefix, then the key itself as the last line (shown once)."""
     settings = _settings(config)
-    expires_at = time.time() + expires_in * 86_400 if expires_in is not None else None
 
     async def create(db: Database) -> tuple[str, ApiKey]:
-        if team not in settings.teams and team not in {t.name for t in await db.list_teams()}:
-            raise ValueError(f"no team named {team!r} (in the config file or the database)")
-        return await db.create_key(
+        return await admin.create_key(
+            db,
+            settings,
             team,
             budget_usd_per_day=budget_usd_per_day,
             budget_usd_per_month=budget_usd_per_month,
             rpm=rpm,
             tpm=tpm,
-            expires_at=expires_at,
+            expires_in_days=expires_in,
         )
 
     key, api_key = _with_database(settings, create)
     typer.echo(f"id: {api_key.id}")
     typer.echo(f"prefix: {api_key.prefix}")
     typer.echo(f"team: {api_key.team}")
-    if expires_at is not None:
-        typer.echo(f"expires: {_when(expires_at)}")
+    if api_key.expires_at is not None:
+        typer.echo(f"expires: {_when(api_key.expires_at)}")
     typer.echo(key)
 
 
@@ -248,7 +225,7 @@ def keys_revoke(
     for name, t in settings.teams.items():
         if any(k.id == key_id for k in yaml_keys(name, (s.get_secret_value() for s in t.api_keys))):
             raise cli_error(f"key {key_id} is in the config file (team {name!r}): remove it there")
-    key = _with_database(settings, lambda db: db.revoke_key(key_id))
+    key = _with_database(settings, lambda db: admin.revoke_key(db, key_id))
     typer.echo(f"revoked {key.id} (team {key.team}) at {_when(key.revoked_at)}")
 
 

@@ -75,14 +75,14 @@ def test_teams_are_created_updated_and_listed_beside_the_yaml_ones(config: Path)
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["teams", "create", "--name", "search"], "a team named 'search' exists already"),
-        (["teams", "create", "--name", "ops"], "team 'ops' is defined in the config file (yaml): change it there"),
-        (["teams", "update", "--name", "ops", "--rpm", "5"], "team 'ops' is defined in the config file (yaml)"),
-        (["teams", "update", "--name", "nobody", "--rpm", "5"], "no team named 'nobody' in the database"),
-        (["teams", "create", "--name", "x", "--models", "fake-small,gpt-9"], "--models names gpt-9, which is not"),
-        (["teams", "create", "--name", "x", "--priority", "urgent"], "--priority 'urgent' is not one of batch"),
-        (["keys", "create", "--team", "nobody"], "no team named 'nobody' (in the config file or the database)"),
-        (["keys", "revoke", "key_nope"], "no key with id 'key_nope'"),
+        (["teams", "create", "--name", "search"], "Team 'search' exists already; update it instead."),
+        (["teams", "create", "--name", "ops"], "Team 'ops' is defined in the YAML file; edit the file to change it."),
+        (["teams", "update", "--name", "ops", "--rpm", "5"], "Team 'ops' is defined in the YAML file"),
+        (["teams", "update", "--name", "nobody", "--rpm", "5"], "No team 'nobody' in the database."),
+        (["teams", "create", "--name", "x", "--models", "fake-small,gpt-9"], "may use gpt-9, which no configured"),
+        (["teams", "create", "--name", "x", "--priority", "urgent"], "Priority 'urgent' is not one of interactive"),
+        (["keys", "create", "--team", "nobody"], "No team 'nobody': create it first (switchyard teams create)."),
+        (["keys", "revoke", "key_nope"], "No key 'key_nope'."),
         (["keys", "revoke", key_id_for(digest(YAML_KEY))], "is in the config file (team 'ops'): remove it there"),
     ],
 )
