@@ -85,6 +85,19 @@ class SQLiteDatabase:
                 raise StoreUnavailable(f"{self.display_url}: {exc}") from exc
             raise StoreError(f"{self.display_url}: {exc}") from exc
 
+    def _enable_wal(self, db: sqlite3.Connection) -> None:
+        """Switching a new file to WAL does not wait on the busy timeout when another connection is
+        doing the same (two proxies starting together): wait for it here, up to that timeout."""
+        deadline = time.monotonic() + self.busy_timeout_s
+        while True:
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+
     @staticmethod
     def _write(db: sqlite3.Connection, work: Callable[[], T]) -> T:
         """`work` in one transaction that holds the write lock from its start."""
@@ -98,7 +111,7 @@ class SQLiteDatabase:
         return result
 
     def _migrate(self, db: sqlite3.Connection) -> None:
-        db.execute("PRAGMA journal_mode=WAL")
+        self._enable_wal(db)
 
         def apply() -> None:
             db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL)")

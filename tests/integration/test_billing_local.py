@@ -265,3 +265,18 @@ def test_the_report_from_the_cli_and_from_the_admin_api(upstream, tmp_path):
         timeout=120,
     )
     assert wrong.returncode != 0 and "--since must be a date" in wrong.stderr
+
+
+def test_the_first_team_created_at_run_time_closes_an_open_proxy(upstream, tmp_path):
+    url_up, _ = upstream
+    with proxy(url_up, tmp_path) as (url, _):
+        assert httpx.post(url + "/v1/chat/completions", json=_body()).status_code == 200  # open: no team
+        assert httpx.post(url + "/admin/teams", headers=ADMIN, json={"name": "first"}).status_code == 201
+        closed = httpx.post(url + "/v1/chat/completions", json=_body())
+        key = httpx.post(url + "/admin/keys", headers=ADMIN, json={"team": "first", "expires_in_days": 1}).json()
+        keyed = httpx.post(
+            url + "/v1/chat/completions", json=_body(), headers={"authorization": f"Bearer {key['key']}"}
+        )
+    assert closed.status_code == 401 and closed.json()["error"]["code"] == "invalid_api_key"
+    assert keyed.status_code == 200
+    assert key["expires_at"] is not None and key["status"] == "active"
