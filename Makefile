@@ -50,7 +50,8 @@ $(VENV)/.installed-bench: $(STAMP)
 	@touch $@
 
 bench: $(VENV)/.installed-bench
-	$(BIN)/python bench/overhead.py
+	$(BIN)/python bench/overhead.py --targets switchyard litellm passthrough
+	$(BIN)/python bench/overhead.py --targets switchyard switchyard-billing --concurrency 16 --section overhead-billing
 	$(BIN)/python bench/engine.py
 	$(BIN)/python bench/classifier.py
 	$(BIN)/python bench/classifier.py --artifact classifier/artifacts/minilm-logreg

@@ -10,6 +10,8 @@ slow moment of the machine hits all of them alike. Prints added latency p50/p99 
 requests/s, the ratios, and writes bench/RESULTS.md (the overhead section).
 
     make bench                         # all scenarios
+    .venv/bin/python bench/overhead.py --targets switchyard switchyard-billing --concurrency 16 \
+        --section overhead-billing     # what billing costs, on its own
     .venv/bin/python bench/overhead.py --rounds 2 --seconds 2 --concurrency 16
 """
 
@@ -362,6 +364,7 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="length of one round for one target")
     parser.add_argument("--targets", nargs="+", default=list(TARGETS), choices=TARGETS)
     parser.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
+    parser.add_argument("--section", default="overhead", help="the section of RESULTS.md to write")
     args = parser.parse_args()
 
     targets = tuple(dict.fromkeys(["direct", *args.targets]))
@@ -400,7 +403,7 @@ async def main() -> None:
     section = f"{header}\n{table(results)}\n\n### Ratios\n\n{ratios(results)}\n"
     print(section)
     if not args.no_write:
-        write_section("overhead", section)
+        write_section(args.section, section)
         print(f"wrote {RESULTS.relative_to(ROOT)}", file=sys.stderr)
 
 

@@ -74,7 +74,8 @@ async def decide(request: Request, parsed: AnyRequest, ctx: RequestContext) -> D
     principal, team = ctx.principal, ctx.team
     rate = await state.budgets.check_rate(principal, worst_case_tokens(parsed))
     headers: dict[str, str] = rate.headers() if rate is not None else {}
-    headroom = await state.budgets.headroom(principal)
+    # Only "auto" routes by what is left; everything else is held to its reservation below.
+    headroom = await state.budgets.headroom(principal) if parsed.model == "auto" else None
     is_near = False
     score = ceiling = None
     if parsed.model == "auto":
