@@ -35,6 +35,7 @@ from switchyard.core.errors import (
     BackendRejected,
     BackendTimeout,
     BackendUnavailable,
+    BudgetExceeded,
     ContextLengthExceeded,
     SwitchyardError,
 )
@@ -72,7 +73,7 @@ class AllAttemptsFailed(BackendError):
     """Every model in the chain failed; `attempts` keeps each failure in order."""
 
     def __init__(self, attempts: list[Attempt]) -> None:
-        kinds = {type(a.error) for a in attempts}
+        kinds = {type(a.error) for a in attempts if not isinstance(a.error, BudgetExceeded)}
         if kinds and all(issubclass(k, BackendRateLimited | _Shed) for k in kinds):
             status, code = 429, "rate_limit_exceeded"
         elif kinds and all(issubclass(k, BackendTimeout) for k in kinds):
@@ -150,7 +151,7 @@ class ResilientExecutor:
         async def call(entry: ModelEntry) -> CompletionResult:
             return await _within(entry.backend.complete(request), self.policy.attempt_timeout_s, entry.name, "answer")
 
-        return await self._run(first, call, ctx)
+        return await self._run(first, call, ctx, request)
 
     async def stream(
         self, first: ModelEntry, request: AnyRequest, ctx: RequestContext | None = None
@@ -170,14 +171,14 @@ class ResilientExecutor:
                 ctx.meter.first_token()
             return first_chunk, chunks
 
-        entry, (first_chunk, rest) = await self._run(first, call, ctx)
+        entry, (first_chunk, rest) = await self._run(first, call, ctx, request)
         if self.policy.attempt_timeout_s is not None:
             rest = _DeadlineStream(rest, self.policy.attempt_timeout_s, entry.name)
         return entry, first_chunk, rest
 
     # -- the loop -------------------------------------------------------------------------------
 
-    async def _run(self, first: ModelEntry, call, ctx: RequestContext | None):
+    async def _run(self, first: ModelEntry, call, ctx: RequestContext | None, request: AnyRequest):
         attempts: list[Attempt] = []
         meter = ctx.meter if ctx is not None else None
 
@@ -188,6 +189,10 @@ class ResilientExecutor:
 
         async def loop():
             for entry in self.chain(first, ctx):
+                if entry is not first and ctx is not None and not await ctx.reserve_for(entry.name, request):
+                    # the caller's budgets hold the first model's worst case, not this one's: not tried
+                    attempts.append(Attempt(entry.name, BudgetExceeded("its worst-case cost does not fit the budget")))
+                    continue
                 guard = self.guard(entry)
                 for number in range(self.policy.max_attempts):
                     if self.policy.max_in_flight is not None and guard.num_in_flight >= self.policy.max_in_flight:

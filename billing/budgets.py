@@ -19,11 +19,12 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from switchyard.billing.limits import BudgetScope, Limiter, RateScope, RateStatus
+from switchyard.billing.limits import BudgetScope, Limiter, LimitsUnavailable, RateScope, RateStatus
 from switchyard.billing.teams import Principal
 from switchyard.core.errors import BudgetExceeded
 
 logger = logging.getLogger("switchyard.budgets")
+SETTLE_RETRY_MAX_S = 64.0  # settling retries at 0.5, 1, 2, … s, up to this pause
 
 
 def utc_day(at: float) -> dt.date:
@@ -117,10 +118,15 @@ class Budgets:
                     retry_after_s=retry_after_s,
                 )
         cost, model = request if request is not None else (0.0, "")
+        tightest, left = None, float("inf")
+        for scope in budget_scopes(principal):
+            spent, reserved = await self.limiter.spent(scope)
+            if scope.limit_usd - spent - reserved < left:
+                tightest, left = scope, scope.limit_usd - spent - reserved
+        whose = _whose(tightest, principal) if tightest is not None else f"Team '{principal.team.name}'"
         return BudgetExceeded(
             f"This request's worst-case cost (${cost:.6f} on {model}: the prompt plus max_tokens) does not fit "
-            f"in what is left of the budget of team '{principal.team.name}'; ask for fewer max_tokens "
-            "or a cheaper model.",
+            f"in what {whose} may still spend (${max(left, 0.0):.6f}); ask for fewer max_tokens or a cheaper model.",
             retry_after_s=1,
         )
 
@@ -145,10 +151,15 @@ class Budgets:
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
 
-    async def aclose(self) -> None:
-        """Wait for the settlements under way, then close the limiter."""
+    async def aclose(self, timeout_s: float = 5.0) -> None:
+        """Wait (bounded) for the settlements under way, then close the limiter."""
         if self._settling:
-            await asyncio.gather(*self._settling, return_exceptions=True)
+            _, late = await asyncio.wait(set(self._settling), timeout=timeout_s)
+            for task in late:
+                task.cancel()
+            if late:
+                logger.error("%d reservation(s) not settled at shutdown: the budget store did not answer", len(late))
+                await asyncio.gather(*late, return_exceptions=True)
         await self.limiter.aclose()
 
 
@@ -196,7 +207,21 @@ class Spending:
         self.budgets._track(task)
 
     async def _settle(self) -> None:
-        try:
-            await self.budgets.limiter.settle(self.scopes, self.reservation_id, self.cost_usd, self.started_at)
-        except Exception:
-            logger.exception("could not settle a reservation of $%.6f (cost $%.6f)", self.reserved_usd, self.cost_usd)
+        """Retried with back-off for about two minutes while the budget store is unreachable: the
+        spend would otherwise be lost to the budget (the hold itself lapses after its TTL)."""
+        delay_s = 0.5
+        while True:
+            try:
+                await self.budgets.limiter.settle(self.scopes, self.reservation_id, self.cost_usd, self.started_at)
+                return
+            except LimitsUnavailable as exc:
+                if delay_s > SETTLE_RETRY_MAX_S:
+                    logger.error("gave up settling $%.6f against the budgets: %s", self.cost_usd, exc.message)
+                    return
+                await asyncio.sleep(delay_s)
+                delay_s *= 2
+            except Exception:
+                logger.exception(
+                    "could not settle a reservation of $%.6f (cost $%.6f)", self.reserved_usd, self.cost_usd
+                )
+                return

@@ -17,6 +17,17 @@ PRIORITY_DEFAULT = "interactive"
 
 
 @dataclass(frozen=True, slots=True)
+class _Limits:
+    """The largest budget and per-minute limit anyone may set (what the counters and columns hold)."""
+
+    max_usd: float = 1e9
+    max_per_minute: int = 2**31 - 1
+
+
+LIMITS = _Limits()
+
+
+@dataclass(frozen=True, slots=True)
 class Team:
     name: str
     models: frozenset[str] | None = None  # None: every configured model

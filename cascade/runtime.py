@@ -189,6 +189,8 @@ class Cascade:
         try:
             for i, rung in enumerate(plan.rungs):
                 is_last = i == len(plan.rungs) - 1
+                if i == 0:
+                    await attempts.reserve_or_refuse(0)
                 task = start(i)
                 hedge = None
                 if plan.hedge and i == 0 and not is_last and await attempts.reserve(i + 1):
@@ -238,6 +240,8 @@ class Cascade:
         try:
             for i, rung in enumerate(plan.rungs):
                 is_last = i == len(plan.rungs) - 1
+                if i == 0:
+                    await attempts.reserve_or_refuse(0)
                 task = open_(i)
                 if plan.hedge and i == 0 and not is_last and await attempts.reserve(i + 1):
                     open_(i + 1)
@@ -314,7 +318,9 @@ class _Attempts:
         self.plan, self.request, self.judged_request, self.ctx, self.call = plan, request, judged_request, ctx, call
         self.tasks: dict[int, asyncio.Task] = {}
         self.meters: dict[int, RequestMeter] = {}
-        self.reserved = {0}  # rungs whose worst-case cost the budgets hold (the first: the relay's)
+        # Rungs whose worst-case cost the budgets hold: the relay reserved the admitted model, which
+        # is the first rung unless the thrash guard moved the plan up a rung.
+        self.reserved = set() if plan.is_moved_up else {0}
 
     async def reserve(self, i: int) -> bool:
         """Hold rung i's worst-case cost in the caller's budgets before starting it (True: it fits)."""
@@ -328,12 +334,12 @@ class _Attempts:
         return True
 
     async def reserve_or_refuse(self, i: int) -> None:
-        """A rung failed: climbing is the only way to an answer, if the budget allows it."""
+        """Rung i is the only way to an answer (the first, or the one above a failed rung), if the
+        budget allows it."""
         if not await self.reserve(i):
+            why = f"The cascade's {self.plan.rungs[i - 1].entry.name} failed, and w" if i > 0 else "W"
             raise BudgetExceeded(
-                f"The cascade's {self.plan.rungs[i - 1].entry.name} failed and what is left of the budget "
-                f"does not cover {self.plan.rungs[i].entry.name}.",
-                retry_after_s=1,
+                f"{why}hat is left of the budget does not cover {self.plan.rungs[i].entry.name}.", retry_after_s=1
             )
 
     def start(self, i: int) -> asyncio.Task:

@@ -24,11 +24,25 @@ def routing_text(request: ChatCompletionRequest | CompletionRequest) -> str:
     return "\n".join(p for p in parts if p)
 
 
+def _prompts(request: CompletionRequest) -> list:
+    """A completions request's prompts: one string, one list of token ids, or a batch of either."""
+    prompt = request.prompt
+    if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)):
+        return [prompt]
+    return list(prompt)
+
+
 def estimated_prompt_tokens(request: ChatCompletionRequest | CompletionRequest) -> int:
-    """Prompt tokens, estimated (`estimate_tokens`)."""
+    """Prompt tokens, estimated (`estimate_tokens`); token ids count as they are; a batch, every prompt."""
     if isinstance(request, ChatCompletionRequest):
         return estimate_tokens("".join(message_text(m.content) for m in request.messages))
-    return estimate_tokens(routing_text(request))
+    return sum(estimate_tokens(p) if isinstance(p, str) else len(p) for p in _prompts(request))
+
+
+def num_answers(request: ChatCompletionRequest | CompletionRequest) -> int:
+    """How many answers the upstream writes: `n` for each prompt."""
+    prompts = len(_prompts(request)) if isinstance(request, CompletionRequest) else 1
+    return (request.n or 1) * max(1, prompts)
 
 
 def answer_budget(request: ChatCompletionRequest | CompletionRequest) -> int | None:
@@ -42,13 +56,18 @@ def estimated_tokens(request: ChatCompletionRequest | CompletionRequest) -> int:
     return estimated_prompt_tokens(request) + (answer_budget(request) or 0)
 
 
+def worst_case_answer_tokens(request: ChatCompletionRequest | CompletionRequest) -> int:
+    """Every answer at `max_tokens` (or ANSWER_TOKENS_FOR_COST): `n` of them for each prompt."""
+    return (answer_budget(request) or ANSWER_TOKENS_FOR_COST) * num_answers(request)
+
+
 def worst_case_tokens(request: ChatCompletionRequest | CompletionRequest) -> int:
-    """What rate limits count: the prompt plus `max_tokens` (or ANSWER_TOKENS_FOR_COST)."""
-    return estimated_prompt_tokens(request) + (answer_budget(request) or ANSWER_TOKENS_FOR_COST)
+    """What rate limits count: the prompt plus every answer at `max_tokens` (or ANSWER_TOKENS_FOR_COST)."""
+    return estimated_prompt_tokens(request) + worst_case_answer_tokens(request)
 
 
 def estimated_cost_usd(request: ChatCompletionRequest | CompletionRequest, price: Price | None) -> float:
-    """The prompt estimated, the answer at `max_tokens` (or ANSWER_TOKENS_FOR_COST)."""
+    """The prompt estimated, every answer at `max_tokens` (or ANSWER_TOKENS_FOR_COST)."""
     if price is None:
         return 0.0
-    return price.cost_usd(estimated_prompt_tokens(request), answer_budget(request) or ANSWER_TOKENS_FOR_COST)
+    return price.cost_usd(estimated_prompt_tokens(request), worst_case_answer_tokens(request))

@@ -33,6 +33,12 @@ class WireRequest(_Open):
         request._payload = payload
         return request
 
+    def set_field(self, name: str, value: Any) -> None:
+        """Set a field on the model and in the body sent upstream (a cap the proxy applies)."""
+        setattr(self, name, value)
+        if self._payload is not None:
+            self._payload = {**self._payload, name: value}
+
     def wire_payload(self) -> dict[str, Any]:
         """A shallow copy of the body to send upstream."""
         if self._payload is not None:

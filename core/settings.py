@@ -83,10 +83,10 @@ class TeamSettings(_Strict):
 
     api_keys: list[SecretStr] = Field(min_length=1)
     models: list[str] | None = None  # model names it may use, directly or through auto/cascade; null: all
-    budget_usd_per_day: float | None = Field(default=None, ge=0)  # per UTC day; null: no budget
-    budget_usd_per_month: float | None = Field(default=None, ge=0)  # per UTC calendar month
-    rpm: int | None = Field(default=None, ge=1)  # requests per minute; null: no limit
-    tpm: int | None = Field(default=None, ge=1)  # tokens (prompt + max_tokens) per minute
+    budget_usd_per_day: float | None = Field(default=None, ge=0, le=1e9, allow_inf_nan=False)  # per UTC day
+    budget_usd_per_month: float | None = Field(default=None, ge=0, le=1e9, allow_inf_nan=False)  # per UTC month
+    rpm: int | None = Field(default=None, ge=1, le=2**31 - 1)  # requests per minute; null: no limit
+    tpm: int | None = Field(default=None, ge=1, le=2**31 - 1)  # tokens (prompt + max_tokens) per minute
     priority: str = "interactive"  # interactive | batch | a name in billing.priority_tiers
 
 

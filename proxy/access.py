@@ -3,7 +3,8 @@
 Priority comes from the key's team (`teams.<name>.priority`): `interactive` (the default) goes
 ahead when a backend is saturated, `batch` gives way to a smaller model (`degrade_to`), and a tier
 named in `billing.priority_tiers` says how it meets saturation and caps what its requests may ask
-(max_tokens, prompt plus max_tokens) and how many may run at once in one proxy process. Callers
+(max_tokens, prompt plus max_tokens; a request that sets no max_tokens gets the cap) and how many
+may run at once in one proxy process. Callers
 without a key (no teams configured) keep the `x-switchyard-priority` header.
 """
 
@@ -72,7 +73,9 @@ class TierSlots:
         name = principal.team.priority
         tier = priority_tier(self.tiers, name)
         wanted = answer_budget(parsed)
-        if tier.max_tokens is not None and wanted is not None and wanted > tier.max_tokens:
+        if tier.max_tokens is not None and wanted is None:  # no length asked for: the tier's cap is it
+            parsed.set_field("max_tokens", tier.max_tokens)
+        elif tier.max_tokens is not None and wanted is not None and wanted > tier.max_tokens:
             raise InvalidRequest(
                 f"Priority tier '{name}' allows at most {tier.max_tokens} max_tokens; this request asks for {wanted}.",
                 param="max_tokens",

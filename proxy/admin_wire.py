@@ -8,9 +8,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from switchyard.billing.teams import ApiKey, Team
+from switchyard.billing.teams import LIMITS, ApiKey, Team
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+MAX_USD = LIMITS.max_usd
+MAX_PER_MINUTE = LIMITS.max_per_minute
+MAX_DAYS = 36_500
 
 
 class _Body(BaseModel):
@@ -23,10 +26,10 @@ class _Body(BaseModel):
 
 class TeamChanges(_Body):
     models: list[str] | None = None
-    budget_usd_per_day: float | None = Field(default=None, ge=0)
-    budget_usd_per_month: float | None = Field(default=None, ge=0)
-    rpm: int | None = Field(default=None, ge=1)
-    tpm: int | None = Field(default=None, ge=1)
+    budget_usd_per_day: float | None = Field(default=None, ge=0, le=MAX_USD, allow_inf_nan=False)
+    budget_usd_per_month: float | None = Field(default=None, ge=0, le=MAX_USD, allow_inf_nan=False)
+    rpm: int | None = Field(default=None, ge=1, le=MAX_PER_MINUTE)
+    tpm: int | None = Field(default=None, ge=1, le=MAX_PER_MINUTE)
     priority: str | None = None
 
     def changes(self) -> dict[str, Any]:
@@ -43,11 +46,11 @@ class TeamCreate(TeamChanges):
 
 class KeyCreate(_Body):
     team: str
-    budget_usd_per_day: float | None = Field(default=None, ge=0)
-    budget_usd_per_month: float | None = Field(default=None, ge=0)
-    rpm: int | None = Field(default=None, ge=1)
-    tpm: int | None = Field(default=None, ge=1)
-    expires_in_days: float | None = Field(default=None, gt=0)
+    budget_usd_per_day: float | None = Field(default=None, ge=0, le=MAX_USD, allow_inf_nan=False)
+    budget_usd_per_month: float | None = Field(default=None, ge=0, le=MAX_USD, allow_inf_nan=False)
+    rpm: int | None = Field(default=None, ge=1, le=MAX_PER_MINUTE)
+    tpm: int | None = Field(default=None, ge=1, le=MAX_PER_MINUTE)
+    expires_in_days: float | None = Field(default=None, gt=0, le=MAX_DAYS, allow_inf_nan=False)
 
 
 def _iso(at: float | None) -> str | None:

@@ -8,7 +8,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from switchyard.core.errors import InvalidRequest, RequestTooLarge, SwitchyardError, error_body
+from switchyard.billing.store.errors import StoreConflict, StoreError, StoreNotFound, StoreUnavailable
+from switchyard.core.errors import Conflict, InvalidRequest, NotFound, RequestTooLarge, SwitchyardError, error_body
 
 logger = logging.getLogger("switchyard.errors")
 
@@ -45,6 +46,27 @@ async def _handle_http_exception(_: Request, exc: Exception) -> Response:
     return error_response(error)
 
 
+class DatabaseUnavailable(SwitchyardError):
+    status_code = 503
+    error_type = "server_error"
+    code = "database_unavailable"
+
+
+async def _handle_store_error(_: Request, exc: Exception) -> Response:
+    """The database behind usage, teams and keys: down or slow is a 503 (its address stays in the log)."""
+    if isinstance(exc, StoreUnavailable):
+        logger.warning("database unavailable: %s", exc)
+        return error_response(
+            DatabaseUnavailable("The usage database is unavailable; try again shortly.", retry_after_s=1)
+        )
+    if isinstance(exc, StoreConflict):
+        return error_response(Conflict(str(exc)))
+    if isinstance(exc, StoreNotFound):
+        return error_response(NotFound(str(exc)))
+    logger.error("database error: %s", exc)
+    return error_response(SwitchyardError("The usage database had an error."))
+
+
 async def _handle_unexpected(_: Request, exc: Exception) -> Response:
     logger.exception("unhandled error", exc_info=exc)
     return error_response(SwitchyardError("The server had an internal error."))
@@ -53,4 +75,5 @@ async def _handle_unexpected(_: Request, exc: Exception) -> Response:
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(SwitchyardError, _handle_switchyard_error)
     app.add_exception_handler(StarletteHTTPException, _handle_http_exception)
+    app.add_exception_handler(StoreError, _handle_store_error)
     app.add_exception_handler(Exception, _handle_unexpected)

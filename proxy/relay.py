@@ -267,8 +267,11 @@ def _sse_response(
     body = _sse_body(first, rest, include_usage=_client_wants_usage(parsed), meter=meter, entry=entry)
 
     async def settle() -> None:
-        # A client gone before the body started (Starlette cancels it unstarted): its `finally`
-        # never ran, so meter the attempt and close the upstream here. Otherwise a no-op.
+        # A body cut off while it waited to send (a slow reader who left): closing it runs its
+        # `finally`, which meters the chunks it really sent. A client gone before the body started
+        # (Starlette cancels it unstarted): its `finally` never ran, so meter the attempt and close
+        # the upstream here. Otherwise a no-op.
+        await body.aclose()
         if not meter.is_closed:
             meter.finished(entry, "cancelled", None, 1 if first is not None else 0)
             if meter.spending is not None:

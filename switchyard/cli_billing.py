@@ -20,7 +20,7 @@ import typer
 from switchyard.backends.defaults import load_settings
 from switchyard.billing import admin
 from switchyard.billing.store import Database, StoreError, open_database
-from switchyard.billing.teams import ApiKey, Team, yaml_keys
+from switchyard.billing.teams import LIMITS, ApiKey, Team, yaml_keys
 from switchyard.core.errors import SwitchyardError
 from switchyard.core.settings import DEFAULT_CONFIG_NAME, ConfigError, Settings
 from switchyard.evals.cli_support import cli_error
@@ -38,10 +38,17 @@ ConfigOption = Annotated[
         dir_okay=False,
     ),
 ]
-DayBudget = Annotated[float | None, typer.Option("--budget-usd-per-day", min=0, help="USD per UTC day.")]
-MonthBudget = Annotated[float | None, typer.Option("--budget-usd-per-month", min=0, help="USD per UTC month.")]
-Rpm = Annotated[int | None, typer.Option("--rpm", min=1, help="Requests per minute.")]
-Tpm = Annotated[int | None, typer.Option("--tpm", min=1, help="Tokens (prompt + max_tokens) per minute.")]
+DayBudget = Annotated[
+    float | None, typer.Option("--budget-usd-per-day", min=0, max=LIMITS.max_usd, help="USD per UTC day.")
+]
+MonthBudget = Annotated[
+    float | None, typer.Option("--budget-usd-per-month", min=0, max=LIMITS.max_usd, help="USD per UTC month.")
+]
+Rpm = Annotated[int | None, typer.Option("--rpm", min=1, max=LIMITS.max_per_minute, help="Requests per minute.")]
+Tpm = Annotated[
+    int | None,
+    typer.Option("--tpm", min=1, max=LIMITS.max_per_minute, help="Tokens (prompt + max_tokens) per minute."),
+]
 Models = Annotated[str | None, typer.Option("--models", help="Models it may use, comma-separated (default: all).")]
 Priority = Annotated[
     str | None, typer.Option("--priority", help="interactive, batch or a billing.priority_tiers name.")
@@ -164,7 +171,9 @@ def keys_create(
     budget_usd_per_month: MonthBudget = None,
     rpm: Rpm = None,
     tpm: Tpm = None,
-    expires_in: Annotated[float | None, typer.Option("--expires-in", min=0, help="Days until it expires.")] = None,
+    expires_in: Annotated[
+        float | None, typer.Option("--expires-in", min=0, max=36_500, help="Days until it expires.")
+    ] = None,
 ) -> None:
     """Create a key; prints its id and prefix, then the key itself as the last line (shown once)."""
     settings = _settings(config)

@@ -8,12 +8,14 @@ every other replica within a second (they re-read the database's directory).
 from __future__ import annotations
 
 import datetime as dt
+import logging
 
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from switchyard.billing import admin
+from switchyard.billing.store.errors import StoreError
 from switchyard.billing.teams import Team
 from switchyard.core.errors import InvalidRequest, NotFound
 from switchyard.proxy.admin_wire import KeyCreate, TeamChanges, TeamCreate, key_view, team_view
@@ -21,6 +23,7 @@ from switchyard.proxy.body import read_request
 from switchyard.proxy.routes.admin_support import database_of, require_admin
 from switchyard.proxy.routes.usage import usage_response
 
+logger = logging.getLogger("switchyard.admin")
 router = APIRouter()
 
 
@@ -29,7 +32,12 @@ def _json(body, status_code: int = 200) -> Response:
 
 
 async def _refresh(request: Request) -> None:
-    await request.app.state.services.directory.refresh()
+    """This process sees the change at once (the others within a second); the change is made
+    either way, so a failed re-read is only logged."""
+    try:
+        await request.app.state.services.directory.refresh()
+    except StoreError as exc:
+        logger.warning("teams and keys changed but could not be re-read now: %s", exc)
 
 
 @router.get("/admin/teams")
@@ -95,7 +103,10 @@ async def revoke_key(request: Request, key_id: str) -> Response:
 @router.get("/admin/usage")
 async def usage(request: Request) -> Response:
     require_admin(request)
-    return await usage_response(request, request.query_params.get("team"))
+    team = request.query_params.get("team")
+    if team is not None and team not in request.app.state.services.directory.teams:
+        raise NotFound(f"No team '{team}'.", param="team")
+    return await usage_response(request, team)
 
 
 def _day(request: Request, param: str) -> dt.date | None:
@@ -133,7 +144,8 @@ async def report(request: Request) -> Response:
     return HTMLResponse(built.html())
 
 
-@router.api_route("/admin/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
-async def unknown(request: Request, path: str) -> Response:
+@router.api_route("/admin", methods=["GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"])
+@router.api_route("/admin/{path:path}", methods=["GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"])
+async def unknown(request: Request, path: str = "") -> Response:
     require_admin(request)
     raise NotFound(f"No admin endpoint {request.method} /admin/{path}.")

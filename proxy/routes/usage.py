@@ -12,7 +12,7 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from switchyard.core.errors import Forbidden, InvalidRequest
+from switchyard.core.errors import Forbidden, InvalidRequest, NotFound
 from switchyard.proxy.access import authenticate, is_admin
 from switchyard.proxy.routes.admin_support import database_of
 
@@ -48,6 +48,8 @@ async def usage_response(request: Request, team: str | None) -> Response:
 async def usage(request: Request) -> Response:
     asked = request.query_params.get("team")
     if is_admin(request):
+        if asked is not None and asked not in request.app.state.services.directory.teams:
+            raise NotFound(f"No team '{asked}'.", param="team")
         return await usage_response(request, asked)
     principal = authenticate(request)
     if principal is None:  # an open proxy: no teams, no secrets between them

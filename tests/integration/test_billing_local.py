@@ -120,6 +120,12 @@ def test_the_admin_api_manages_teams_and_keys_that_work_at_once(upstream, tmp_pa
         assert httpx.get(url + "/admin/teams").status_code == 401
         assert httpx.get(url + "/admin/teams", headers={"authorization": "Bearer wrong"}).status_code == 401
         assert httpx.delete(url + "/admin/nothing/here").status_code == 401
+        assert httpx.request("OPTIONS", url + "/admin/teams").status_code == 401
+        assert httpx.get(url + "/admin").status_code == 401
+        too_far = httpx.post(url + "/admin/keys", headers=ADMIN, json={"team": "ml", "expires_in_days": 1e300})
+        assert too_far.status_code == 400 and too_far.json()["error"]["param"] == "expires_in_days"
+        too_rich = httpx.post(url + "/admin/teams", headers=ADMIN, json={"name": "z", "budget_usd_per_day": 1e300})
+        assert too_rich.status_code == 400
         assert httpx.get(url + "/admin/nothing", headers=ADMIN).status_code == 404
 
         created = httpx.post(url + "/admin/teams", headers=ADMIN, json={"name": "ml", "rpm": 100, "models": ["priced"]})
@@ -166,6 +172,7 @@ def test_usage_is_a_teams_own_and_the_admins_for_any_team(upstream, tmp_path):
         other = httpx.get(url + "/v1/usage", headers=as_a, params={"team": "b"})
         bad = httpx.get(url + "/v1/usage", headers=as_a, params={"group_by": "week"})
         every = httpx.get(url + "/v1/usage", headers=ADMIN)
+        typo = httpx.get(url + "/admin/usage", headers=ADMIN, params={"team": "bb"})
         nobody = httpx.get(url + "/v1/usage")
     assert own.status_code == 200, own.text
     body = own.json()
@@ -175,18 +182,22 @@ def test_usage_is_a_teams_own_and_the_admins_for_any_team(upstream, tmp_path):
     assert other.status_code == 403 and other.json()["error"]["code"] == "permission_denied"
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "group_by"
     assert every.json()["requests"] == 3
+    assert typo.status_code == 404 and typo.json()["error"]["param"] == "team"
     assert nobody.status_code == 401
 
 
 def test_priority_tier_caps_and_rate_limit_headers(upstream, tmp_path):
-    url_up, _ = upstream
+    url_up, state = upstream
     teams = {"etl": {"api_keys": ["sk-etl"], "priority": "nightly", "rpm": 3}}
     tiers = {"nightly": {"saturation": "best-effort", "max_tokens": 10, "max_concurrency": 1}}
     with proxy(url_up, tmp_path, teams, priority_tiers=tiers) as (url, _):
         headers = {"authorization": "Bearer sk-etl"}
         too_long = httpx.post(url + "/v1/chat/completions", json=_body(max_tokens=11), headers=headers)
+        unset = {"model": "priced", "messages": [{"role": "user", "content": "hi"}]}
+        capped = httpx.post(url + "/v1/chat/completions", json=unset, headers=headers)
         answers = [httpx.post(url + "/v1/chat/completions", json=_body(), headers=headers) for _ in range(4)]
     assert too_long.status_code == 400 and too_long.json()["error"]["param"] == "max_tokens"
+    assert capped.status_code == 200 and state.records[0].body["max_tokens"] == 10  # the tier's cap, sent upstream
     assert [a.status_code for a in answers[:2]] == [200, 200]
     assert answers[0].headers["x-ratelimit-limit-requests"] == "3"
     assert int(answers[1].headers["x-ratelimit-remaining-requests"]) <= 1

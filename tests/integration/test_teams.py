@@ -134,10 +134,14 @@ def test_fallbacks_stay_within_the_teams_models(upstreams, tmp_path, ledger_path
             sdk.chat.completions.create(model="m-small", messages=[{"role": "user", "content": "hi"}])
         with _sdk(url, "sk-research") as sdk:
             answer = sdk.chat.completions.with_raw_response.create(
-                model="m-small", messages=[{"role": "user", "content": "hi"}]
+                model="m-small", messages=[{"role": "user", "content": "hi"}], max_tokens=5
             )
+            # 256 answer tokens on m-large ($0.26) do not fit research's $0.02: the fallback is not tried
+            with pytest.raises(openai.APIStatusError) as unaffordable:
+                sdk.chat.completions.create(model="m-small", messages=[{"role": "user", "content": "hi"}])
     assert caught.value.status_code >= 500  # m-small failed and its fallback was not the team's to use
     assert answer.headers["x-switchyard-model"] == "m-large"  # research may use the fallback
+    assert "m-large: 429 its worst-case cost does not fit the budget" in unaffordable.value.body["message"]
     assert len(states["large"].records) == 1
 
 
