@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from switchyard.backends.defaults import load_settings
+from switchyard.billing.teams import yaml_keys
 from switchyard.core.settings import ConfigError
 from switchyard.evals.cli_support import cli_error
 
@@ -49,12 +50,17 @@ def report(
     if first is not None and last is not None and last < first:
         raise cli_error(f"--until {last} is before --since {first}")
     prices = {m.name: m.price.to_price() for m in settings.models if m.price is not None}
-    written = asyncio.run(_write(url, out, prices, first, last, team))
+    prefixes = {
+        key.id: key.prefix
+        for name, t in settings.teams.items()
+        for key in yaml_keys(name, [k.get_secret_value() for k in t.api_keys])
+    }
+    written = asyncio.run(_write(url, out, prices, prefixes, first, last, team))
     for path in written:
         typer.echo(path)
 
 
-async def _write(url: str, out: Path, prices, first: dt.date | None, last: dt.date | None, team: str | None):
+async def _write(url: str, out: Path, prices, prefixes, first: dt.date | None, last: dt.date | None, team: str | None):
     from switchyard.billing.report import build_report
     from switchyard.billing.store import open_database
     from switchyard.billing.store.errors import StoreError
@@ -66,6 +72,7 @@ async def _write(url: str, out: Path, prices, first: dt.date | None, last: dt.da
     since, until = _day_start(first), _day_start(last, inclusive_end=True)
     try:
         total = await database.count_usage(since, until, team)
+        prefixes = prefixes | {key.id: key.prefix for key in await database.list_keys()}
         built = await build_report(
             database.iter_usage(since, until, team),
             prices=prices,
@@ -74,6 +81,7 @@ async def _write(url: str, out: Path, prices, first: dt.date | None, last: dt.da
             team=team,
             total=total,
             progress=True,
+            key_prefixes=prefixes,
         )
     finally:
         await database.aclose()

@@ -94,6 +94,9 @@ class CascadeDay:
     escalated: int = 0
 
 
+NO_KEY = "(no key)"
+
+
 class Aggregator:
     """Feed it records (`add`), then `finish()`; the public dicts hold the report's numbers."""
 
@@ -106,6 +109,7 @@ class Aggregator:
         self.num_skipped = 0  # outside the period or of another team
         self.totals = Sums()
         self.by_team_day: dict[tuple[date, str], Sums] = defaultdict(Sums)
+        self.by_key: dict[tuple[str, str], Sums] = defaultdict(Sums)  # (team, key id) over the period
         self.by_model_day: dict[tuple[date, str], Sums] = defaultdict(Sums)
         self.by_model: dict[str, Sums] = defaultdict(Sums)
         self.by_hosting: dict[str, Sums] = defaultdict(Sums)
@@ -136,6 +140,7 @@ class Aggregator:
         for sums in (
             self.totals,
             self.by_team_day[(day, team)],
+            self.by_key[(team, record.key_id or NO_KEY)],
             self.by_model_day[(day, record.model)],
             self.by_model[record.model],
             self.by_hosting[hosting],

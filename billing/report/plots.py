@@ -107,8 +107,11 @@ def _stacked_days(ax: Axes, series: dict[str, dict[date, float]], marks: Marks) 
     return days
 
 
-def _cost_by_day(table: Table, key: str, *, id: str, title: str, explanation: str) -> Plot:
-    plot = Plot(id, title, explanation, (table.name,), empty_note="No cost in this period: every attempt was free.")
+def _cost_by_day(
+    table: Table, key: str, *, id: str, title: str, explanation: str, more_tables: tuple[str, ...] = ()
+) -> Plot:
+    note = "No cost in this period: every attempt was free."
+    plot = Plot(id, title, explanation, (table.name, *more_tables), empty_note=note)
     if not any(row["cost_usd"] for row in table.records()):
         return plot
     figure, marks = new_figure(), Marks()
@@ -130,7 +133,9 @@ def cost_by_team(tables: Mapping[str, Table]) -> Plot:
         id="fig-cost-by-team",
         title="Cost per day by team",
         explanation="What each team spent each UTC day, every attempt included (escalations, retries and "
-        "failures that cost tokens); the largest teams are shown, the rest are summed as “other”.",
+        "failures that cost tokens); the largest teams are shown, the rest are summed as “other”. "
+        "Below it, the period's cost per API key.",
+        more_tables=("cost_by_key",),
     )
 
 

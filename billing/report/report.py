@@ -98,10 +98,12 @@ async def build_report(
     team: str | None = None,
     total: int | None = None,
     progress: bool = False,
+    key_prefixes: Mapping[str, str] | None = None,
 ) -> Report:
     """The report over the records of `batches` whose UTC day is in since..until (inclusive, either
     open) and, when `team` is given, of that team. `prices` (model → `Price`) adds the list prices
-    to the models table. `progress` shows a bar on stderr over `total` records (`count_usage`).
+    to the models table; `key_prefixes` (key id → its shown prefix) to the keys table. `progress`
+    shows a bar on stderr over `total` records (`count_usage`).
     """
     since, until = _as_day(since), _as_day(until)
     aggregator = Aggregator(since=since, until=until, team=team)
@@ -113,7 +115,7 @@ async def build_report(
             if bar:
                 bar.advance(task, len(batch))
     aggregator.finish()
-    tables = build_tables(aggregator, prices)
+    tables = build_tables(aggregator, prices, key_prefixes)
     summary = build_summary(aggregator)
     plots = tuple(await asyncio.to_thread(draw_all, tables)) if aggregator.num_records else ()
     return Report(since, until, team, datetime.now(UTC), summary, tables, plots)

@@ -22,6 +22,9 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "cost_by_team_day": (
         "day", "team", "requests", "attempts", "prompt_tokens", "completion_tokens", "cost_usd",
     ),
+    "cost_by_key": (
+        "team", "key_id", "key_prefix", "requests", "attempts", "prompt_tokens", "completion_tokens", "cost_usd",
+    ),
     "cost_by_model_day": (
         "day", "model", "attempts", "completed", "prompt_tokens", "completion_tokens", "cost_usd",
     ),
@@ -81,9 +84,16 @@ def _route_rank(label: str) -> tuple[int, str]:
     return next((i for i, p in enumerate(ROUTE_ORDER) if label.startswith(p)), len(ROUTE_ORDER)), label
 
 
-def build_tables(agg: Aggregator, prices: Mapping[str, Price] | None = None) -> dict[str, Table]:
-    prices = prices or {}
+def build_tables(
+    agg: Aggregator, prices: Mapping[str, Price] | None = None, key_prefixes: Mapping[str, str] | None = None
+) -> dict[str, Table]:
+    prices, key_prefixes = prices or {}, key_prefixes or {}
     rows: dict[str, list[tuple]] = {name: [] for name in COLUMNS}
+    for (team, key_id), s in sorted(agg.by_key.items(), key=lambda item: (-item[1].cost_usd, item[0])):
+        rows["cost_by_key"].append(
+            (team, key_id, key_prefixes.get(key_id), s.requests, s.attempts, s.prompt_tokens, s.completion_tokens)
+            + (s.cost_usd,)
+        )
     for (day, team), s in sorted(agg.by_team_day.items()):
         rows["cost_by_team_day"].append(
             (day, team, s.requests, s.attempts, s.prompt_tokens, s.completion_tokens, s.cost_usd)

@@ -137,6 +137,7 @@ async def report(request: Request) -> Response:
     built = await build_report(
         database.iter_usage(_start_of(since), _start_of(until, days=1), team),  # `until` is inclusive
         prices=request.app.state.services.prices,
+        key_prefixes={key.id: key.prefix for key in request.app.state.services.directory.keys()},
         since=since,
         until=until,
         team=team,

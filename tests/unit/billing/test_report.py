@@ -27,6 +27,7 @@ from datetime import UTC, date, datetime
 import pytest
 
 from switchyard.billing.records import UsageRecord
+from switchyard.billing.report import build_report
 from switchyard.billing.report.aggregate import Aggregator, escalation_reason
 from switchyard.billing.report.requests import RequestTracker, request_kind, tier_in_route
 from switchyard.billing.report.reservoir import Reservoir
@@ -350,3 +351,22 @@ def test_tier_in_route(route, tier) -> None:
 )
 def test_escalation_reason(error, reason) -> None:
     assert escalation_reason(error) == reason
+
+
+async def test_cost_per_key_with_its_prefix() -> None:
+    records = [
+        rec("k1", 1, 1.0, "small-m", "completed", 0.002, team="search", key_id="key_a"),
+        rec("k2", 1, 1.5, "small-m", "failed", 0.0, team="search", key_id="key_a"),
+        rec("k2", 2, 1.6, "big-c", "completed", 0.010, team="search", key_id="key_a"),
+        rec("k3", 1, 2.0, "small-m", "completed", 0.001, team="support", key_id="key_b"),
+        rec("k4", 1, 3.0, "small-m", "completed", 0.004, team=None),
+    ]
+    report = await build_report(batches_of(records), key_prefixes={"key_a": "sk-sy-aaaaaa…"})
+    rows = report.tables["cost_by_key"].records()
+    assert [(r["team"], r["key_id"], r["key_prefix"], r["requests"], r["attempts"]) for r in rows] == [
+        ("search", "key_a", "sk-sy-aaaaaa…", 2, 3),
+        ("(none)", "(no key)", None, 1, 1),
+        ("support", "key_b", None, 1, 1),
+    ]
+    assert rows[0]["cost_usd"] == pytest.approx(0.012)
+    assert "sk-sy-aaaaaa…" in report.html()
