@@ -62,6 +62,7 @@ async def _concurrently(url: str, key: str, n: int, stream: bool = False) -> lis
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True])
 def test_200_concurrent_requests_do_not_spend_20_times_the_budget(upstream, tmp_path, stream):
     """On main before reservations: all 200 answered, $0.20 spent against a $0.01 budget."""
@@ -233,6 +234,7 @@ def test_valkey_down_with_fail_open_lets_requests_through(upstream, tmp_path, va
         assert wait_until(lambda: len(read_ledger(app)) == 1)  # the ledger still has it
 
 
+@pytest.mark.slow
 def test_the_report_from_the_cli_and_from_the_admin_api(upstream, tmp_path):
     import json
     import os
