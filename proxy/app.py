@@ -12,7 +12,7 @@ from switchyard.backends.base import Backend
 from switchyard.backends.defaults import load_settings
 from switchyard.core.settings import Settings
 from switchyard.proxy.error_handlers import install_error_handlers
-from switchyard.proxy.middleware import InFlight, RequestIdMiddleware
+from switchyard.proxy.middleware import InFlight, RequestIdMiddleware, TrailingSlashMiddleware
 from switchyard.proxy.routes import ROUTERS
 from switchyard.proxy.services import ScoreBatch, build_services, check_startup
 
@@ -51,5 +51,6 @@ def create_app(
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
-    app.add_middleware(RequestIdMiddleware, in_flight=in_flight)
+    app.add_middleware(TrailingSlashMiddleware)
+    app.add_middleware(RequestIdMiddleware, in_flight=in_flight)  # added last: the outermost
     return app

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import uuid
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from switchyard.core.errors import SwitchyardError, error_body
@@ -35,6 +36,21 @@ class InFlight:
         _, late = await asyncio.wait(pending, timeout=timeout_s)
         if late:
             logger.warning("%d request(s) still running after the %.0f s drain", len(late), timeout_s)
+
+
+class TrailingSlashMiddleware:
+    """Serves `/v1/chat/completions/` as `/v1/chat/completions` (instead of a 307 redirect, which
+    SDKs do not follow with a POST body)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and len(path) > 1 and path.endswith("/"):
+            stripped = path.rstrip("/") or "/"
+            scope = {**scope, "path": stripped, "raw_path": stripped.encode()}
+        await self.app(scope, receive, send)
 
 
 class RequestIdMiddleware:
@@ -75,6 +91,8 @@ class RequestIdMiddleware:
             self.in_flight.tasks.add(task)
         try:
             await self.app(scope, receive, send_with_id)
+        except ClientDisconnect:  # expected: an aborted upload is one line, not a traceback
+            logger.info("request %s: the client left before its body arrived", request_id)
         except Exception:
             logger.exception("unhandled error in request %s", request_id)
             if response_started:

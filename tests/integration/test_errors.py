@@ -158,3 +158,13 @@ def test_sdk_raises_on_in_band_error(client):
         for chunk in stream:
             received.append(chunk.choices[0].delta.content)
     assert received == ["alpha ", "bravo "]
+
+
+def test_a_trailing_slash_is_served_not_redirected(proxy_url):
+    body = {"model": "fake-small", "messages": [{"role": "user", "content": "hi"}]}
+    answer = httpx.post(proxy_url + "/chat/completions/", json=body)
+    models = httpx.get(proxy_url + "/models/")
+    live = httpx.get(proxy_url.removesuffix("/v1") + "/health/live/")
+    assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["content"]
+    assert models.status_code == 200 and models.json()["data"]
+    assert live.status_code == 200

@@ -93,3 +93,25 @@ def test_ready_is_503_without_models():
     body = response.json()
     assert (body["status"], body["models"], body["breakers"]) == ("not_ready", {}, {})
     assert body["ledger"]["behind"] is False
+
+
+def test_an_aborted_upload_is_one_log_line_not_a_traceback(caplog):
+    import logging
+    import socket
+    import time
+
+    from tests.helpers import wait_until
+
+    app = create_app(Settings(billing={"ledger_path": None}))
+    with caplog.at_level(logging.INFO, logger="switchyard"), serve_in_thread(app) as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b'Content-Length: 1000\r\n\r\n{"model":'
+            )
+            time.sleep(0.2)  # the handler is waiting for the rest of the body when the client goes
+        assert wait_until(lambda: any("left before its body" in r.getMessage() for r in caplog.records))
+    ours = [r for r in caplog.records if r.name.startswith("switchyard") and "left before its body" in r.getMessage()]
+    assert len(ours) == 1 and ours[0].exc_info is None
+    assert not [r for r in caplog.records if r.exc_info is not None]
