@@ -31,6 +31,7 @@ from switchyard.core.estimates import estimated_prompt_tokens, worst_case_tokens
 from switchyard.core.protocol import StreamChunk
 from switchyard.proxy.access import saturation_priority
 from switchyard.proxy.routing import CASCADE_MODEL, auto_not_configured, cascade_not_configured
+from switchyard.proxy.streams import LiveStreams, ShuttingDown
 
 logger = logging.getLogger("switchyard")
 
@@ -195,9 +196,9 @@ async def _respond(request: Request, parsed: AnyRequest, principal: Principal | 
 async def execute(state, decision: Decision, parsed: AnyRequest, ctx: RequestContext) -> Response:
     entry, route_headers, meter = decision.entry, decision.headers, ctx.meter
     if decision.plan is not None:
-        return await _relay_cascade(state.cascade, decision.plan, parsed, route_headers, ctx)
+        return await _relay_cascade(state, decision.plan, parsed, route_headers, ctx)
     if parsed.stream:
-        return await _relay_stream(state.executor, entry, parsed, route_headers, ctx)
+        return await _relay_stream(state, entry, parsed, route_headers, ctx)
     try:
         entry, result = await state.executor.complete(entry, parsed, ctx)
     except asyncio.CancelledError:
@@ -208,9 +209,9 @@ async def execute(state, decision: Decision, parsed: AnyRequest, ctx: RequestCon
     return Response(result.data, media_type="application/json", headers=headers)
 
 
-async def _relay_cascade(cascade, plan: Plan, parsed: AnyRequest, route_headers: dict[str, str], ctx: RequestContext):
+async def _relay_cascade(state, plan: Plan, parsed: AnyRequest, route_headers: dict[str, str], ctx: RequestContext):
     """The cascade meters each rung's attempt itself, cancellations included; the answer's is finished here."""
-    outcome = await cascade.run(plan, parsed, ctx)
+    outcome = await state.cascade.run(plan, parsed, ctx)
     headers = (
         _answer_headers(outcome.entry, outcome.meter.backend_label)
         | route_headers
@@ -219,7 +220,7 @@ async def _relay_cascade(cascade, plan: Plan, parsed: AnyRequest, route_headers:
     if not parsed.stream:
         outcome.meter.finished(outcome.entry, "completed", usage_of(outcome.result))
         return Response(outcome.result.data, media_type="application/json", headers=headers | _cost_header(ctx.meter))
-    return _sse_response(outcome.first, outcome.rest, parsed, outcome.meter, outcome.entry, headers)
+    return _sse_response(outcome.first, outcome.rest, parsed, outcome.meter, outcome.entry, headers, state.streams)
 
 
 def _client_wants_usage(parsed: AnyRequest) -> bool:
@@ -243,17 +244,18 @@ def _with_cost(chunk: StreamChunk, meter: RequestMeter, entry: ModelEntry) -> St
 
 
 async def _relay_stream(
-    executor, entry: ModelEntry, parsed: AnyRequest, route_headers: dict[str, str], ctx: RequestContext
+    state, entry: ModelEntry, parsed: AnyRequest, route_headers: dict[str, str], ctx: RequestContext
 ) -> Response:
     # Decide before the first byte: retries, fallbacks and errors up to the first chunk are real
     # HTTP outcomes; after it, only in-band errors remain.
     meter = ctx.meter
     try:
-        entry, first, chunks = await executor.stream(entry, parsed, ctx)
+        entry, first, chunks = await state.executor.stream(entry, parsed, ctx)
     except asyncio.CancelledError:
         meter.finished(meter.current_entry or entry, "cancelled", None)
         raise
-    return _sse_response(first, chunks, parsed, meter, entry, _answer_headers(entry) | route_headers)
+    headers = _answer_headers(entry) | route_headers
+    return _sse_response(first, chunks, parsed, meter, entry, headers, state.streams)
 
 
 def _sse_response(
@@ -263,8 +265,9 @@ def _sse_response(
     meter: RequestMeter,
     entry: ModelEntry,
     headers: dict[str, str],
+    streams: LiveStreams,
 ) -> StreamingResponse:
-    body = _sse_body(first, rest, include_usage=_client_wants_usage(parsed), meter=meter, entry=entry)
+    body = _sse_body(first, rest, include_usage=_client_wants_usage(parsed), meter=meter, entry=entry, streams=streams)
 
     async def settle() -> None:
         # A body cut off while it waited to send (a slow reader who left): closing it runs its
@@ -290,8 +293,11 @@ async def _sse_body(
     include_usage: bool,
     meter: RequestMeter,
     entry: ModelEntry,
+    streams: LiveStreams,
 ) -> AsyncIterator[bytes]:
     usage, num_chunks, status, error = None, 0, "cancelled", None  # unless the loop below ends otherwise
+    this = asyncio.current_task()
+    streams.add(this)
     try:
         chunk: StreamChunk | None = first
         while chunk is not None:
@@ -303,6 +309,12 @@ async def _sse_body(
                 yield b"data: " + chunk.data + b"\n\n"
             chunk = await anext(rest, None)
         status = "completed"
+    except asyncio.CancelledError:
+        if not streams.is_ending(this):
+            raise  # the client left, or the server gave up waiting: nothing more can be sent
+        this.uncancel()  # the server is shutting down: end this stream properly, now
+        error = "the server is shutting down"
+        yield b"data: " + error_body(ShuttingDown("The server is shutting down; retry the request.")) + b"\n\n"
     except SwitchyardError as exc:
         status, error = "failed", exc.message
         logger.warning("stream failed after the first byte: %s", exc.message)
@@ -312,6 +324,7 @@ async def _sse_body(
         logger.exception("stream failed after the first byte")
         yield b"data: " + error_body(SwitchyardError("The server had an internal error.")) + b"\n\n"
     finally:
+        streams.discard(this)
         meter.finished(entry, status, usage, num_chunks, error)
         if meter.spending is not None:
             meter.spending.settle()

@@ -20,7 +20,7 @@ import contextlib
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 import numpy as np
@@ -44,6 +44,7 @@ from switchyard.core.thresholds import ThresholdsError, ThresholdsFile, read_thr
 from switchyard.proxy.access import TierSlots
 from switchyard.proxy.routing import AutoRouter, resolve_thresholds
 from switchyard.proxy.saturation import SaturationGate
+from switchyard.proxy.streams import LiveStreams
 
 logger = logging.getLogger("switchyard")
 
@@ -95,6 +96,7 @@ class Services:
     saturation: SaturationGate
     auto_router: AutoRouter | None
     cascade: Cascade | None
+    streams: LiveStreams = field(default_factory=LiveStreams)
 
 
 @contextlib.asynccontextmanager

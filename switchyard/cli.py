@@ -66,12 +66,13 @@ def _run(settings) -> None:
 
     from switchyard.core.thresholds import ThresholdsError
     from switchyard.proxy.app import create_app
+    from switchyard.proxy.streams import GracefulServer
 
     try:
         app_ = create_app(settings)
     except ThresholdsError as exc:
         raise cli_error(str(exc)) from exc
-    uvicorn.run(
+    config = uvicorn.Config(
         app_,
         host=settings.server.host,
         port=settings.server.port,
@@ -81,6 +82,7 @@ def _run(settings) -> None:
         http="httptools",
         timeout_graceful_shutdown=5,
     )
+    GracefulServer(config).run()
 
 
 @engine_app.command("serve")

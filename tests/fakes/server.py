@@ -10,6 +10,8 @@ from contextlib import contextmanager
 
 import uvicorn
 
+from switchyard.proxy.streams import GracefulServer
+
 _RUNNING: dict[str, uvicorn.Server] = {}
 
 
@@ -35,7 +37,7 @@ def serve_in_thread(app, *, http: str = "httptools") -> Iterator[str]:
         loop="asyncio",
         timeout_graceful_shutdown=1,
     )
-    server = uvicorn.Server(config)
+    server = GracefulServer(config)  # a plain uvicorn.Server for apps other than the proxy
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

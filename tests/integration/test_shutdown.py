@@ -19,6 +19,7 @@ NUM_SLOW = 6  # streams still running when the server gives up on them: cancelle
 def test_stopping_with_requests_in_flight_meters_each_exactly_once(tmp_path):
     state = FakeState(behaviour=FakeBehaviour(latency_s=0.3))
     outcomes: dict[str, str] = {}
+    bodies: dict[str, str] = {}
     lock = threading.Lock()
 
     def ask(base: str, n: int, slow: bool) -> None:
@@ -31,6 +32,8 @@ def test_stopping_with_requests_in_flight_meters_each_exactly_once(tmp_path):
                 base + "/v1/chat/completions", json=body, headers={"x-request-id": request_id}, timeout=30
             )
             outcome = f"http {response.status_code}"
+            if slow:
+                bodies[request_id] = response.text
         except httpx.HTTPError as exc:
             outcome = type(exc).__name__
         with lock:
@@ -59,3 +62,7 @@ def test_stopping_with_requests_in_flight_meters_each_exactly_once(tmp_path):
         assert statuses[f"shutdown-{n}"] == "completed" and outcomes[f"shutdown-{n}"] == "http 200"
     for n in range(NUM_QUICK, NUM_QUICK + NUM_SLOW):
         assert statuses[f"shutdown-{n}"] == "cancelled"
+        # ended properly, not cut: some tokens, then an in-band error, then [DONE]
+        events = [line for line in bodies[f"shutdown-{n}"].split("\n") if line.startswith("data: ")]
+        assert events[0].startswith('data: {"id"') or '"choices"' in events[0], events[:2]
+        assert '"code":"server_shutting_down"' in events[-2] and events[-1] == "data: [DONE]", events[-3:]
