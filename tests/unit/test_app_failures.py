@@ -12,6 +12,7 @@ from switchyard.core.protocol import StreamChunk
 from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
 from tests.fakes.server import serve_in_thread
+from tests.helpers import wait_until
 
 
 class BrokenBackend(Backend):
@@ -93,3 +94,35 @@ def test_ready_is_503_without_models():
     body = response.json()
     assert (body["status"], body["models"], body["breakers"]) == ("not_ready", {}, {})
     assert body["ledger"]["behind"] is False
+
+
+class FlakyHealthBackend(BrokenBackend):
+    """Its first health probe raises (as aiohttp's ValueError did for a base_url with credentials
+    plus an api_key, which killed the health watcher without a word)."""
+
+    def __init__(self) -> None:
+        self.num_probes = 0
+
+    async def health(self) -> BackendHealth:
+        self.num_probes += 1
+        if self.num_probes == 1:
+            raise ValueError("Cannot combine AUTHORIZATION header with AUTH argument or credentials encoded in URL")
+        return BackendHealth(is_ready=True)
+
+
+def test_a_health_watcher_that_dies_is_logged_restarted_and_shown_in_readiness(caplog):
+    backend = FlakyHealthBackend()
+    settings = Settings(
+        models=[{"name": "broken", "base_url": "http://127.0.0.1:1/v1"}],
+        upstream={"health_interval_s": 0.05},
+        billing={"ledger_path": None},
+    )
+    app = create_app(settings, backends={"broken": backend})
+    with _client(app) as client:
+        assert wait_until(lambda: client.get("/health/ready").json()["tasks"]["health-watcher"]["restarts"] == 1)
+        watcher = client.get("/health/ready").json()["tasks"]["health-watcher"]
+        assert watcher["last_error"] == "ValueError"
+        assert wait_until(lambda: backend.num_probes >= 3, timeout_s=5)  # probing again after the restart
+        assert client.get("/health/ready").json()["tasks"]["health-watcher"]["state"] == "running"
+    died = [r for r in caplog.records if "background task health-watcher died" in r.getMessage()]
+    assert died and died[0].exc_info is not None
