@@ -166,8 +166,8 @@ class OpenAIHTTPBackend(Backend):
             return BackendError(f"{where} sent a malformed stream: {exc}", backend=self.name, detail=detail)
         return BackendError(f"{where} failed ({type(exc).__name__})", backend=self.name, detail=detail)
 
-    def _status_error(self, status: int, headers: Mapping[str, str], body: bytes) -> SwitchyardError:
-        reason = f"upstream {self.name} returned {status}: {_upstream_message(body)}"
+    def _status_error(self, replica: Replica, status: int, headers: Mapping[str, str], body: bytes) -> SwitchyardError:
+        reason = f"upstream {self.name} ({replica.label}) returned {status}: {_upstream_message(body)}"
         retry_after_s = _retry_after_s(headers)
         if status == 400 and b"context_length_exceeded" in body:
             return ContextLengthExceeded(reason, param="messages")  # a model with a larger window may answer
@@ -196,7 +196,7 @@ class OpenAIHTTPBackend(Backend):
         finally:
             replica.num_outstanding -= 1
         if status != 200:
-            raise self._status_error(status, headers, data)
+            raise self._status_error(replica, status, headers, data)
         result = CompletionResult(data)
         if not result.looks_like_completion():
             raise BackendError(f"upstream {self.name} sent a malformed response", backend=self.name)
@@ -211,7 +211,7 @@ class OpenAIHTTPBackend(Backend):
             try:
                 response = await self._post(replica, request, stream=True)
                 if response.status != 200:
-                    raise self._status_error(response.status, response.headers, await response.read())
+                    raise self._status_error(replica, response.status, response.headers, await response.read())
                 async for data in iter_sse_data(response.content.iter_any()):
                     if not (data.startswith(b"{") and data.endswith(b"}")):
                         raise SSEDecodeError(f"event data is not a JSON object: {data[:80]!r}")

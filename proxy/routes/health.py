@@ -1,3 +1,5 @@
+"""Liveness and readiness: whether the process runs, and what each part of it says."""
+
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -35,6 +37,7 @@ async def ready(request: Request) -> Response:
             "behind": status.is_behind,
             "pending": status.pending,
             "spilled": status.spilled,
-            "last_error": status.last_error,
+            # the class only: the database's own words name its host (the log has them)
+            "last_error": status.last_error.partition(":")[0] if status.last_error else None,
         }
     return Response(orjson.dumps(body), status_code=200 if is_ready else 503, media_type="application/json")

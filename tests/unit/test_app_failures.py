@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 
@@ -126,3 +127,18 @@ def test_a_health_watcher_that_dies_is_logged_restarted_and_shown_in_readiness(c
         assert client.get("/health/ready").json()["tasks"]["health-watcher"]["state"] == "running"
     died = [r for r in caplog.records if "background task health-watcher died" in r.getMessage()]
     assert died and died[0].exc_info is not None
+
+
+class FailingStartBackend(BrokenBackend):
+    async def start(self) -> None:
+        raise RuntimeError("could not connect")
+
+
+def test_a_backend_start_that_fails_is_logged_with_its_traceback(caplog):
+    settings = Settings(models=[{"name": "broken", "base_url": "http://127.0.0.1:1/v1"}], billing={"ledger_path": None})
+    app = create_app(settings, backends={"broken": FailingStartBackend()})
+    with _client(app) as client:
+        assert client.get("/health/live").status_code == 200
+        assert wait_until(lambda: any("start:broken failed" in r.getMessage() for r in caplog.records))
+    [failed] = [r for r in caplog.records if "start:broken failed" in r.getMessage()]
+    assert failed.levelno == logging.ERROR and failed.exc_info is not None

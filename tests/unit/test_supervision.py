@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import aiohttp
+
+from switchyard.backends.vllm import VLLMBackend, VLLMReplica
 from switchyard.core.supervision import SupervisedTask
 
 
@@ -79,3 +82,26 @@ async def test_closing_cancels_the_run():
     await asyncio.sleep(0)
     await task.aclose()
     assert cancelled.is_set()
+
+
+class _ScraperWithABug(VLLMBackend):
+    num_scrapes = 0
+
+    async def scrape(self) -> None:
+        self.num_scrapes += 1
+        if self.num_scrapes == 2:
+            raise RuntimeError("a bug in the scraper")
+
+
+async def test_a_vllm_scraper_that_dies_is_restarted_and_listed():
+    async with aiohttp.ClientSession() as session:
+        backend = _ScraperWithABug("big", [VLLMReplica("http://127.0.0.1:1/v1")], session, metrics_interval_s=0.01)
+        await backend.start()
+        try:
+            [scraper] = backend.background_tasks()
+            await _wait_for(lambda: backend.num_scrapes >= 3, timeout_s=3)
+            assert scraper.name == "vllm-metrics:big"
+            assert (scraper.num_restarts, scraper.last_error, scraper.state) == (1, "RuntimeError", "running")
+        finally:
+            await backend.aclose()
+        assert backend.background_tasks() == ()

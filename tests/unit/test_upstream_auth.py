@@ -113,3 +113,11 @@ def test_credentials_alone_or_an_api_key_alone_are_fine():
         "test.yaml",
     )
     assert [m.name for m in settings.models] == ["a", "b", "c"]
+
+
+def test_litellm_messages_name_the_deployment_not_its_api_base():
+    from switchyard.backends.commercial import CommercialBackend
+
+    backend = CommercialBackend("m", "openai/gpt-4o", api_base="http://10.1.2.3:4000/v1/", api_key="sk-1")
+    error = backend._translate(RuntimeError("Connection error: http://10.1.2.3:4000/v1/chat/completions"))
+    assert "10.1.2.3" not in error.message and "litellm#0" in error.message
