@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from switchyard.core.context import answered_by
 from switchyard.core.prices import Price
 from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest, CompletionResult, StreamChunk
+from switchyard.core.supervision import SupervisedTask
 
 AnyRequest = ChatCompletionRequest | CompletionRequest
 
@@ -56,6 +57,10 @@ class Backend(ABC):
     def is_saturated(self) -> bool:
         """Busy enough that best-effort requests should go elsewhere."""
         return False
+
+    def background_tasks(self) -> Sequence[SupervisedTask]:
+        """The long-running tasks `start()` began (readiness shows their state)."""
+        return ()
 
     def price(self) -> Price | None:
         """The backend's own price, used when the config gives none (LiteLLM's price map)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlsplit
 
 from switchyard.backends.base import AnyRequest, Backend, BackendHealth, answered_by
 from switchyard.core.errors import (
@@ -24,6 +25,7 @@ from switchyard.core.errors import (
 )
 from switchyard.core.prices import Price
 from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
+from switchyard.core.urls import replica_label
 
 _PASSED_THROUGH = (
     "frequency_penalty",
@@ -78,7 +80,7 @@ class CommercialBackend(Backend):
         self.api_base = api_base
         self._api_key = api_key
         self.timeout_s = timeout_s
-        self.label = f"litellm@{litellm_model}"
+        self.label = replica_label("litellm", 0)
 
     def price(self) -> Price | None:
         """LiteLLM's price map for this model (the config overrides it)."""
@@ -106,10 +108,18 @@ class CommercialBackend(Backend):
             kwargs["stream_options"] = {"include_usage": True}
         return kwargs
 
+    def _without_address(self, text: object) -> str:
+        """LiteLLM's messages may quote the api_base: clients hear the label instead."""
+        text = str(text)
+        if self.api_base:
+            host = urlsplit(self.api_base).netloc
+            text = text.replace(self.api_base.rstrip("/"), self.label).replace(host, self.label) if host else text
+        return text
+
     def _translate(self, exc: Exception) -> Exception:
         """The one place where LiteLLM's exceptions become ours."""
         litellm = _litellm()
-        message = f"{self.name} ({self.litellm_model}): {getattr(exc, 'message', None) or exc}"
+        message = f"{self.name} ({self.litellm_model}): {self._without_address(getattr(exc, 'message', None) or exc)}"
         if isinstance(exc, litellm.ContextWindowExceededError):
             return ContextLengthExceeded(message, param="messages")
         if isinstance(exc, litellm.RateLimitError):

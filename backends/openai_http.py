@@ -8,6 +8,7 @@ aiohttp rather than httpx because the request path is the product: measured in
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -29,25 +30,34 @@ from switchyard.core.errors import (
     SwitchyardError,
 )
 from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
+from switchyard.core.urls import replica_label, split_credentials
 
 
 @dataclass(eq=False, slots=True)
 class Replica:
+    """One server of a model. Credentials in `base_url` are taken out here and become its auth:
+    `user:password@` is sent as HTTP Basic, `api_key` as a Bearer key (not both); `label` names it
+    to clients (`openai#0`: its kind and its place in the model's replicas, set by the backend)."""
+
     KIND: ClassVar[str] = "openai"
 
     base_url: str
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)
     num_outstanding: int = 0
     is_ready: bool = True
     last_health: str = "not probed yet"
-    headers: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
     label: str = ""
 
     def __post_init__(self) -> None:
-        self.base_url = self.base_url.rstrip("/")
-        self.label = f"{self.KIND}@" + self.base_url.split("://", 1)[-1]
+        self.base_url, user, password = split_credentials(self.base_url.rstrip("/"))
+        self.label = replica_label(self.KIND, 0)
         self.headers = {"content-type": "application/json"}
-        if self.api_key:
+        if user is not None and self.api_key:
+            raise ValueError("a replica's base_url carries credentials and an api_key is given too; give one")
+        if user is not None:
+            self.headers["authorization"] = "Basic " + base64.b64encode(f"{user}:{password or ''}".encode()).decode()
+        elif self.api_key:
             self.headers["authorization"] = f"Bearer {self.api_key}"
 
 
@@ -88,6 +98,8 @@ class OpenAIHTTPBackend(Backend):
             raise ValueError("a backend needs at least one replica")
         self.name = name
         self.replicas = replicas
+        for index, replica in enumerate(replicas):
+            replica.label = replica_label(replica.KIND, index)
         self.upstream_model = upstream_model or name
         self._session = session
         self._balancer = LeastOutstanding()
@@ -138,18 +150,24 @@ class OpenAIHTTPBackend(Backend):
             return await self._session.post(url, data=body, headers=replica.headers, timeout=self._timeout)
 
     def _fail(self, replica: Replica, exc: Exception) -> BackendError:
-        """The one place where transport exceptions become ours."""
-        where = f"upstream {self.name} at {replica.base_url}"
-        if isinstance(exc, asyncio.TimeoutError):
-            return BackendTimeout(f"{where} timed out ({type(exc).__name__})", backend=self.name)
-        if isinstance(exc, aiohttp.ClientConnectionError | aiohttp.ClientPayloadError):
-            return BackendUnavailable(f"{where} is unreachable or dropped the connection: {exc}", backend=self.name)
-        if isinstance(exc, SSEDecodeError):
-            return BackendError(f"{where} sent a malformed stream: {exc}", backend=self.name)
-        return BackendError(f"{where} failed: {type(exc).__name__}: {exc}", backend=self.name)
+        """The one place where transport exceptions become ours.
 
-    def _status_error(self, status: int, headers: Mapping[str, str], body: bytes) -> SwitchyardError:
-        reason = f"upstream {self.name} returned {status}: {_upstream_message(body)}"
+        The client and the ledger hear the deployment's label and the exception's class; the
+        transport's own words name the host and port, so they go to `detail` (the log) only.
+        """
+        where = f"upstream {self.name} ({replica.label})"
+        detail = f"{where} at {replica.base_url}: {type(exc).__name__}: {exc}"
+        if isinstance(exc, asyncio.TimeoutError):
+            return BackendTimeout(f"{where} timed out ({type(exc).__name__})", backend=self.name, detail=detail)
+        if isinstance(exc, aiohttp.ClientConnectionError | aiohttp.ClientPayloadError):
+            message = f"{where} is unreachable or dropped the connection ({type(exc).__name__})"
+            return BackendUnavailable(message, backend=self.name, detail=detail)
+        if isinstance(exc, SSEDecodeError):
+            return BackendError(f"{where} sent a malformed stream: {exc}", backend=self.name, detail=detail)
+        return BackendError(f"{where} failed ({type(exc).__name__})", backend=self.name, detail=detail)
+
+    def _status_error(self, replica: Replica, status: int, headers: Mapping[str, str], body: bytes) -> SwitchyardError:
+        reason = f"upstream {self.name} ({replica.label}) returned {status}: {_upstream_message(body)}"
         retry_after_s = _retry_after_s(headers)
         if status == 400 and b"context_length_exceeded" in body:
             return ContextLengthExceeded(reason, param="messages")  # a model with a larger window may answer
@@ -178,7 +196,7 @@ class OpenAIHTTPBackend(Backend):
         finally:
             replica.num_outstanding -= 1
         if status != 200:
-            raise self._status_error(status, headers, data)
+            raise self._status_error(replica, status, headers, data)
         result = CompletionResult(data)
         if not result.looks_like_completion():
             raise BackendError(f"upstream {self.name} sent a malformed response", backend=self.name)
@@ -193,7 +211,7 @@ class OpenAIHTTPBackend(Backend):
             try:
                 response = await self._post(replica, request, stream=True)
                 if response.status != 200:
-                    raise self._status_error(response.status, response.headers, await response.read())
+                    raise self._status_error(replica, response.status, response.headers, await response.read())
                 async for data in iter_sse_data(response.content.iter_any()):
                     if not (data.startswith(b"{") and data.endswith(b"}")):
                         raise SSEDecodeError(f"event data is not a JSON object: {data[:80]!r}")
@@ -229,7 +247,7 @@ class OpenAIHTTPBackend(Backend):
     async def health(self) -> BackendHealth:
         await asyncio.gather(*(self._probe(replica) for replica in self.replicas))
         num_ready = sum(replica.is_ready for replica in self.replicas)
-        detail = "; ".join(f"{r.base_url}: {r.last_health}" for r in self.replicas)
+        detail = "; ".join(f"{r.label} at {r.base_url}: {r.last_health}" for r in self.replicas)
         return BackendHealth(is_ready=num_ready > 0, detail=f"{num_ready}/{len(self.replicas)} ready; {detail}")
 
     def is_ready(self) -> bool:

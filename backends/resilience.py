@@ -65,8 +65,9 @@ class Attempt:
     model: str
     error: SwitchyardError
 
-    def describe(self) -> str:
-        return f"{self.model}: {self.error.status_code} {self.error.message}"
+    def describe(self, *, for_log: bool = False) -> str:
+        text = self.error.log_message if for_log else self.error.message
+        return f"{self.model}: {self.error.status_code} {text}"
 
 
 class AllAttemptsFailed(BackendError):
@@ -83,8 +84,10 @@ class AllAttemptsFailed(BackendError):
         else:
             status, code = 502, "upstream_error"
         retry_after = [a.error.retry_after_s for a in attempts if a.error.retry_after_s is not None]
-        message = f"All {len(attempts)} attempts failed: " + "; ".join(a.describe() for a in attempts)
-        super().__init__(message, code=code, retry_after_s=min(retry_after) if retry_after else None)
+        heading = f"All {len(attempts)} attempts failed: "
+        message = heading + "; ".join(a.describe() for a in attempts)
+        detail = heading + "; ".join(a.describe(for_log=True) for a in attempts)
+        super().__init__(message, code=code, retry_after_s=min(retry_after) if retry_after else None, detail=detail)
         self.status_code = status
         self.error_type = "rate_limit_error" if status == 429 else "upstream_error"
         self.attempts = attempts

@@ -15,11 +15,11 @@ A replica is saturated when its waiting queue or its KV-cache usage passes the c
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -27,6 +27,7 @@ import aiohttp
 from switchyard.backends.base import AnyRequest, BackendHealth
 from switchyard.backends.openai_http import OpenAIHTTPBackend, Replica
 from switchyard.core.protocol import ChatCompletionRequest
+from switchyard.core.supervision import SupervisedTask
 
 logger = logging.getLogger("switchyard.vllm")
 
@@ -107,13 +108,17 @@ class VLLMBackend(OpenAIHTTPBackend):
         self.metrics_interval_s = metrics_interval_s
         self.limits = limits or SaturationLimits()
         self.is_sticky = is_sticky
-        self._scraper: asyncio.Task | None = None
+        self._scraper: SupervisedTask | None = None
 
     # -- load signal ----------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._scraper = SupervisedTask(f"vllm-metrics:{self.name}", self._scrape_forever)
+        self._scraper.start()
         await self.scrape()
-        self._scraper = asyncio.create_task(self._scrape_forever())
+
+    def background_tasks(self) -> Sequence[SupervisedTask]:
+        return () if self._scraper is None else (self._scraper,)
 
     async def _scrape_forever(self) -> None:
         while True:
@@ -132,7 +137,7 @@ class VLLMBackend(OpenAIHTTPBackend):
                     replica.has_metrics = False
                     return
                 metrics = parse_prometheus(await response.text())
-        except (TimeoutError, aiohttp.ClientError):
+        except (TimeoutError, aiohttp.ClientError, ValueError):  # ValueError: not text (UnicodeDecodeError)
             replica.has_metrics = False
             return
         replica.num_waiting = metrics.get("vllm:num_requests_waiting", 0.0)
@@ -167,7 +172,7 @@ class VLLMBackend(OpenAIHTTPBackend):
     async def health(self) -> BackendHealth:
         verdict = await super().health()
         loads = "; ".join(
-            f"{r.base_url}: waiting {r.num_waiting:g}, running {r.num_running:g}, KV {r.kv_cache_usage:.0%}"
+            f"{r.label}: waiting {r.num_waiting:g}, running {r.num_running:g}, KV {r.kv_cache_usage:.0%}"
             + (" (saturated)" if r.is_saturated else "")
             for r in self.replicas
         )
@@ -175,7 +180,5 @@ class VLLMBackend(OpenAIHTTPBackend):
 
     async def aclose(self) -> None:
         if self._scraper is not None:
-            self._scraper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._scraper
+            await self._scraper.aclose()
             self._scraper = None

@@ -50,6 +50,11 @@ class SwitchyardError(Exception):
             self.code = code
         self.retry_after_s = retry_after_s
 
+    @property
+    def log_message(self) -> str:
+        """What the log says: the message, with what only operators should read (`BackendError.detail`)."""
+        return self.message
+
     def to_dict(self) -> dict:
         return {
             "message": self.message,
@@ -132,15 +137,24 @@ class BudgetExceeded(RateLimited):
 
 
 class BackendError(SwitchyardError):
-    """An upstream failed; `backend` names the deployment that did."""
+    """An upstream failed; `backend` names the deployment that did.
+
+    `message` reaches the client and the ledger, so it names the deployment (`openai#0`), never
+    its address; `detail`, for the log only, may add the host and the transport's own words.
+    """
 
     status_code = 502
     error_type = "upstream_error"
     code = "upstream_error"
 
-    def __init__(self, message: str, *, backend: str | None = None, **kwargs) -> None:
+    def __init__(self, message: str, *, backend: str | None = None, detail: str | None = None, **kwargs) -> None:
         super().__init__(message, **kwargs)
         self.backend = backend
+        self.detail = detail
+
+    @property
+    def log_message(self) -> str:
+        return self.detail or self.message
 
 
 class BackendRejected(BackendError):

@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from switchyard.core.prices import Price
 from switchyard.core.thresholds import CONFIDENCE_FEATURES
+from switchyard.core.urls import has_credentials
 
 DEFAULT_CONFIG_NAME = "switchyard.yaml"
 # Picked by `switchyard classifier train` on the train split and shipped with the classifier.
@@ -253,6 +254,13 @@ class _HTTPModel(_ModelBase):
             raise ValueError("give exactly one of 'base_url' or 'replicas'")
         if self.replicas is not None and not self.replicas:
             raise ValueError("'replicas' must list at least one replica")
+        named = [("", self)] if self.replicas is None else [(f"replicas[{i}].", r) for i, r in enumerate(self.replicas)]
+        for where, address in named:
+            if address.api_key is not None and has_credentials(address.base_url or ""):
+                raise ValueError(
+                    f"model '{self.name}': {where}base_url carries credentials (user:password@) and {where}api_key "
+                    "is set too; give one of them (the URL's are sent as HTTP Basic auth, api_key as a Bearer key)"
+                )
         return self
 
     def replica_list(self) -> list[ReplicaSettings]:
@@ -283,6 +291,14 @@ class LiteLLMModel(_ModelBase):
     base_url: str | None = None
     api_key: SecretStr | None = None
     timeout_s: float = Field(default=600.0, gt=0)
+
+    @model_validator(mode="after")
+    def _no_credentials_in_url(self) -> LiteLLMModel:
+        if self.base_url is not None and has_credentials(self.base_url):
+            raise ValueError(
+                f"model '{self.name}': base_url carries credentials (user:password@); put the key in api_key"
+            )
+        return self
 
 
 class EmbeddedModel(_ModelBase):

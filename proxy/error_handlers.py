@@ -34,7 +34,7 @@ _HTTP_STATUS_TO_ERROR: dict[int, type[SwitchyardError]] = {
 async def _handle_switchyard_error(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, SwitchyardError)
     if exc.status_code >= 500:
-        logger.warning("%s: %s", type(exc).__name__, exc.message)
+        logger.warning("%s: %s", type(exc).__name__, exc.log_message)
     return error_response(exc)
 
 

@@ -317,10 +317,10 @@ async def _sse_body(
         yield b"data: " + error_body(ShuttingDown("The server is shutting down; retry the request.")) + b"\n\n"
     except SwitchyardError as exc:
         status, error = "failed", exc.message
-        logger.warning("stream failed after the first byte: %s", exc.message)
+        logger.warning("stream failed after the first byte: %s", exc.log_message)
         yield b"data: " + error_body(exc) + b"\n\n"
     except Exception as exc:
-        status, error = "failed", f"{type(exc).__name__}: {exc}"
+        status, error = "failed", f"internal error ({type(exc).__name__})"  # its words may name hosts: the log has them
         logger.exception("stream failed after the first byte")
         yield b"data: " + error_body(SwitchyardError("The server had an internal error.")) + b"\n\n"
     finally:

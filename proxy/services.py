@@ -40,6 +40,7 @@ from switchyard.classifier.model import DEFAULT_ARTIFACT, ArtifactError, Complex
 from switchyard.classifier.runtime import MicroBatcher
 from switchyard.core.prices import Price
 from switchyard.core.settings import Settings
+from switchyard.core.supervision import SupervisedTask
 from switchyard.core.thresholds import ThresholdsError, ThresholdsFile, read_thresholds
 from switchyard.proxy.access import TierSlots
 from switchyard.proxy.routing import AutoRouter, resolve_thresholds
@@ -97,6 +98,11 @@ class Services:
     auto_router: AutoRouter | None
     cascade: Cascade | None
     streams: LiveStreams = field(default_factory=LiveStreams)
+    background: list[SupervisedTask] = field(default_factory=list)
+
+    def background_tasks(self) -> list[SupervisedTask]:
+        """Every supervised long-running task: ours and the backends' (readiness shows them)."""
+        return [*self.background, *(task for entry in self.registry for task in entry.backend.background_tasks())]
 
 
 @contextlib.asynccontextmanager
@@ -125,6 +131,7 @@ async def build_services(
     budgets: Budgets | None = None
     registry = ModelRegistry([])
     auto_router: AutoRouter | None = None
+    services: Services | None = None
     try:
         registry = build_registry(settings, session, backends=backends, only=only_models)
         if not len(registry):
@@ -185,8 +192,12 @@ async def build_services(
         else:
             # Backends that load something (the embedded engine's model) do it in the background:
             # the server answers at once, and /health/ready says when each model is ready.
-            tasks += [asyncio.create_task(entry.backend.start()) for entry in registry]
-            tasks.append(asyncio.create_task(_watch_health(registry, settings.upstream.health_interval_s)))
+            for entry in registry:
+                tasks.append(asyncio.create_task(entry.backend.start(), name=f"start:{entry.name}"))
+                tasks[-1].add_done_callback(_log_failed_start)
+            interval_s = settings.upstream.health_interval_s
+            services.background.append(SupervisedTask("health-watcher", lambda: _watch_health(registry, interval_s)))
+            services.background[-1].start()
         yield services
     finally:
         if budgets is not None:
@@ -199,11 +210,19 @@ async def build_services(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if services is not None:
+            for supervised in services.background:
+                await supervised.aclose()
         for entry in registry:
             await entry.backend.aclose()
         if auto_router is not None and auto_router.scorer is not None:
             auto_router.scorer.close()
         await session.close()
+
+
+def _log_failed_start(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("%s failed", task.get_name(), exc_info=task.exception())
 
 
 async def _watch_health(registry: ModelRegistry, interval_s: float) -> None:

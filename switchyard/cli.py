@@ -12,6 +12,7 @@ from switchyard.backends.defaults import load_settings
 from switchyard.cli_billing import keys_app, teams_app
 from switchyard.cli_report import report
 from switchyard.core.settings import DEFAULT_CONFIG_NAME, ConfigError
+from switchyard.core.urls import redact_credentials
 from switchyard.evals.classifier_cli import app as classifier_app
 from switchyard.evals.cli import app as eval_app
 from switchyard.evals.cli_support import cli_error
@@ -127,7 +128,7 @@ def check_config(config: ConfigOption = None) -> None:
         dumped["billing"]["database_url"] = mask_password(dumped["billing"]["database_url"])
     if "redis_url" in dumped.get("billing", {}):
         dumped["billing"]["redis_url"] = mask_password(dumped["billing"]["redis_url"])
-    typer.echo(yaml.safe_dump(dumped, sort_keys=False))
+    typer.echo(redact_credentials(yaml.safe_dump(dumped, sort_keys=False)))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from switchyard.backends.embedded import openai_format as fmt
 from switchyard.backends.embedded.engine import EmbeddedEngine, EngineLimits
 from switchyard.core.errors import BackendUnavailable
 from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
+from switchyard.core.urls import replica_label
 
 logger = logging.getLogger("switchyard.engine")
 
@@ -39,7 +40,7 @@ class EmbeddedBackend(Backend):
         self._cache_dir = cache_dir
         self.engine: EmbeddedEngine | None = None
         self._load_error: str | None = None
-        self.label = f"embedded@{model}"
+        self.label = replica_label("embedded", 0)
 
     # -- lifecycle ------------------------------------------------------------------------------
 

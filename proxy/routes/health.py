@@ -1,3 +1,5 @@
+"""Liveness and readiness: whether the process runs, and what each part of it says."""
+
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -16,7 +18,9 @@ async def ready(request: Request) -> Response:
 
     `breakers` shows each model's circuit breaker: closed, open or half-open. `ledger` says
     whether usage records are being written, or are waiting (`behind`: the database is down or
-    slow; records are kept in the spill file and written when it is back).
+    slow; records are kept in the spill file and written when it is back). `tasks` shows each
+    background task (the health watcher, vLLM's metrics scrapers): `running`, or `restarting`
+    after a crash (with how many restarts and the last exception's class).
     """
     services = request.app.state.services
     models = {entry.name: entry.backend.is_ready() for entry in services.registry}
@@ -25,6 +29,7 @@ async def ready(request: Request) -> Response:
         "status": "ready" if is_ready else "not_ready",
         "models": models,
         "breakers": services.executor.states(),
+        "tasks": {task.name: task.status() for task in services.background_tasks()},
     }
     if services.ledger is not None:
         status = services.ledger.status()
@@ -32,6 +37,7 @@ async def ready(request: Request) -> Response:
             "behind": status.is_behind,
             "pending": status.pending,
             "spilled": status.spilled,
-            "last_error": status.last_error,
+            # the class only: the database's own words name its host (the log has them)
+            "last_error": status.last_error.partition(":")[0] if status.last_error else None,
         }
     return Response(orjson.dumps(body), status_code=200 if is_ready else 503, media_type="application/json")

@@ -273,8 +273,9 @@ def test_postgresql_stopped_for_30_s_under_load_loses_no_record_and_doubles_none
     postgres_server.stop()
     try:
         asyncio.run(load(time.monotonic() + OUTAGE_S))
-        ready = httpx.get(replicas.urls[0] + "/health/ready").json()
-        assert ready["ledger"]["behind"] is True
+        response = httpx.get(replicas.urls[0] + "/health/ready")
+        assert response.json()["ledger"]["behind"] is True
+        assert "127.0.0.1" not in response.text and "postgresql" not in response.text  # the database's address
     finally:
         postgres_server.start()
 

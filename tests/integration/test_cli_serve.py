@@ -87,3 +87,24 @@ def test_check_config_masks_secrets(tmp_path):
     for secret in ("sk-secret-123", "sk-admin-secret", "pg-secret", "valkey-secret"):
         assert secret not in result.stdout
     assert "name: x" in result.stdout and "postgresql://me:***@127.0.0.1/db" in result.stdout
+
+
+def test_check_config_refuses_credentials_in_the_url_beside_an_api_key(tmp_path):
+    config = tmp_path / "both.yaml"
+    config.write_text("models:\n  - name: x\n    base_url: http://alice:pw-secret@127.0.0.1:1/v1\n    api_key: sk-1\n")
+    result = subprocess.run(_switchyard("check-config", "--config", str(config)), capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "model 'x': base_url carries credentials (user:password@) and api_key is set too" in result.stderr
+    assert "pw-secret" not in result.stderr + result.stdout
+
+
+def test_check_config_masks_credentials_in_base_urls(tmp_path):
+    config = tmp_path / "ok.yaml"
+    config.write_text(
+        "models:\n  - name: x\n    base_url: http://alice:pw-secret@127.0.0.1:1/v1\n"
+        "  - name: y\n    backend: vllm\n    replicas:\n      - base_url: http://bob:pw-other@127.0.0.1:2/v1\n"
+    )
+    result = subprocess.run(_switchyard("check-config", "--config", str(config)), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "pw-secret" not in result.stdout and "pw-other" not in result.stdout
+    assert "http://alice:***@127.0.0.1:1/v1" in result.stdout and "http://bob:***@127.0.0.1:2/v1" in result.stdout

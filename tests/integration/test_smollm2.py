@@ -73,7 +73,7 @@ def test_capital_of_france(proxy):
         )
     reply = raw.parse()
     assert raw.headers["x-switchyard-model"] == "local-small"
-    assert raw.headers["x-switchyard-backend"].startswith("openai@127.0.0.1")
+    assert raw.headers["x-switchyard-backend"] == "openai#0"
     assert "Paris" in reply.choices[0].message.content
     for token in reply.choices[0].logprobs.content:
         assert token.logprob <= 0

@@ -158,5 +158,5 @@ def test_backend_vllm_in_the_proxy_config(fleet):
     )
     with serve_in_thread(create_app(settings)) as url, openai.OpenAI(base_url=url + "/v1", api_key="k") as sdk:
         raw = sdk.chat.completions.with_raw_response.create(model="big", messages=[{"role": "user", "content": "hi"}])
-    assert raw.headers["x-switchyard-backend"] == "vllm@" + urls[1].split("://")[1]
+    assert raw.headers["x-switchyard-backend"] == "vllm#1"  # replicas[1], the one not saturated
     assert states[1].num_requests == 1 and states[0].num_requests == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 
@@ -12,6 +13,7 @@ from switchyard.core.protocol import StreamChunk
 from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
 from tests.fakes.server import serve_in_thread
+from tests.helpers import wait_until
 
 
 class BrokenBackend(Backend):
@@ -115,3 +117,50 @@ def test_an_aborted_upload_is_one_log_line_not_a_traceback(caplog):
     ours = [r for r in caplog.records if r.name.startswith("switchyard") and "left before its body" in r.getMessage()]
     assert len(ours) == 1 and ours[0].exc_info is None
     assert not [r for r in caplog.records if r.exc_info is not None]
+
+
+class FlakyHealthBackend(BrokenBackend):
+    """Its first health probe raises (as aiohttp's ValueError did for a base_url with credentials
+    plus an api_key, which killed the health watcher without a word)."""
+
+    def __init__(self) -> None:
+        self.num_probes = 0
+
+    async def health(self) -> BackendHealth:
+        self.num_probes += 1
+        if self.num_probes == 1:
+            raise ValueError("Cannot combine AUTHORIZATION header with AUTH argument or credentials encoded in URL")
+        return BackendHealth(is_ready=True)
+
+
+def test_a_health_watcher_that_dies_is_logged_restarted_and_shown_in_readiness(caplog):
+    backend = FlakyHealthBackend()
+    settings = Settings(
+        models=[{"name": "broken", "base_url": "http://127.0.0.1:1/v1"}],
+        upstream={"health_interval_s": 0.05},
+        billing={"ledger_path": None},
+    )
+    app = create_app(settings, backends={"broken": backend})
+    with _client(app) as client:
+        assert wait_until(lambda: client.get("/health/ready").json()["tasks"]["health-watcher"]["restarts"] == 1)
+        watcher = client.get("/health/ready").json()["tasks"]["health-watcher"]
+        assert watcher["last_error"] == "ValueError"
+        assert wait_until(lambda: backend.num_probes >= 3, timeout_s=5)  # probing again after the restart
+        assert client.get("/health/ready").json()["tasks"]["health-watcher"]["state"] == "running"
+    died = [r for r in caplog.records if "background task health-watcher died" in r.getMessage()]
+    assert died and died[0].exc_info is not None
+
+
+class FailingStartBackend(BrokenBackend):
+    async def start(self) -> None:
+        raise RuntimeError("could not connect")
+
+
+def test_a_backend_start_that_fails_is_logged_with_its_traceback(caplog):
+    settings = Settings(models=[{"name": "broken", "base_url": "http://127.0.0.1:1/v1"}], billing={"ledger_path": None})
+    app = create_app(settings, backends={"broken": FailingStartBackend()})
+    with _client(app) as client:
+        assert client.get("/health/live").status_code == 200
+        assert wait_until(lambda: any("start:broken failed" in r.getMessage() for r in caplog.records))
+    [failed] = [r for r in caplog.records if "start:broken failed" in r.getMessage()]
+    assert failed.levelno == logging.ERROR and failed.exc_info is not None

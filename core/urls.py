@@ -1,0 +1,52 @@
+"""Upstream addresses without their secrets, and the names clients see instead of addresses.
+
+A `base_url` may carry credentials (`http://user:password@host/v1`). They are taken out before the
+URL is used or printed (`split_credentials`) and sent as the upstream's auth; what reaches a
+client names a deployment by its backend kind and replica number (`replica_label`), never by its
+address.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+_CREDENTIALS_IN_URL = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/?#@\s]+)@")
+
+
+def replica_label(kind: str, index: int) -> str:
+    """How clients, the ledger and error messages name a deployment: `openai#0`, `vllm#1`.
+
+    `index` is the replica's place in its model's `replicas` list (0 for a single `base_url`).
+    """
+    return f"{kind}#{index}"
+
+
+def split_credentials(url: str) -> tuple[str, str | None, str | None]:
+    """(the URL without `user:password@`, the user, the password), percent-decoded.
+
+    The user and password are None when the URL carries no credentials; the password is None
+    when only a user is given (`http://user@host`).
+    """
+    parts = urlsplit(url)
+    userinfo, has_userinfo, host = parts.netloc.rpartition("@")
+    if not has_userinfo:
+        return url, None, None
+    user, has_password, password = userinfo.partition(":")
+    clean = urlunsplit(parts._replace(netloc=host))
+    return clean, unquote(user), unquote(password) if has_password else None
+
+
+def has_credentials(url: str) -> bool:
+    return split_credentials(url)[1] is not None
+
+
+def redact_credentials(text: str) -> str:
+    """`text` with the password of every URL in it masked: `user:***@`; a lone user (which may
+    be a token) becomes `***@`. For output that may hold URLs."""
+
+    def mask(match: re.Match[str]) -> str:
+        user, has_password, _ = match["userinfo"].partition(":")
+        return match["scheme"] + (f"{user}:***@" if has_password else "***@")
+
+    return _CREDENTIALS_IN_URL.sub(mask, text)
