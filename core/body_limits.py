@@ -71,8 +71,11 @@ def _is_deeper_than(root: dict | list, max_depth: int) -> bool:
     level: list[dict | list] = [root]
     for _ in range(max_depth):
         below: list[dict | list] = []
+        append = below.append
         for node in level:
-            below += [child for child in (node.values() if type(node) is dict else node) if type(child) in _CONTAINERS]
+            for child in node.values() if type(node) is dict else node:
+                if type(child) in _CONTAINERS:
+                    append(child)
         if not below:
             return False
         level = below

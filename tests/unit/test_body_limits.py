@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 from types import SimpleNamespace
 
@@ -14,7 +15,7 @@ from switchyard.core.body_limits import BodyLimits, check_body_limits
 from switchyard.core.errors import ArrayTooLong, InvalidRequest, InvalidType, JSONTooDeep, PromptTooLong
 from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
 from switchyard.core.settings import ServerSettings, Settings
-from switchyard.proxy.body import OFF_LOOP_BYTES, parse_request, read_request
+from switchyard.proxy.body import OFF_LOOP_BYTES, _CollectorPause, parse_request, read_request
 
 LIMITS = BodyLimits(max_json_depth=8, max_messages=3, max_prompt_chars=20, max_prompt_token_ids=10)
 HI = [{"role": "user", "content": "hi"}]
@@ -165,13 +166,13 @@ def test_missing_and_out_of_range_keep_their_codes():
 
 # --- where the body is parsed -----------------------------------------------------------------
 
-_PARSED_ON: list[threading.Thread] = []
+_PARSED_ON: list[tuple[threading.Thread, bool]] = []  # the thread, and whether the collector ran
 
 
 class _Recorded(ChatCompletionRequest):
     @model_validator(mode="after")
     def _record_thread(self) -> _Recorded:
-        _PARSED_ON.append(threading.current_thread())
+        _PARSED_ON.append((threading.current_thread(), gc.isenabled()))
         return self
 
 
@@ -195,4 +196,27 @@ async def test_large_bodies_are_parsed_off_the_event_loop(num_messages, is_on_lo
     _PARSED_ON.clear()
     request = await read_request(_request(body), _Recorded)
     assert len(request.messages) == num_messages
-    assert (_PARSED_ON == [threading.current_thread()]) == is_on_loop
+    [(thread, was_collecting)] = _PARSED_ON
+    assert (thread is threading.current_thread()) == is_on_loop
+    assert was_collecting == is_on_loop  # the collector is paused while a large body is parsed
+    assert gc.isenabled()
+
+
+def test_the_collector_is_back_when_the_last_overlapping_parse_ends():
+    pause = _CollectorPause()
+    with pause.paused():
+        with pause.paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_a_collector_disabled_before_stays_disabled():
+    pause = _CollectorPause()
+    gc.disable()
+    try:
+        with pause.paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
