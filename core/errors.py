@@ -2,7 +2,11 @@
 
     SwitchyardError                     500 server_error
     ├── InvalidRequest                  400 invalid_request_error
-    │   ├── MalformedJSON               400 (body is not JSON)
+    │   ├── MalformedJSON               400 invalid_json          (body is not JSON)
+    │   ├── InvalidType                 400 invalid_type          (a string for a number, …)
+    │   ├── JSONTooDeep                 400 json_too_deep         (over server.max_json_depth)
+    │   ├── ArrayTooLong                400 array_above_max_length (messages, prompt token ids)
+    │   ├── PromptTooLong               400 string_above_max_length (over server.max_prompt_chars)
     │   └── ContextLengthExceeded       400 context_length_exceeded
     ├── AuthenticationFailed            401 invalid_api_key       (teams configured, key unknown)
     ├── ModelNotAllowed                 403 model_not_allowed     (not among the team's models)
@@ -77,6 +81,22 @@ class InvalidRequest(SwitchyardError):
 
 class MalformedJSON(InvalidRequest):
     code = "invalid_json"
+
+
+class InvalidType(InvalidRequest):
+    code = "invalid_type"
+
+
+class JSONTooDeep(InvalidRequest):
+    code = "json_too_deep"
+
+
+class ArrayTooLong(InvalidRequest):
+    code = "array_above_max_length"
+
+
+class PromptTooLong(InvalidRequest):
+    code = "string_above_max_length"
 
 
 class ContextLengthExceeded(InvalidRequest):

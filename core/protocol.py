@@ -1,17 +1,19 @@
 """Wire schemas of the OpenAI-compatible API, in the order OpenAI's reference lists the fields.
 
 Requests allow unknown fields (`extra="allow"`): a client field Switchyard does not know yet is
-forwarded to the backend untouched. Fields that exist only in Switchyard sit under the banner at
-the end of this module.
+forwarded to the backend untouched. The fields it knows have strict types, as OpenAI's API has:
+the body is forwarded as the client sent it, so a `"10"` that validation coerced into a number
+would still reach the upstream as a string. An integer is a valid number (`temperature: 1`).
+Fields that exist only in Switchyard sit under the banner at the end of this module.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, StrictBool, StrictFloat, StrictInt, Tag
 
 
 class _Open(BaseModel):
@@ -67,49 +69,69 @@ def message_text(content: str | list[dict[str, Any]] | None) -> str:
 
 
 class StreamOptions(_Open):
-    include_usage: bool | None = None
+    include_usage: StrictBool | None = None
 
 
 class ChatCompletionRequest(WireRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     model: str
-    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
-    logit_bias: dict[str, float] | None = None
-    logprobs: bool | None = None
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    n: int | None = Field(default=None, ge=1, le=128)
-    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: StrictFloat | None = Field(default=None, ge=-2.0, le=2.0)
+    logit_bias: dict[str, StrictFloat] | None = None
+    logprobs: StrictBool | None = None
+    max_completion_tokens: StrictInt | None = Field(default=None, ge=1)
+    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    n: StrictInt | None = Field(default=None, ge=1, le=128)
+    presence_penalty: StrictFloat | None = Field(default=None, ge=-2.0, le=2.0)
     response_format: dict[str, Any] | None = None
-    seed: int | None = None
+    seed: StrictInt | None = None
     stop: str | list[str] | None = None
-    stream: bool | None = None
+    stream: StrictBool | None = None
     stream_options: StreamOptions | None = None
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    temperature: StrictFloat | None = Field(default=None, ge=0.0, le=2.0)
     tool_choice: str | dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    top_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    top_logprobs: StrictInt | None = Field(default=None, ge=0, le=20)
+    top_p: StrictFloat | None = Field(default=None, ge=0.0, le=1.0)
     user: str | None = None
+
+
+def _prompt_kind(value: Any) -> str:
+    """Which form a prompt takes, read from its first item, so that one form alone is validated
+    (a smart union would try every form, and fail 500,000 token ids as strings first)."""
+    if not isinstance(value, list):
+        return "str"
+    first = value[0] if value else ""
+    if isinstance(first, list):
+        return "list[list[int]]"
+    return "list[int]" if isinstance(first, int) and not isinstance(first, bool) else "list[str]"
+
+
+Prompt = Annotated[
+    Annotated[str, Tag("str")]
+    | Annotated[list[str], Tag("list[str]")]
+    | Annotated[list[StrictInt], Tag("list[int]")]
+    | Annotated[list[list[StrictInt]], Tag("list[list[int]]")],
+    Discriminator(_prompt_kind),
+]
 
 
 class CompletionRequest(WireRequest):
     model: str
-    prompt: str | list[str] | list[int] | list[list[int]]
-    echo: bool | None = None
-    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
-    logit_bias: dict[str, float] | None = None
-    logprobs: int | None = Field(default=None, ge=0, le=20)
-    max_tokens: int | None = Field(default=None, ge=1)
-    n: int | None = Field(default=None, ge=1, le=128)
-    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
-    seed: int | None = None
+    prompt: Prompt
+    echo: StrictBool | None = None
+    frequency_penalty: StrictFloat | None = Field(default=None, ge=-2.0, le=2.0)
+    logit_bias: dict[str, StrictFloat] | None = None
+    logprobs: StrictInt | None = Field(default=None, ge=0, le=20)
+    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    n: StrictInt | None = Field(default=None, ge=1, le=128)
+    presence_penalty: StrictFloat | None = Field(default=None, ge=-2.0, le=2.0)
+    seed: StrictInt | None = None
     stop: str | list[str] | None = None
-    stream: bool | None = None
+    stream: StrictBool | None = None
     stream_options: StreamOptions | None = None
     suffix: str | None = None
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    temperature: StrictFloat | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: StrictFloat | None = Field(default=None, ge=0.0, le=1.0)
     user: str | None = None
 
 
@@ -262,7 +284,7 @@ class StreamChunk(RawJSON):
         parts = []
         for choice in self.parsed.get("choices") or ():
             delta = choice.get("delta")
-            piece = delta.get("content") if delta else choice.get("text")
+            piece = delta.get("content") if delta else choice.get("str")
             if piece:
                 parts.append(piece)
         return "".join(parts)

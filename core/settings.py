@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, SecretStr, Tag, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from switchyard.core.body_limits import BodyLimits
 from switchyard.core.prices import Price
 from switchyard.core.thresholds import CONFIDENCE_FEATURES
 from switchyard.core.urls import has_credentials
@@ -41,8 +42,17 @@ class ServerSettings(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    # What a body under max_body_bytes may hold (core/body_limits.py); over any of them is a 400.
+    # The depth stays under 254, where orjson stops writing the body back out.
+    max_json_depth: int = Field(default=64, ge=4, le=200)  # the body is level 1
+    max_messages: int = Field(default=2048, ge=1)  # in one chat request
+    max_prompt_chars: int = Field(default=2_000_000, ge=1)  # the messages' text, or a completions prompt (batch)
+    max_prompt_token_ids: int = Field(default=262_144, ge=1)  # a completions prompt (batch) given as token ids
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     access_log: bool = False
+
+    def body_limits(self) -> BodyLimits:
+        return BodyLimits(self.max_json_depth, self.max_messages, self.max_prompt_chars, self.max_prompt_token_ids)
 
 
 class UpstreamSettings(_Strict):
