@@ -42,6 +42,7 @@ class ServerSettings(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    body_timeout_s: float = Field(default=30.0, gt=0)  # the whole body must arrive within this, else a 400
     # What a body under max_body_bytes may hold (core/body_limits.py); over any of them is a 400.
     # The depth stays under 254, where orjson stops writing the body back out.
     max_json_depth: int = Field(default=64, ge=4, le=200)  # the body is level 1

@@ -46,17 +46,27 @@ _EXPECTED = {
 _UNION_MEMBER = re.compile(r"^(str|int|float|bool|list\[.*\]|dict\[.*\])$")
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
+async def read_body(request: Request, max_bytes: int, timeout_s: float | None = None) -> bytes:
+    """The body, up to `max_bytes`; one that has not all arrived within `timeout_s` (a client that
+    sent less than its Content-Length, or sends it a trickle at a time) is a 400, not a hang."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise RequestTooLarge(f"Request body is {declared} bytes; the limit is {max_bytes}.")
     parts: list[bytes] = []
     size = 0
-    async for part in request.stream():
-        size += len(part)
-        if size > max_bytes:
-            raise RequestTooLarge(f"Request body exceeds the limit of {max_bytes} bytes.")
-        parts.append(part)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for part in request.stream():
+                size += len(part)
+                if size > max_bytes:
+                    raise RequestTooLarge(f"Request body exceeds the limit of {max_bytes} bytes.")
+                parts.append(part)
+    except TimeoutError:
+        raise InvalidRequest(
+            f"The request body did not arrive within {timeout_s:g} s (server.body_timeout_s): "
+            f"{size} of {declared or 'an unknown number of'} bytes came.",
+            code="body_timeout",
+        ) from None
     return b"".join(parts)
 
 
@@ -108,7 +118,7 @@ def parse_request(model: type[M], body: bytes, limits: BodyLimits) -> M:
 
 async def read_request(request: Request, model: type[M]) -> M:
     server = request.app.state.services.settings.server
-    body = await read_body(request, server.max_body_bytes)
+    body = await read_body(request, server.max_body_bytes, server.body_timeout_s)
     if len(body) < OFF_LOOP_BYTES:
         return parse_request(model, body, server.body_limits())
     return await asyncio.to_thread(_parse_large, model, body, server.body_limits())

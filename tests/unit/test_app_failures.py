@@ -164,3 +164,27 @@ def test_a_backend_start_that_fails_is_logged_with_its_traceback(caplog):
         assert wait_until(lambda: any("start:broken failed" in r.getMessage() for r in caplog.records))
     [failed] = [r for r in caplog.records if "start:broken failed" in r.getMessage()]
     assert failed.levelno == logging.ERROR and failed.exc_info is not None
+
+
+def test_a_body_shorter_than_its_content_length_is_a_400_after_the_body_deadline():
+    import socket
+
+    app = create_app(Settings(server={"body_timeout_s": 0.5}, billing={"ledger_path": None}))
+    with serve_in_thread(app) as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=20) as sock:
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b'Content-Length: 100\r\n\r\n{"model":'
+            )
+            reply = b""
+            while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+                data = sock.recv(65536)  # the socket's timeout is the guard against a hang
+                if not data:
+                    break
+                reply += data
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400")
+    error = httpx.Response(400, content=body).json()["error"]
+    assert error["code"] == "body_timeout" and "server.body_timeout_s" in error["message"]
+    assert "9 of 100 bytes" in error["message"]
