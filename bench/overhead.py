@@ -189,7 +189,7 @@ def _start_switchyard_billing(python: str, upstream: Server, logs: Path) -> Serv
         f"billing:\n  database_url: sqlite:///{logs / 'usage.db'}\n"
         f"  redis_url: redis://127.0.0.1:{valkey_port}/0\n  spill_path: {logs / 'spill.jsonl'}\n"
         "teams:\n  bench:\n    api_keys: [sk-bench]\n    budget_usd_per_day: 1000000\n"
-        "    budget_usd_per_month: 1000000\n    rpm: 100000000\n    tpm: 1000000000000\n"
+        "    budget_usd_per_month: 1000000\n    rpm: 100000000\n    tpm: 2000000000\n"
     )
     return start(
         "switchyard-billing",
