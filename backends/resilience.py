@@ -2,7 +2,9 @@
 
 1. fallback chain: the requested model, then each of its `fallbacks` (that the team may use), in order;
 2. per model, load shedding: more than `max_in_flight` requests in flight → skip it (429 if all do);
-3. per model, the circuit breaker (aiobreaker): open → skip it without calling;
+3. per model, the circuit breaker (aiobreaker): open → skip it without calling; half-open → exactly
+   one trial request goes through; only the upstream's failures count (5xx, timeouts, connection
+   errors), never a client's 4xx nor the upstream's 429;
 4. per model, up to `max_attempts` attempts with exponential backoff and full jitter, honouring
    `Retry-After` on 429/503 (up to `max_retry_after_s`); only before the first streamed byte;
 5. per attempt, timeouts: connect and read (the HTTP session), time to first token
@@ -109,6 +111,7 @@ class Guard:
     breaker: CircuitBreaker
     num_in_flight: int = 0
     num_shed: int = field(default=0)
+    is_trial_in_flight: bool = False  # half-open: the one request let through to test the upstream
 
     @property
     def breaker_state(self) -> str:
@@ -116,8 +119,9 @@ class Guard:
 
 
 def _is_breaker_failure(exc: BaseException) -> bool:
-    """Only the upstream's own trouble trips a breaker; a client's bad request does not."""
-    return isinstance(exc, BackendError) and not isinstance(exc, BackendRejected)
+    """Only the upstream's own trouble trips a breaker: not a client's bad request, and not a rate
+    limit (the upstream is healthy, only busy: its 429 and Retry-After go to the client)."""
+    return isinstance(exc, BackendError) and not isinstance(exc, BackendRejected | BackendRateLimited)
 
 
 class ResilientExecutor:
@@ -202,7 +206,12 @@ class ResilientExecutor:
                         guard.num_shed += 1
                         fail(entry, _Shed(f"over {self.policy.max_in_flight} requests in flight", retry_after_s=1))
                         break
+                    is_trial = guard.breaker_state != "closed"  # the call that tests a recovering upstream
+                    if is_trial and guard.is_trial_in_flight:
+                        fail(entry, _CircuitOpen("circuit half-open: one trial request is in flight", retry_after_s=1))
+                        break
                     guard.num_in_flight += 1
+                    guard.is_trial_in_flight = guard.is_trial_in_flight or is_trial
                     if meter is not None:
                         meter.begin_attempt()
                         meter.current_entry = entry
@@ -231,6 +240,8 @@ class ResilientExecutor:
                             await asyncio.sleep(self._pause_s(number, exc))
                     finally:
                         guard.num_in_flight -= 1
+                        if is_trial:
+                            guard.is_trial_in_flight = False
             if all(isinstance(a.error, ContextLengthExceeded) for a in attempts):
                 raise attempts[-1].error  # no model could hold it: the client's 400
             raise AllAttemptsFailed(attempts)

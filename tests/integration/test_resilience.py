@@ -223,3 +223,32 @@ async def _storm(front: str, n: int, *, stop_after_s: float, stop) -> dict[str, 
         await asyncio.gather(*tasks)
     counts["other_reasons"] = sorted(set(others))
     return counts
+
+
+def test_upstream_429s_are_passed_on_and_never_open_the_breaker(pair):
+    states, proxy = pair
+    base = proxy({"max_attempts": 1, "breaker_fail_max": 2, "max_retry_after_s": 1}, fallbacks=False)
+    states["a"].behaviour = FakeBehaviour(failure="429", retry_after_s=7)
+    responses = [httpx.post(base + "/v1/chat/completions", json={"model": "primary", "messages": HI}) for _ in range(5)]
+    assert [r.status_code for r in responses] == [429] * 5  # never 503 "circuit open"
+    assert {r.json()["error"]["code"] for r in responses} == {"rate_limit_exceeded"}
+    assert all(r.headers["retry-after"] == "7" for r in responses)
+    assert states["a"].num_requests == 5  # every one was asked: the breaker stayed closed
+
+
+async def test_a_half_open_breaker_lets_exactly_one_trial_through(pair):
+    states, proxy = pair
+    base = proxy({"max_attempts": 1, "breaker_fail_max": 1, "breaker_reset_s": 0.3}, fallbacks=False)
+    states["a"].behaviour = FakeBehaviour(failure="500", fail_times=1)
+    body = {"model": "primary", "messages": HI}
+    async with httpx.AsyncClient(base_url=base, timeout=10) as client:
+        assert (await client.post("/v1/chat/completions", json=body)).status_code in (502, 503)  # it opens
+        states["a"].behaviour = FakeBehaviour(latency_s=2.0)  # recovered, slowly: the burst meets the trial
+        await asyncio.sleep(0.4)  # past breaker_reset_s: the next request is the trial
+        burst = await asyncio.gather(*(client.post("/v1/chat/completions", json=body) for _ in range(10)))
+        after = await client.post("/v1/chat/completions", json=body)
+    assert sorted(r.status_code for r in burst) == [200] + [503] * 9
+    refused = [r.json()["error"]["message"] for r in burst if r.status_code == 503]
+    assert all("half-open" in m or "circuit open" in m for m in refused)
+    assert after.status_code == 200  # the trial succeeded: closed again
+    assert states["a"].num_requests == 1 + 1 + 1  # the failure, the one trial, the request after
