@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -89,6 +90,21 @@ def new_key() -> tuple[str, str, str, bytes]:
     """A fresh key: (the key itself, its id, its shown prefix, its digest). The key is shown once."""
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     return key, "key_" + secrets.token_hex(8), shown_prefix(key), digest(key)
+
+
+def issue_key(
+    team: str,
+    *,
+    budget_usd_per_day: float | None = None,
+    budget_usd_per_month: float | None = None,
+    rpm: int | None = None,
+    tpm: int | None = None,
+    expires_at: float | None = None,
+) -> tuple[str, ApiKey]:
+    """A fresh key for `team` and its record, created now: (the key, shown once; the record)."""
+    key, key_id, prefix, key_digest = new_key()
+    limits = (budget_usd_per_day, budget_usd_per_month, rpm, tpm)
+    return key, ApiKey(key_id, team, prefix, key_digest, *limits, time.time(), expires_at)
 
 
 def same_digest(a: bytes, b: bytes) -> bool:

@@ -30,7 +30,7 @@ from switchyard.billing.store.schema import (
     team_values,
     usage_from_row,
 )
-from switchyard.billing.teams import ApiKey, Team, new_key
+from switchyard.billing.teams import ApiKey, Team, issue_key
 
 _MIGRATION_LOCK = 0x5357_4C45_4447  # pg_advisory_xact_lock key: "SWLEDG"
 _UNAVAILABLE = (
@@ -239,18 +239,13 @@ class PostgresDatabase:
         tpm: int | None = None,
         expires_at: float | None = None,
     ) -> tuple[str, ApiKey]:
-        key, key_id, prefix, key_digest = new_key()
-        api_key = ApiKey(
-            key_id,
+        key, api_key = issue_key(
             team,
-            prefix,
-            key_digest,
-            budget_usd_per_day,
-            budget_usd_per_month,
-            rpm,
-            tpm,
-            time.time(),
-            expires_at,
+            budget_usd_per_day=budget_usd_per_day,
+            budget_usd_per_month=budget_usd_per_month,
+            rpm=rpm,
+            tpm=tpm,
+            expires_at=expires_at,
         )
         placeholders = ", ".join(f"${i}" for i in range(1, len(KEY_COLUMNS) + 1))
         async with self._connection() as db, db.transaction():

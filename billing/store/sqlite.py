@@ -28,7 +28,7 @@ from switchyard.billing.store.schema import (
     usage_from_row,
     usage_values,
 )
-from switchyard.billing.teams import ApiKey, Team, new_key
+from switchyard.billing.teams import ApiKey, Team, issue_key
 
 T = TypeVar("T")
 # Worth retrying later: busy or locked beyond the busy timeout, the file out of reach or the disk full.
@@ -258,18 +258,13 @@ class SQLiteDatabase:
         tpm: int | None = None,
         expires_at: float | None = None,
     ) -> tuple[str, ApiKey]:
-        key, key_id, prefix, key_digest = new_key()
-        api_key = ApiKey(
-            key_id,
+        key, api_key = issue_key(
             team,
-            prefix,
-            key_digest,
-            budget_usd_per_day,
-            budget_usd_per_month,
-            rpm,
-            tpm,
-            time.time(),
-            expires_at,
+            budget_usd_per_day=budget_usd_per_day,
+            budget_usd_per_month=budget_usd_per_month,
+            rpm=rpm,
+            tpm=tpm,
+            expires_at=expires_at,
         )
         values = tuple(getattr(api_key, column) for column in KEY_COLUMNS)
 
