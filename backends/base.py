@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
+from switchyard.backends.breaker import Breaker
 from switchyard.core.context import answered_by
 from switchyard.core.prices import Price
 from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest, CompletionResult, StreamChunk
@@ -57,6 +58,11 @@ class Backend(ABC):
     def is_saturated(self) -> bool:
         """Busy enough that best-effort requests should go elsewhere."""
         return False
+
+    def attach_breakers(self, make_breaker: Callable[[], Breaker]) -> Sequence[tuple[str, Breaker]]:
+        """Give each of several replicas its own breaker (`make_breaker()`); returns them by replica
+        label. A backend without replicas to choose among keeps none: the model's breaker is its own."""
+        return ()
 
     def background_tasks(self) -> Sequence[SupervisedTask]:
         """The long-running tasks `start()` began (readiness shows their state)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -19,6 +19,7 @@ import orjson
 
 from switchyard.backends.balancer import LeastOutstanding
 from switchyard.backends.base import AnyRequest, Backend, BackendHealth, answered_by
+from switchyard.backends.breaker import Breaker, CircuitOpen, CoolingDown, current_attempt
 from switchyard.backends.sse import SSEDecodeError, iter_sse_data
 from switchyard.core.errors import (
     BackendError,
@@ -48,6 +49,7 @@ class Replica:
     last_health: str = "not probed yet"
     headers: dict[str, str] = field(default_factory=dict, repr=False)
     label: str = ""
+    breaker: Breaker | None = field(default=None, repr=False)  # when the model has several replicas
 
     def __post_init__(self) -> None:
         self.base_url, user, password = split_credentials(self.base_url.rstrip("/"))
@@ -110,14 +112,42 @@ class OpenAIHTTPBackend(Backend):
         )
         self._health_timeout = aiohttp.ClientTimeout(total=health_timeout_s)
 
+    def attach_breakers(self, make_breaker: Callable[[], Breaker]) -> list[tuple[str, Breaker]]:
+        if len(self.replicas) < 2:
+            return []  # the model's own breaker is this replica's
+        for replica in self.replicas:
+            replica.breaker = make_breaker()
+        return [(replica.label, replica.breaker) for replica in self.replicas if replica.breaker is not None]
+
     def _pick(self, request: AnyRequest) -> Replica:
-        replica = self._choose(request)
+        """The replica for `request`, among those whose breaker admits it (when the executor keeps
+        breakers for them): the chosen one's ticket joins the attempt's."""
+        tickets = current_attempt.get()
+        if tickets is None or self.replicas[0].breaker is None:
+            replica = self._choose(request, self.replicas)
+        else:
+            admitted = [r for r in self.replicas if r.breaker is not None and r.breaker.refusal() is None]
+            if not admitted:
+                raise self._none_admitted()
+            replica = self._choose(request, admitted)
+            ticket = replica.breaker.admit() if replica.breaker is not None else None
+            if ticket is not None:
+                tickets.add(ticket)
         answered_by.set(replica.label)
         return replica
 
-    def _choose(self, request: AnyRequest) -> Replica:
-        """Which replica takes `request`: the one with the fewest requests in flight."""
-        return self._balancer.pick(self.replicas)
+    def _none_admitted(self) -> BackendError:
+        cooling = [r.breaker.cooldown_left_s() for r in self.replicas if r.breaker is not None]
+        if any(cooling):
+            remaining_s = min(s for s in cooling if s > 0)
+            return CoolingDown(
+                f"every replica of {self.name} is open or cooling down after a 429", remaining_s=remaining_s
+            )
+        return CircuitOpen(f"circuit open on every replica of {self.name}", backend=self.name, retry_after_s=1)
+
+    def _choose(self, request: AnyRequest, candidates: list[Replica]) -> Replica:
+        """Which of `candidates` takes `request`: the one with the fewest requests in flight."""
+        return self._balancer.pick(candidates)
 
     # -- requests -------------------------------------------------------------------------------
 

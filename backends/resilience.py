@@ -20,15 +20,22 @@ never 500.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
-from aiobreaker import CircuitBreaker, CircuitBreakerError
-
 from switchyard.backends.base import AnyRequest
+from switchyard.backends.breaker import (
+    AttemptTickets,
+    Breaker,
+    BreakerPolicy,
+    CircuitOpen,
+    CoolingDown,
+    SettlingStream,
+    current_attempt,
+    is_breaker_failure,
+)
 from switchyard.backends.registry import ModelEntry, ModelRegistry
 from switchyard.billing.context import RequestContext
 from switchyard.core.errors import (
@@ -57,6 +64,8 @@ class ResiliencePolicy:
     request_timeout_s: float | None = None
     breaker_fail_max: int = 5
     breaker_reset_s: float = 30.0
+    max_cooldown_s: float = 60.0
+    default_cooldown_s: float = 1.0
     max_in_flight: int | None = None
     saturation_wait_s: float = 10.0
     saturation_max_waiting: int = 64
@@ -99,29 +108,47 @@ class _Shed(BackendRateLimited):
     code = "load_shed"
 
 
-class _CircuitOpen(BackendUnavailable):
-    code = "circuit_open"
-
-
 @dataclass
 class Guard:
-    """The breaker and the in-flight count of one deployment (a model entry)."""
+    """The breaker(s) and the in-flight count of one deployment (a model entry). A model with
+    several replicas has a breaker per replica (`replicas`, by label) and is open only when all
+    of them are; its own `breaker` then stays unused."""
 
     entry: ModelEntry
-    breaker: CircuitBreaker
+    breaker: Breaker
+    replicas: Sequence[tuple[str, Breaker]] = ()
     num_in_flight: int = 0
     num_shed: int = field(default=0)
-    is_trial_in_flight: bool = False  # half-open: the one request let through to test the upstream
 
     @property
     def breaker_state(self) -> str:
-        return self.breaker.current_state.name.lower().replace("_", "-")
+        if not self.replicas:
+            return self.breaker.state
+        states = {breaker.state for _, breaker in self.replicas}
+        if "closed" in states:
+            return "closed"
+        return "open" if states == {"open"} else "half-open"
+
+    def cooldown_left_s(self) -> float:
+        """How long the model cools down after a 429 (with replicas: while every one of them does)."""
+        if not self.replicas:
+            return self.breaker.cooldown_left_s()
+        return min(breaker.cooldown_left_s() for _, breaker in self.replicas)
+
+    def may_answer(self) -> bool:
+        """Whether a request sent now would reach an upstream (not refused by a breaker or a cooldown)."""
+        if not self.replicas:
+            return self.breaker.refusal() is None
+        return any(breaker.refusal() is None for _, breaker in self.replicas)
+
+    def refusal_error(self) -> SwitchyardError:
+        name, left_s = self.entry.name, self.cooldown_left_s()
+        if left_s > 0:
+            return CoolingDown(f"{name} is cooling down after a 429 for {left_s:.1f} s more", remaining_s=left_s)
+        return CircuitOpen(self.breaker.refusal() or "circuit open", backend=name, retry_after_s=1)
 
 
-def _is_breaker_failure(exc: BaseException) -> bool:
-    """Only the upstream's own trouble trips a breaker: not a client's bad request, and not a rate
-    limit (the upstream is healthy, only busy: its 429 and Retry-After go to the client)."""
-    return isinstance(exc, BackendError) and not isinstance(exc, BackendRejected | BackendRateLimited)
+_is_breaker_failure = is_breaker_failure  # the rule, kept under its earlier name
 
 
 class ResilientExecutor:
@@ -129,6 +156,9 @@ class ResilientExecutor:
         self.registry = registry
         self.fallbacks = fallbacks
         self.policy = policy
+        self.breaker_policy = BreakerPolicy(
+            policy.breaker_fail_max, policy.breaker_reset_s, policy.max_cooldown_s, policy.default_cooldown_s
+        )
         self.guards: dict[str, Guard] = {}
         for entry in registry:
             self.guard(entry)
@@ -136,13 +166,8 @@ class ResilientExecutor:
     def guard(self, entry: ModelEntry) -> Guard:
         guard = self.guards.get(entry.name)
         if guard is None:
-            breaker = CircuitBreaker(
-                fail_max=self.policy.breaker_fail_max,
-                timeout_duration=dt.timedelta(seconds=self.policy.breaker_reset_s),
-                exclude=[lambda exc: not _is_breaker_failure(exc)],
-                name=entry.name,
-            )
-            guard = self.guards[entry.name] = Guard(entry, breaker)
+            replicas = entry.backend.attach_breakers(lambda: Breaker(self.breaker_policy))
+            guard = self.guards[entry.name] = Guard(entry, Breaker(self.breaker_policy), replicas)
         return guard
 
     def chain(self, first: ModelEntry, ctx: RequestContext | None = None) -> list[ModelEntry]:
@@ -158,12 +183,14 @@ class ResilientExecutor:
         async def call(entry: ModelEntry) -> CompletionResult:
             return await _within(entry.backend.complete(request), self.policy.attempt_timeout_s, entry.name, "answer")
 
-        return await self._run(first, call, ctx, request)
+        entry, result, _ = await self._run(first, call, ctx, request)
+        return entry, result
 
     async def stream(
         self, first: ModelEntry, request: AnyRequest, ctx: RequestContext | None = None
     ) -> tuple[ModelEntry, StreamChunk | None, AsyncIterator[StreamChunk]]:
-        """Open a stream and wait for its first chunk: everything before that byte may be retried."""
+        """Open a stream and wait for its first chunk: everything before that byte may be retried.
+        The breakers hear how the stream ends: a failure after the first byte counts too."""
 
         async def call(entry: ModelEntry):
             chunks = entry.backend.stream(request)
@@ -178,14 +205,18 @@ class ResilientExecutor:
                 ctx.meter.first_token()
             return first_chunk, chunks
 
-        entry, (first_chunk, rest) = await self._run(first, call, ctx, request)
+        entry, (first_chunk, rest), tickets = await self._run(first, call, ctx, request, is_stream=True)
+        if first_chunk is None:
+            tickets.settle(None)  # an empty stream, complete
         if self.policy.attempt_timeout_s is not None:
             rest = _DeadlineStream(rest, self.policy.attempt_timeout_s, entry.name)
-        return entry, first_chunk, rest
+        return entry, first_chunk, SettlingStream(rest, tickets)
 
     # -- the loop -------------------------------------------------------------------------------
 
-    async def _run(self, first: ModelEntry, call, ctx: RequestContext | None, request: AnyRequest):
+    async def _run(self, first: ModelEntry, call, ctx: RequestContext | None, request: AnyRequest, is_stream=False):
+        """Returns the model that answered, its answer, and the attempt's breaker tickets (settled
+        already, unless a stream's: its reader settles them when it ends)."""
         attempts: list[Attempt] = []
         meter = ctx.meter if ctx is not None else None
 
@@ -195,36 +226,46 @@ class ResilientExecutor:
                 meter.failed(entry, error)
 
         async def loop():
-            for entry in self.chain(first, ctx):
+            chain = self.chain(first, ctx)
+            for position, entry in enumerate(chain):
                 if entry is not first and ctx is not None and not await ctx.reserve_for(entry.name, request):
                     # the caller's budgets hold the first model's worst case, not this one's: not tried
                     attempts.append(Attempt(entry.name, BudgetExceeded("its worst-case cost does not fit the budget")))
                     continue
                 guard = self.guard(entry)
+                has_waited = False  # a Retry-After was just waited out: its cooldown is over
                 for number in range(self.policy.max_attempts):
                     if self.policy.max_in_flight is not None and guard.num_in_flight >= self.policy.max_in_flight:
                         guard.num_shed += 1
                         fail(entry, _Shed(f"over {self.policy.max_in_flight} requests in flight", retry_after_s=1))
                         break
-                    is_trial = guard.breaker_state != "closed"  # the call that tests a recovering upstream
-                    if is_trial and guard.is_trial_in_flight:
-                        fail(entry, _CircuitOpen("circuit half-open: one trial request is in flight", retry_after_s=1))
+                    tickets = AttemptTickets()
+                    if not guard.replicas:
+                        ticket = guard.breaker.admit(ignore_cooldown=has_waited)
+                        if ticket is None:
+                            fail(entry, guard.refusal_error())
+                            break
+                        tickets.add(ticket)
+                    elif guard.cooldown_left_s() > 0 and not has_waited:
+                        fail(entry, guard.refusal_error())
                         break
+                    has_waited = False
                     guard.num_in_flight += 1
-                    guard.is_trial_in_flight = guard.is_trial_in_flight or is_trial
                     if meter is not None:
                         meter.begin_attempt()
                         meter.current_entry = entry
+                    token = current_attempt.set(tickets)  # a backend with replicas adds its chosen one's
                     try:
-                        return entry, await guard.breaker.call_async(call, entry)
-                    except CircuitBreakerError as exc:
-                        cause = exc.__context__
-                        reason = (
-                            f"circuit open (last: {cause.message})"
-                            if isinstance(cause, BackendError)
-                            else ("circuit open")
-                        )
-                        fail(entry, _CircuitOpen(reason, retry_after_s=1))
+                        try:
+                            result = await call(entry)
+                        except BaseException as exc:
+                            tickets.settle(exc)
+                            raise
+                        if not is_stream:
+                            tickets.settle(None)
+                        return entry, result, tickets
+                    except (CircuitOpen, CoolingDown) as exc:  # every replica refused it: not called
+                        fail(entry, exc)
                         break
                     except ContextLengthExceeded as exc:
                         fail(entry, exc)
@@ -234,14 +275,24 @@ class ResilientExecutor:
                         if len(attempts) == 1:
                             raise  # the client's own mistake: its status and message, as they were
                         raise AllAttemptsFailed(attempts) from exc
+                    except BackendRateLimited as exc:
+                        fail(entry, exc)
+                        if number + 1 == self.policy.max_attempts:
+                            break
+                        if guard.replicas and guard.cooldown_left_s() == 0:
+                            continue  # another replica may answer now
+                        pause_s = guard.cooldown_left_s()
+                        if pause_s > self.policy.max_retry_after_s or self._may_go_elsewhere(chain[position + 1 :]):
+                            break
+                        await asyncio.sleep(pause_s)  # nowhere else to go: wait the Retry-After out, once
+                        has_waited = True
                     except BackendError as exc:
                         fail(entry, exc)
                         if number + 1 < self.policy.max_attempts:
                             await asyncio.sleep(self._pause_s(number, exc))
                     finally:
+                        current_attempt.reset(token)
                         guard.num_in_flight -= 1
-                        if is_trial:
-                            guard.is_trial_in_flight = False
             if all(isinstance(a.error, ContextLengthExceeded) for a in attempts):
                 raise attempts[-1].error  # no model could hold it: the client's 400
             raise AllAttemptsFailed(attempts)
@@ -257,13 +308,33 @@ class ResilientExecutor:
             attempts.append(Attempt(first.name, deadline))
             raise AllAttemptsFailed(attempts) from None
 
+    def _may_go_elsewhere(self, entries: Sequence[ModelEntry]) -> bool:
+        return any(self.guard(entry).may_answer() for entry in entries)
+
     def _pause_s(self, number: int, exc: BackendError) -> float:
         if exc.retry_after_s is not None and exc.retry_after_s <= self.policy.max_retry_after_s:
             return exc.retry_after_s
         return random.uniform(0, min(self.policy.backoff_max_s, self.policy.backoff_base_s * 2**number))
 
     def states(self) -> dict[str, str]:
+        """Each model's breaker: closed, open or half-open (with replicas: open only when all are)."""
         return {name: guard.breaker_state for name, guard in self.guards.items()}
+
+    def replica_states(self) -> dict[str, dict[str, str]]:
+        """The breaker of each replica, by label, of the models that have several."""
+        return {
+            name: {label: breaker.state for label, breaker in guard.replicas}
+            for name, guard in self.guards.items()
+            if guard.replicas
+        }
+
+    def cooldowns(self) -> dict[str, float]:
+        """Seconds left of each 429 cooldown: by model, or `model/replica` for a replica's."""
+        left: dict[str, float] = {}
+        for name, guard in self.guards.items():
+            pairs = [(f"{name}/{label}", b) for label, b in guard.replicas] or [(name, guard.breaker)]
+            left |= {key: round(b.cooldown_left_s(), 1) for key, b in pairs if b.cooldown_left_s() > 0}
+        return left
 
 
 class _DeadlineStream:

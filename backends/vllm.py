@@ -156,8 +156,8 @@ class VLLMBackend(OpenAIHTTPBackend):
 
     # -- choice ---------------------------------------------------------------------------------
 
-    def _choose(self, request: AnyRequest) -> VLLMReplica:
-        candidates = [r for r in self.replicas if r.is_ready] or list(self.replicas)
+    def _choose(self, request: AnyRequest, candidates: list[VLLMReplica]) -> VLLMReplica:  # type: ignore[override]
+        candidates = [r for r in candidates if r.is_ready] or list(candidates)
         key = _prefix_key(request) if self.is_sticky else None
         if key is not None:
             sticky = max(candidates, key=lambda r: _rendezvous_score(key, r))

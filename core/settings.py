@@ -190,6 +190,8 @@ class ResilienceSettings(_Strict):
     request_timeout_s: float | None = Field(default=None, gt=0)  # everything, fallbacks included
     breaker_fail_max: int = Field(default=5, ge=1)
     breaker_reset_s: float = Field(default=30.0, gt=0)
+    max_cooldown_s: float = Field(default=60.0, ge=0)  # a 429's Retry-After rests the model at most this long
+    default_cooldown_s: float = Field(default=1.0, ge=0)  # the rest after a 429 without Retry-After
     max_in_flight: int | None = Field(default=None, ge=1)  # per model; beyond it, 429 + Retry-After
     saturation_wait_s: float = Field(default=10.0, gt=0)  # how long a priority request waits out saturation
     saturation_max_waiting: int = Field(default=64, ge=0)  # priority requests waiting at once; beyond, 429

@@ -16,7 +16,10 @@ async def live() -> Response:
 async def ready(request: Request) -> Response:
     """Ready when at least one model has a backend that passed its last health probe.
 
-    `breakers` shows each model's circuit breaker: closed, open or half-open. `ledger` says
+    `breakers` shows each model's circuit breaker: closed, open or half-open (a model with several
+    replicas is open only when all of them are); `replicas` each replica's breaker, by its label,
+    for those models; `cooldowns` the seconds left of each 429 cooldown (`model` or
+    `model/replica`). `ledger` says
     whether usage records are being written, or are waiting (`behind`: the database is down or
     slow; records are kept in the spill file and written when it is back). `tasks` shows each
     background task (the health watcher, vLLM's metrics scrapers): `running`, or `restarting`
@@ -29,6 +32,8 @@ async def ready(request: Request) -> Response:
         "status": "ready" if is_ready else "not_ready",
         "models": models,
         "breakers": services.executor.states(),
+        "replicas": services.executor.replica_states(),
+        "cooldowns": services.executor.cooldowns(),
         "tasks": {task.name: task.status() for task in services.background_tasks()},
     }
     if services.ledger is not None:
