@@ -67,7 +67,8 @@ class Breaker:
     clock: Callable[[], float] = time.monotonic
     num_failures: int = 0
     opened_at: float | None = None
-    is_trial_in_flight: bool = False
+    trial: Ticket | None = None  # half-open: the one request let through to test the upstream
+    trial_started_at: float = 0.0
     cooling_until: float = 0.0
 
     @property
@@ -89,7 +90,7 @@ class Breaker:
         state = self.state
         if state == "open":
             return "circuit open"
-        if state == "half-open" and self.is_trial_in_flight:
+        if state == "half-open" and self.trial is not None and not self._is_trial_lost():
             return "circuit half-open: one trial request is in flight"
         return None
 
@@ -98,17 +99,23 @@ class Breaker:
         the cooldown out already, up to the clock's resolution)."""
         if self.refusal() is not None and not (ignore_cooldown and self.state_refusal() is None):
             return None
-        is_trial = self.state == "half-open"
-        self.is_trial_in_flight = self.is_trial_in_flight or is_trial
-        return Ticket(self, is_trial)
+        ticket = Ticket(self, is_trial=self.state == "half-open")
+        if ticket.is_trial:
+            self.trial, self.trial_started_at = ticket, self.clock()
+        return ticket
+
+    def _is_trial_lost(self) -> bool:
+        """A trial never settled (a stream nobody closed) must not keep the breaker shut for good:
+        after another `reset_s` the next request is the trial."""
+        return self.clock() - self.trial_started_at >= self.policy.reset_s
 
     def cool_down(self, retry_after_s: float | None) -> None:
         seconds = self.policy.default_cooldown_s if retry_after_s is None else retry_after_s
         self.cooling_until = max(self.cooling_until, self.clock() + min(seconds, self.policy.max_cooldown_s))
 
     def _record(self, ticket: Ticket, outcome: BaseException | None) -> None:
-        if ticket.is_trial:
-            self.is_trial_in_flight = False
+        if ticket is self.trial:
+            self.trial = None
         if outcome is not None and is_upstream_rate_limit(outcome):
             self.cool_down(outcome.retry_after_s)  # type: ignore[attr-defined]
         elif outcome is not None and is_breaker_failure(outcome):

@@ -2,14 +2,21 @@
 
 1. fallback chain: the requested model, then each of its `fallbacks` (that the team may use), in order;
 2. per model, load shedding: more than `max_in_flight` requests in flight → skip it (429 if all do);
-3. per model, the circuit breaker (aiobreaker): open → skip it without calling; half-open → exactly
-   one trial request goes through; only the upstream's failures count (5xx, timeouts, connection
-   errors), never a client's 4xx nor the upstream's 429;
-4. per model, up to `max_attempts` attempts with exponential backoff and full jitter, honouring
-   `Retry-After` on 429/503 (up to `max_retry_after_s`); only before the first streamed byte;
-5. per attempt, timeouts: connect and read (the HTTP session), time to first token
+3. per model, the circuit breaker (`switchyard.backends.breaker`), and per replica where a model
+   has several (the balancer chooses only among the replicas it admits; the model is open only
+   when all are): open → skip it without calling; half-open → exactly one trial request goes
+   through; only the upstream's failures count (5xx, timeouts, connection errors, a stream that
+   breaks after its first byte), never a client's 4xx, a client that leaves, nor a 429;
+4. per model (or replica), a 429 cooldown: an upstream's 429 rests it for its `Retry-After` (at
+   most `max_cooldown_s`); a cooling model is skipped without calling it, a cooling replica is not
+   chosen. When nothing further down the chain can answer and the `Retry-After` is at most
+   `max_retry_after_s`, it is waited out once and the model tried again; otherwise the chain moves
+   on, and when it ends the client hears 429 with the cooldown's remaining `Retry-After`;
+5. per model, up to `max_attempts` attempts with exponential backoff and full jitter, honouring
+   `Retry-After` on 503 (up to `max_retry_after_s`); only before the first streamed byte;
+6. per attempt, timeouts: connect and read (the HTTP session), time to first token
    (`first_token_timeout_s`), and the whole attempt (`attempt_timeout_s`);
-6. over everything, the request's deadline (`request_timeout_s`).
+7. over everything, the request's deadline (`request_timeout_s`).
 
 Errors that retrying cannot fix (the upstream's 4xx: bad request, content policy) end the chain at
 once; a context-length error skips to the next fallback. When every attempt fails, one

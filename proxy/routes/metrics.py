@@ -45,6 +45,16 @@ async def metrics(request: Request) -> Response:
         (({"model": n}, BREAKER_STATES[g.breaker_state]) for n, g in guards.items()),
     )
     lines += _metric(
+        "switchyard_replica_breaker_state",
+        "gauge",
+        "Circuit breaker of each replica of a model with several: 0 closed, 1 half-open, 2 open.",
+        (
+            ({"model": m, "replica": r}, BREAKER_STATES[s])
+            for m, replicas in state.executor.replica_states().items()
+            for r, s in replicas.items()
+        ),
+    )
+    lines += _metric(
         "switchyard_in_flight",
         "gauge",
         "Requests in flight at the model.",

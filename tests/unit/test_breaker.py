@@ -36,6 +36,10 @@ def test_failures_in_a_row_open_it_and_half_open_admits_one_trial():
     trial = breaker.admit()
     assert breaker.state == "half-open" and trial is not None and trial.is_trial
     assert breaker.admit() is None  # one trial at a time
+    clock.now += 10
+    lost = breaker.admit()  # a trial never settled does not keep it shut for good
+    assert lost is not None and lost.is_trial and breaker.admit() is None
+    lost.settle(asyncio.CancelledError())
     trial.settle(asyncio.CancelledError())  # the caller left: nothing learnt, the next may try
     trial = breaker.admit()
     trial.settle(BackendError("still broken"))
