@@ -83,6 +83,22 @@ def test_a_failing_replica_is_taken_out_while_the_other_serves(fakes):
     assert _ready(base)["replicas"]["pair"]["openai#0"] == "open"
 
 
+@pytest.mark.parametrize("failure", ["drop", "hang"])
+def test_a_replica_whose_streams_break_or_hang_is_taken_out(fakes, failure):
+    bad = fakes("bad", FakeBehaviour(failure=failure, drop_after=2))
+    good = fakes("good")
+    base = fakes.proxy(
+        [{"name": "pair", "replicas": [{"base_url": bad}, {"base_url": good}]}],
+        {"max_attempts": 2, "backoff_base_s": 0, "first_token_timeout_s": 0.3, "breaker_fail_max": 2},
+    )
+    for _ in range(6):
+        _stream_events(base, "pair")
+    assert fakes.states["bad"].num_requests == 2  # a break after the first byte, or no first token
+    assert fakes.states["good"].num_requests >= 4
+    ready = _ready(base)
+    assert ready["replicas"]["pair"]["openai#0"] == "open" and ready["breakers"]["pair"] == "closed"
+
+
 def test_every_replica_open_opens_the_model_and_the_fallback_answers(fakes):
     replicas = [{"base_url": fakes(name, FakeBehaviour(failure="500"))} for name in ("r0", "r1")]
     models = [
