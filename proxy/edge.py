@@ -55,7 +55,15 @@ class EdgeLimits:
 
     @classmethod
     def from_settings(cls, server: ServerSettings) -> EdgeLimits:
-        return cls(server.max_header_bytes, server.header_timeout_s, effective_max_connections(server.max_connections))
+        max_connections = effective_max_connections(server.max_connections)
+        if max_connections < server.max_connections:
+            nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            logger.info(
+                "server.max_connections is %d: the open-file limit (%d) leaves room for no more",
+                max_connections,
+                nofile,
+            )
+        return cls(server.max_header_bytes, server.header_timeout_s, max_connections)
 
 
 def effective_max_connections(configured: int, nofile: int | None = None) -> int:
