@@ -14,7 +14,10 @@
     ├── ModelNotFound                   404 model_not_found
     ├── NotFound                        404 not_found             (an admin API's team or key)
     ├── Conflict                        409 conflict              (a team that exists already)
+    ├── RequestTimeout                  408 request_timeout       (no request head in server.header_timeout_s)
     ├── RequestTooLarge                 413 request_too_large
+    ├── HeadersTooLarge                 431 request_header_fields_too_large
+    ├── TooManyConnections              503 too_many_connections  (at server.max_connections, none idle)
     ├── RateLimited                     429 rate_limit_exceeded   (carries retry_after_s)
     │   └── BudgetExceeded              429 insufficient_quota    (a team's or key's budget is spent)
     └── BackendError                    502 upstream_error        (an upstream failed us)
@@ -139,10 +142,28 @@ class ModelNotFound(SwitchyardError):
     code = "model_not_found"
 
 
+class RequestTimeout(SwitchyardError):
+    status_code = 408
+    error_type = "invalid_request_error"
+    code = "request_timeout"
+
+
 class RequestTooLarge(SwitchyardError):
     status_code = 413
     error_type = "invalid_request_error"
     code = "request_too_large"
+
+
+class HeadersTooLarge(SwitchyardError):
+    status_code = 431
+    error_type = "invalid_request_error"
+    code = "request_header_fields_too_large"
+
+
+class TooManyConnections(SwitchyardError):
+    status_code = 503
+    error_type = "server_error"
+    code = "too_many_connections"
 
 
 class RateLimited(SwitchyardError):

@@ -49,6 +49,11 @@ class ServerSettings(_Strict):
     max_messages: int = Field(default=2048, ge=1)  # in one chat request
     max_prompt_chars: int = Field(default=2_000_000, ge=1)  # the messages' text, or a completions prompt (batch)
     max_prompt_token_ids: int = Field(default=262_144, ge=1)  # a completions prompt (batch) given as token ids
+    # The connection edge (proxy/edge.py): limits enforced before a request reaches the app.
+    max_header_bytes: int = Field(default=16 * 1024, ge=1024)  # request line + headers; larger is a 431
+    header_timeout_s: float = Field(default=10.0, gt=0)  # to send a request head, from connect or the last response
+    keepalive_timeout_s: float = Field(default=5.0, gt=0)  # an idle keep-alive connection is closed after this
+    max_connections: int = Field(default=4096, ge=1)  # open client connections; also kept under the open-file limit
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     access_log: bool = False
 

@@ -48,6 +48,7 @@ def create_app(
 
     app = FastAPI(title="Switchyard", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.in_flight = in_flight
+    app.state.settings = settings
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)

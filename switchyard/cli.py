@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -63,26 +62,19 @@ def serve(
 
 
 def _run(settings) -> None:
-    import uvicorn
-
     from switchyard.core.thresholds import ThresholdsError
     from switchyard.proxy.app import create_app
+    from switchyard.proxy.edge import raise_nofile_limit, uvicorn_config
+    from switchyard.proxy.log_limits import install_repeat_filter
     from switchyard.proxy.streams import GracefulServer
 
     try:
         app_ = create_app(settings)
     except ThresholdsError as exc:
         raise cli_error(str(exc)) from exc
-    config = uvicorn.Config(
-        app_,
-        host=settings.server.host,
-        port=settings.server.port,
-        log_level=settings.server.log_level,
-        access_log=settings.server.access_log,
-        loop="uvloop" if os.name == "posix" else "auto",
-        http="httptools",
-        timeout_graceful_shutdown=5,
-    )
+    raise_nofile_limit()
+    config = uvicorn_config(app_, settings.server)
+    install_repeat_filter()  # after the Config, which sets up uvicorn's loggers
     GracefulServer(config).run()
 
 

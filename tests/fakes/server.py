@@ -10,6 +10,8 @@ from contextlib import contextmanager
 
 import uvicorn
 
+from switchyard.core.settings import ServerSettings
+from switchyard.proxy.edge import uvicorn_config
 from switchyard.proxy.streams import GracefulServer
 
 _RUNNING: dict[str, uvicorn.Server] = {}
@@ -22,20 +24,18 @@ def stop_server(base_url: str) -> None:
 
 
 @contextmanager
-def serve_in_thread(app, *, http: str = "httptools") -> Iterator[str]:
-    """Yield the base URL (``http://127.0.0.1:PORT``) while `app` is being served."""
+def serve_in_thread(app, *, server: ServerSettings | None = None, log_level: str = "error") -> Iterator[str]:
+    """Yield the base URL (``http://127.0.0.1:PORT``) while `app` is being served, with the
+    production uvicorn Config (`switchyard.proxy.edge.uvicorn_config`) and `server`'s limits."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app,
-        log_level="error",
-        access_log=False,
-        lifespan="on",
-        http=http,
-        loop="asyncio",
-        timeout_graceful_shutdown=1,
+    if server is None:  # the proxy's own settings, else the defaults (a fake upstream)
+        settings = getattr(getattr(app, "state", None), "settings", None)
+        server = settings.server if settings is not None else ServerSettings()
+    config = uvicorn_config(
+        app, server, log_level=log_level, access_log=False, lifespan="on", loop="asyncio", timeout_graceful_shutdown=1
     )
     server = GracefulServer(config)  # a plain uvicorn.Server for apps other than the proxy
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -1,0 +1,265 @@
+"""The connection edge: what a client's connection may do before a request reaches the app.
+
+uvicorn (with httptools) has a keep-alive timeout but no limit on the size of a request head, no
+deadline to send it, and no cap on open connections, so a slow or hostile client can hold
+connections and memory forever. `EdgeProtocol` is uvicorn's own `HttpToolsProtocol` with those
+limits added (see docs/edge.md for why uvicorn and not another server):
+
+- a request head (request line + headers) over `server.max_header_bytes` is a 431, found by
+  counting bytes before the parser sees them, so a 100 MB header is never read;
+- a head not complete within `server.header_timeout_s` (from connect, or from the end of the
+  previous response) is a 408;
+- at `server.max_connections`, a newcomer closes the connection idle the longest (one waiting for a
+  request head, or idle between requests); when none is idle the newcomer gets a 503;
+- the server's own 400s (a malformed request line, a bad Content-Length) are OpenAI-shaped.
+
+`uvicorn_config()` is the one place that builds the uvicorn Config, for `switchyard serve` and the
+test servers alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import resource
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from switchyard.core.errors import (
+    HeadersTooLarge,
+    InvalidRequest,
+    RequestTimeout,
+    SwitchyardError,
+    TooManyConnections,
+    error_body,
+)
+from switchyard.core.settings import ServerSettings
+
+logger = logging.getLogger("switchyard.edge")
+
+LINGER_S = 1.0  # after an error response, how long the client has to read it before the close
+LINGER_DISCARD_BYTES = 1024 * 1024  # read and dropped meanwhile (to see the client's own close), then no more
+NOFILE_RESERVE_MIN = 128  # file descriptors kept for upstream sockets, the ledger, model files
+
+
+@dataclass(frozen=True)
+class EdgeLimits:
+    max_header_bytes: int
+    header_timeout_s: float
+    max_connections: int
+
+    @classmethod
+    def from_settings(cls, server: ServerSettings) -> EdgeLimits:
+        max_connections = effective_max_connections(server.max_connections)
+        if max_connections < server.max_connections:
+            nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            logger.info(
+                "server.max_connections is %d: the open-file limit (%d) leaves room for no more",
+                max_connections,
+                nofile,
+            )
+        return cls(server.max_header_bytes, server.header_timeout_s, max_connections)
+
+
+def effective_max_connections(configured: int, nofile: int | None = None) -> int:
+    """The configured cap, lowered so that client sockets leave file descriptors for the rest."""
+    if nofile is None:
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if nofile == resource.RLIM_INFINITY:
+        return configured
+    reserve = max(NOFILE_RESERVE_MIN, nofile // 4)
+    return max(1, min(configured, nofile - reserve))
+
+
+def raise_nofile_limit() -> None:
+    """Raise the soft open-file limit to the hard one, as Go and nginx do: the default soft 1,024
+    is far below what a gateway needs, and only the hard limit is an operator's decision."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):  # some platforms cap it lower than the reported hard limit
+            logger.info("could not raise the open-file limit from %d to %d", soft, hard)
+
+
+class _Connections:
+    """Every open connection of one server, and those idle, the longest idle first."""
+
+    def __init__(self) -> None:
+        self.num_open = 0
+        self.idle: OrderedDict[EdgeProtocol, None] = OrderedDict()
+
+    def evict_oldest_idle(self, newcomer: EdgeProtocol) -> bool:
+        for victim in self.idle:
+            if victim is not newcomer:
+                victim.close_idle()
+                return True
+        return False
+
+
+class EdgeProtocol(HttpToolsProtocol):
+    limits: ClassVar[EdgeLimits]
+    registry: ClassVar[_Connections]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._in_head = True  # the parser is reading a request head
+        self._head_bytes = 0
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._counted = False
+        self._ended = False  # an edge error was sent or the connection closed: ignore what comes
+        self._discard_budget = LINGER_DISCARD_BYTES
+
+    # connection lifecycle
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.registry.num_open += 1
+        self._counted = True
+        if self.registry.num_open > self.limits.max_connections and not self.registry.evict_oldest_idle(self):
+            refusal = TooManyConnections("The server is at its connection limit; try again shortly.")
+            self._end_with(refusal, linger_s=0)  # nothing sent yet: a plain close will not reset it
+            return
+        self._await_head()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_waiting()
+        if self._counted:
+            self._counted = False
+            self.registry.num_open -= 1
+        super().connection_lost(exc)
+
+    def close_idle(self) -> None:
+        """Close this idle connection (to make room for a newcomer, or after keep-alive)."""
+        self._stop_waiting()
+        self._ended = True
+        self.transport.close()
+
+    def _stop_waiting(self) -> None:
+        self._cancel_head_timer()
+        self.registry.idle.pop(self, None)
+
+    # the request head: its size and its deadline
+
+    def _await_head(self) -> None:
+        self._in_head = True
+        self._head_bytes = 0
+        self.registry.idle[self] = None
+        self._cancel_head_timer()
+        self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._on_head_timeout)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _on_head_timeout(self) -> None:
+        self._head_timer = None
+        if self._head_bytes == 0 and self.cycle is not None:
+            self.close_idle()  # idle between requests: nothing to answer
+            return
+        self._end_with(
+            RequestTimeout(
+                f"The request line and headers did not arrive within {self.limits.header_timeout_s:g} s "
+                "(server.header_timeout_s)."
+            )
+        )
+
+    def data_received(self, data: bytes) -> None:
+        if self._ended:
+            self._discard_budget -= len(data)
+            if self._discard_budget < 0:
+                self.flow.pause_reading()
+            return
+        if not self._in_head:
+            super().data_received(data)
+            return
+        room = self.limits.max_header_bytes - self._head_bytes
+        head_part = data[:room] if len(data) > room else data
+        self._head_bytes += len(head_part)
+        super().data_received(head_part)
+        if self._ended or self.transport.is_closing():
+            return
+        if self._in_head and self._head_bytes >= self.limits.max_header_bytes:
+            limit = self.limits.max_header_bytes
+            message = f"The request line and headers exceed {limit} bytes (server.max_header_bytes)."
+            self._end_with(HeadersTooLarge(message))
+        elif len(head_part) < len(data):
+            self.data_received(data[len(head_part) :])
+
+    # parser callbacks, around uvicorn's
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._cancel_head_timer()
+        self.registry.idle.pop(self, None)
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head = True  # what comes next is the next request's head
+        self._head_bytes = 0
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and not self.pipeline:
+            self._await_head()
+
+    # answers of the edge itself
+
+    def send_400_response(self, msg: str) -> None:
+        message = "The request is not valid HTTP/1.1 (its request line, a header or the Content-Length)."
+        self._end_with(InvalidRequest(message, code="invalid_http_request"))
+
+    def _end_with(self, exc: SwitchyardError, *, linger_s: float = LINGER_S) -> None:
+        """Answer with `exc` (unless a response is under way), then close, leaving the client time
+        to read the answer instead of resetting the connection under it (unread data makes the
+        close a reset)."""
+        self._stop_waiting()
+        self._ended = True
+        if self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.transport.close()
+            return
+        body = error_body(exc)
+        head = [STATUS_LINE[exc.status_code]]
+        for name, value in self.server_state.default_headers:
+            head += [name, b": ", value, b"\r\n"]
+        head += [
+            b"content-type: application/json\r\n",
+            b"content-length: %d\r\n" % len(body),
+            b"connection: close\r\n\r\n",
+        ]
+        self.transport.write(b"".join(head) + body)
+        if not linger_s:
+            self.transport.close()
+            return
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(linger_s, self.transport.close)
+
+
+def edge_protocol(limits: EdgeLimits) -> type[EdgeProtocol]:
+    """A protocol class for one server: its limits and its own count of connections."""
+    return type("EdgeProtocol", (EdgeProtocol,), {"limits": limits, "registry": _Connections()})
+
+
+def uvicorn_config(app: Any, server: ServerSettings, **overrides: Any) -> uvicorn.Config:
+    """The uvicorn Config for `app` with the edge's limits from `server` (`overrides` win)."""
+    options: dict[str, Any] = {
+        "host": server.host,
+        "port": server.port,
+        "log_level": server.log_level,
+        "access_log": server.access_log,
+        "loop": "uvloop" if os.name == "posix" else "auto",
+        "http": edge_protocol(EdgeLimits.from_settings(server)),
+        "timeout_keep_alive": server.keepalive_timeout_s,
+        "timeout_graceful_shutdown": 5,
+    }
+    return uvicorn.Config(app, **(options | overrides))

@@ -1,0 +1,297 @@
+"""The connection edge, with raw sockets: oversized and slow request heads, idle connections, the
+connection cap, the server's own 400s, and the log lines a flood of bad requests leaves behind."""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import httpx
+import openai
+import orjson
+import pytest
+
+from switchyard.core.settings import Settings
+from switchyard.proxy.app import create_app
+from tests.fakes.server import serve_in_thread
+
+ERROR_KEYS = {"message", "type", "param", "code"}
+GUARD_S = 20  # a socket's timeout: only there to turn a hang into a failure
+
+
+@contextmanager
+def _proxy(fake_upstream: str | None = None, log_level: str = "error", **server) -> Iterator[str]:
+    models = [{"name": "fake-small", "base_url": fake_upstream}] if fake_upstream else []
+    settings = Settings(models=models, server=server, billing={"ledger_path": None})
+    options = {"log_level": log_level} if log_level != "error" else {}
+    with serve_in_thread(create_app(settings), **options) as url:
+        yield url
+
+
+def _connect(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=GUARD_S)
+
+
+def _read_until_closed(sock: socket.socket) -> bytes:
+    reply = b""
+    while data := sock.recv(65536):
+        reply += data
+    return reply
+
+
+def _read_response(sock: socket.socket) -> bytes:
+    """One response with a Content-Length, leaving the connection open."""
+    reply = b""
+    while b"\r\n\r\n" not in reply:
+        reply += sock.recv(65536)
+    head, _, body = reply.partition(b"\r\n\r\n")
+    [length] = [int(line[15:]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")]
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+def _error(reply: bytes, status: int) -> dict:
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 %d " % status), reply[:200]
+    assert b"content-type: application/json" in head.lower()
+    payload = orjson.loads(body)
+    assert set(payload) == {"error"} and set(payload["error"]) == ERROR_KEYS
+    return payload["error"]
+
+
+def _stream_huge_header(url: str, total_bytes: int) -> tuple[int, bytes]:
+    """Send a header of `total_bytes`, stopping as soon as the server answers or closes."""
+    sock = _connect(url)
+    sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\nX-Huge: ")
+    chunk, num_sent = b"a" * 65536, 0
+    try:
+        while num_sent < total_bytes:
+            if select.select([sock], [], [], 0)[0]:
+                break
+            try:
+                num_sent += sock.send(chunk)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        return num_sent, _read_until_closed(sock)
+    finally:
+        sock.close()
+
+
+def _status(url: str) -> int | None:
+    try:
+        return httpx.get(url).status_code
+    except httpx.TransportError:  # refused at the cap, and reset before the 503 was read
+        return None
+
+
+def _wait_ready(url: str) -> None:
+    deadline = time.monotonic() + GUARD_S
+    while httpx.get(url + "/health/ready").status_code != 200:
+        assert time.monotonic() < deadline, "the proxy did not become ready"
+        time.sleep(0.05)
+
+
+def test_a_100_mb_header_is_a_431_and_does_not_stall_other_clients(fake_upstream):
+    """Was: two 100 MB headers took 37.6 s to process, and /health/ready failed meanwhile."""
+    with _proxy(fake_upstream) as url, ThreadPoolExecutor(2) as pool:
+        _wait_ready(url)
+        huge = [pool.submit(_stream_huge_header, url, 100 * 2**20) for _ in range(2)]
+        with httpx.Client(base_url=url, timeout=GUARD_S) as client:
+            while not all(future.done() for future in huge):
+                assert client.get("/health/ready").status_code == 200
+                time.sleep(0.05)
+        for future in huge:
+            num_sent, reply = future.result()
+            error = _error(reply, 431)
+            assert error["code"] == "request_header_fields_too_large"
+            assert "server.max_header_bytes" in error["message"]
+            assert num_sent < 50 * 2**20  # the server stopped reading: only socket buffers took more
+
+
+def test_a_header_under_the_limit_is_served():
+    with _proxy(max_header_bytes=4096) as url:
+        assert httpx.get(url + "/health/live", headers={"x-pad": "a" * 3500}).status_code == 200
+        with _connect(url) as sock:
+            sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 5000 + b"\r\n\r\n")
+            assert _error(_read_until_closed(sock), 431)["code"] == "request_header_fields_too_large"
+
+
+def test_a_connection_that_sends_nothing_gets_a_408_and_is_closed():
+    """Was: held open forever."""
+    with _proxy(header_timeout_s=0.5) as url, _connect(url) as sock:
+        error = _error(_read_until_closed(sock), 408)
+    assert error["code"] == "request_timeout" and "server.header_timeout_s" in error["message"]
+
+
+def test_headers_sent_one_byte_at_a_time_are_cut_at_the_header_deadline():
+    """Was: a slowloris client held the connection as long as it liked."""
+    request = b"GET /health/live HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 200 + b"\r\n\r\n"
+    with _proxy(header_timeout_s=0.5) as url, _connect(url) as sock:
+        num_sent = 0
+        while num_sent < len(request) and not select.select([sock], [], [], 0.2)[0]:
+            num_sent += sock.send(request[num_sent : num_sent + 1])
+        error = _error(_read_until_closed(sock), 408)
+    assert error["code"] == "request_timeout"
+    assert num_sent < len(request)  # 240 bytes at 5 a second would have taken 48 s
+
+
+def test_an_idle_keep_alive_connection_is_closed_quietly():
+    with _proxy(keepalive_timeout_s=0.5, header_timeout_s=5) as url, _connect(url) as sock:
+        sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert _read_response(sock).startswith(b"HTTP/1.1 200")
+        assert _read_until_closed(sock) == b""  # closed, and no 408 on a connection that was idle
+
+
+def test_a_keep_alive_connection_serves_several_requests():
+    with _proxy(header_timeout_s=5) as url, httpx.Client(base_url=url) as client:
+        for _ in range(5):
+            assert client.get("/health/live").status_code == 200
+
+
+def test_at_the_connection_cap_idle_connections_make_room_for_real_requests(fake_upstream):
+    """Was: 1,000 idle connections starved every normal request."""
+    with _proxy(fake_upstream, max_connections=20) as url, ExitStack() as held:
+        idle = [held.enter_context(_connect(url)) for _ in range(40)]
+        for sock in idle[::2]:
+            sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n")  # a head that never ends
+        client = openai.OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0, timeout=GUARD_S)
+
+        def ask(i: int) -> str:
+            messages = [{"role": "user", "content": f"hello {i}"}]
+            return client.chat.completions.create(model="fake-small", messages=messages).choices[0].message.content
+
+        with ThreadPoolExecutor(10) as pool:
+            answers = list(pool.map(ask, range(10)))
+        assert all(answers)
+        still_open = [sock for sock in idle if not select.select([sock], [], [], 0)[0]]
+        assert len(still_open) <= 20  # the oldest idle ones were closed to admit the newcomers
+
+
+def test_at_the_connection_cap_with_none_idle_a_newcomer_gets_a_503():
+    with _proxy(max_connections=1) as url, _connect(url) as busy:
+        busy.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 100\r\n\r\n"
+        )
+        assert busy.recv(65536).startswith(b"HTTP/1.1 100")  # the app reads the body: this connection is busy
+        busy.sendall(b"{")
+        with _connect(url) as newcomer:
+            error = _error(_read_until_closed(newcomer), 503)
+        assert error["code"] == "too_many_connections" and error["type"] == "server_error"
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"NOT AN HTTP REQUEST\r\n\r\n",
+        b"GET /health/live HTTP/1.1\r\nHost: x\r\nBad Header Name: 1\r\n\r\n",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+    ],
+    ids=["request line", "header name", "content-length", "two content-lengths"],
+)
+def test_the_servers_own_400s_are_openai_shaped(request_bytes):
+    """Was: a plain-text "Invalid HTTP request received."."""
+    with _proxy() as url, _connect(url) as sock:
+        sock.sendall(request_bytes)
+        error = _error(_read_until_closed(sock), 400)
+    assert error["type"] == "invalid_request_error" and error["code"] == "invalid_http_request"
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_a_flood_of_malformed_requests_leaves_a_handful_of_log_lines():
+    """Was: one warning per bad request, and a slow body's 50,000 lines."""
+    from switchyard.proxy.log_limits import install_repeat_filter, remove_repeat_filter
+
+    lines = _Lines()
+    with _proxy(log_level="warning") as url:
+        install_repeat_filter()
+        logging.getLogger("uvicorn.error").addHandler(lines)
+        try:
+            for _ in range(1000):
+                with _connect(url) as sock:
+                    sock.sendall(b"NOT AN HTTP REQUEST\r\n\r\n")
+                    assert sock.recv(12) == b"HTTP/1.1 400"
+        finally:
+            logging.getLogger("uvicorn.error").removeHandler(lines)
+            remove_repeat_filter()
+    invalid = [record for record in lines.records if "Invalid HTTP request" in record.getMessage()]
+    assert 1 <= len(invalid) <= 5
+
+
+def test_connections_the_server_closed_do_not_count_against_the_cap():
+    with _proxy(max_connections=3, header_timeout_s=0.3) as url:
+        for _ in range(3):  # each round's connections time out and are closed
+            socks = [_connect(url) for _ in range(3)]
+            for sock in socks:
+                _error(_read_until_closed(sock), 408)
+                sock.close()
+            deadline = time.monotonic() + GUARD_S  # their closing reaches the server a moment later
+            while _status(url + "/health/live") != 200:
+                assert time.monotonic() < deadline, "closed connections still count against the cap"
+                time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_under_a_low_open_file_limit_idle_connections_do_not_starve_requests(tmp_path, fake_upstream):
+    """Was: under a 1,024 file-descriptor limit, 0 of 10 normal requests succeeded while one client
+    held 1,000+ idle connections. Here the server runs with a limit of 256 and 400 are held."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "serve.py"
+    script.write_text(
+        "import resource, sys, time\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))\n"
+        "from switchyard.core.settings import Settings\n"
+        "from switchyard.proxy.app import create_app\n"
+        "from tests.fakes.server import serve_in_thread\n"
+        "models = [{'name': 'fake-small', 'base_url': sys.argv[1]}]\n"
+        "settings = Settings(models=models, server={'header_timeout_s': 60}, billing={'ledger_path': None})\n"
+        "with serve_in_thread(create_app(settings)) as url:\n"
+        "    print(url, flush=True)\n"
+        "    sys.stdin.read()\n"
+    )
+    command = [sys.executable, str(script), fake_upstream]
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    server = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        url = server.stdout.readline().strip()
+        assert url.startswith("http://"), "the server did not start"
+        _wait_ready(url)
+        with ExitStack() as held:
+            for _ in range(400):
+                held.enter_context(_connect(url))
+            statuses: list[int] = []
+
+            def probe() -> None:
+                statuses.append(httpx.get(url + "/health/ready", timeout=GUARD_S).status_code)
+
+            threads = [threading.Thread(target=probe) for _ in range(10)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        assert statuses == [200] * 10
+    finally:
+        server.stdin.close()
+        server.wait(timeout=30)
+        server.stdout.close()
