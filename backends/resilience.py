@@ -41,7 +41,6 @@ from switchyard.backends.breaker import (
     CoolingDown,
     SettlingStream,
     current_attempt,
-    is_breaker_failure,
 )
 from switchyard.backends.registry import ModelEntry, ModelRegistry
 from switchyard.billing.context import RequestContext
@@ -153,9 +152,6 @@ class Guard:
         if left_s > 0:
             return CoolingDown(f"{name} is cooling down after a 429 for {left_s:.1f} s more", remaining_s=left_s)
         return CircuitOpen(self.breaker.refusal() or "circuit open", backend=name, retry_after_s=1)
-
-
-_is_breaker_failure = is_breaker_failure  # the rule, kept under its earlier name
 
 
 class ResilientExecutor:
