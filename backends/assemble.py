@@ -16,16 +16,28 @@ from typing import Any
 from switchyard.core.errors import BackendError
 from switchyard.core.protocol import CompletionResult, StreamChunk
 
-_CHOICE_KEYS = ("index", "delta", "text", "logprobs", "finish_reason")
+_CHOICE_KEYS = frozenset(("index", "delta", "text", "logprobs", "finish_reason"))
+_NOT_HEAD = ("choices", "usage", "object")
 _COMPLETION_LOGPROBS = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
 
 
 class _Choice:
-    __slots__ = ("index", "is_chat", "fields", "tool_calls", "function_call", "logprobs", "finish_reason", "extra")
+    __slots__ = (
+        "index",
+        "is_chat",
+        "texts",
+        "fields",
+        "tool_calls",
+        "function_call",
+        "logprobs",
+        "finish_reason",
+        "extra",
+    )
 
     def __init__(self, index: int, is_chat: bool) -> None:
         self.index, self.is_chat = index, is_chat
-        self.fields: dict[str, Any] = {}  # the message's (chat) or the choice's text (completions)
+        self.texts: dict[str, list[str]] = {}  # the message's strings (chat), or the choice's text, in pieces
+        self.fields: dict[str, Any] = {}  # the message's other fields, as last sent
         self.tool_calls: dict[int, dict[str, Any]] = {}
         self.function_call: dict[str, str] | None = None
         self.logprobs: dict[str, list] | None = None
@@ -34,22 +46,26 @@ class _Choice:
 
     def add(self, choice: dict[str, Any]) -> None:
         if self.is_chat:
-            for key, value in (choice.get("delta") or {}).items():
-                if key == "tool_calls":
-                    self._merge_tool_calls(value or ())
-                elif key == "function_call":
-                    self._merge_function_call(value)
-                else:
-                    _join(self.fields, key, value)
+            delta = choice.get("delta")
+            if delta:
+                for key, value in delta.items():
+                    if type(value) is str:
+                        self.texts.setdefault(key, []).append(value)
+                    elif key == "tool_calls":
+                        self._merge_tool_calls(value or ())
+                    elif key == "function_call":
+                        self._merge_function_call(value)
+                    elif value is not None or key not in self.fields:
+                        self.fields[key] = value
         else:
-            _join(self.fields, "text", choice.get("text"))
-        if choice.get("logprobs"):
-            self._add_logprobs(choice["logprobs"])
+            self.texts.setdefault("text", []).append(choice.get("text") or "")
+        logprobs = choice.get("logprobs")
+        if logprobs:
+            self._add_logprobs(logprobs)
         if choice.get("finish_reason") is not None:
             self.finish_reason = choice["finish_reason"]
-        for key, value in choice.items():
-            if key not in _CHOICE_KEYS and value is not None:
-                self.extra[key] = value
+        if not _CHOICE_KEYS.issuperset(choice):
+            self.extra |= {k: v for k, v in choice.items() if k not in _CHOICE_KEYS and v is not None}
 
     def _merge_tool_calls(self, deltas) -> None:
         for delta in deltas:
@@ -69,27 +85,27 @@ class _Choice:
     def _add_logprobs(self, logprobs: dict[str, Any]) -> None:
         if self.logprobs is None:
             self.logprobs = {}
-        keys = _COMPLETION_LOGPROBS if not self.is_chat else [k for k, v in logprobs.items() if isinstance(v, list)]
-        for key in keys:
-            self.logprobs.setdefault(key, []).extend(logprobs.get(key) or ())
+        for key, value in logprobs.items():
+            if type(value) is list:
+                self.logprobs.setdefault(key, []).extend(value)
+        if not self.is_chat:
+            for key in _COMPLETION_LOGPROBS:
+                self.logprobs.setdefault(key, [])
 
     def answer(self) -> dict[str, Any]:
+        texts = {key: "".join(pieces) for key, pieces in self.texts.items()}
         if not self.is_chat:
-            text = self.fields.get("text", "")
+            text = texts.get("text", "")
             return {"index": self.index, "text": text, "logprobs": self.logprobs, "finish_reason": self.finish_reason}
-        message = {"role": self.fields.get("role") or "assistant", "content": self.fields.get("content")}
-        message |= {k: v for k, v in self.fields.items() if k not in message}
+        fields = self.fields | texts
+        message = {"role": fields.get("role") or "assistant", "content": fields.get("content")}
+        message |= {k: v for k, v in fields.items() if k not in message}
         if self.tool_calls:
             message["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
         if self.function_call is not None:
             message["function_call"] = self.function_call
-        choice = {
-            "index": self.index,
-            "message": message,
-            "logprobs": self.logprobs,
-            "finish_reason": self.finish_reason,
-        }
-        return choice | self.extra
+        choice = {"index": self.index, "message": message, "logprobs": self.logprobs}
+        return choice | {"finish_reason": self.finish_reason} | self.extra
 
 
 def _join(into: dict[str, Any], key: str, value: Any) -> None:
@@ -107,40 +123,48 @@ class AnswerAssembler:
 
     def __init__(self, backend: str) -> None:
         self.backend = backend
-        self.head: dict[str, Any] = {}
+        self.first: dict[str, Any] | None = None
+        self.last: dict[str, Any] = {}
         self.choices: dict[int, _Choice] = {}
         self.usage: dict[str, Any] | None = None
-        self.is_chat: bool | None = None
+        self.is_chat = False
 
     def add(self, chunk: StreamChunk) -> None:
         data = chunk.parsed
-        if "error" in data and "choices" not in data:
-            error = data["error"]
-            message = error.get("message") if isinstance(error, dict) else error
-            raise BackendError(f"upstream {self.backend} sent an error mid-answer: {message}", backend=self.backend)
-        if self.is_chat is None:
-            self.is_chat = str(data.get("object", "")).startswith("chat.")
-        for key, value in data.items():
-            if key not in ("choices", "usage", "object") and value is not None:
-                self.head.setdefault(key, value)
-        for choice in data.get("choices") or ():
-            index = choice.get("index", 0)
-            if index not in self.choices:
-                self.choices[index] = _Choice(index, bool(self.is_chat))
-            self.choices[index].add(choice)
-        if data.get("usage") is not None:
-            self.usage = data["usage"]
+        if self.first is None:
+            if "error" in data and "choices" not in data:
+                self._fail(data["error"])
+            self.first, self.is_chat = data, str(data.get("object", "")).startswith("chat.")
+        elif "choices" not in data and "error" in data:
+            self._fail(data["error"])
+        self.last = data
+        choices = data.get("choices")
+        if choices:
+            for choice in choices:
+                index = choice.get("index", 0)
+                if index not in self.choices:
+                    self.choices[index] = _Choice(index, self.is_chat)
+                self.choices[index].add(choice)
+        usage = data.get("usage")
+        if usage is not None:
+            self.usage = usage
+
+    def _fail(self, error: Any) -> None:
+        message = error.get("message") if isinstance(error, dict) else error
+        raise BackendError(f"upstream {self.backend} sent an error mid-answer: {message}", backend=self.backend)
 
     def result(self) -> CompletionResult:
-        if self.is_chat is None:
+        if self.first is None:
             raise BackendError(f"upstream {self.backend} sent an empty stream", backend=self.backend)
+        # the head is the first chunk's; a field only later chunks carry (system_fingerprint) is the last's
+        head = {k: v for k, v in (self.last | self.first).items() if v is not None and k not in _NOT_HEAD}
         body: dict[str, Any] = {
-            "id": self.head.get("id", ""),
+            "id": head.pop("id", ""),
             "object": "chat.completion" if self.is_chat else "text_completion",
-            "created": self.head.get("created", 0),
-            "model": self.head.get("model", ""),
+            "created": head.pop("created", 0),
+            "model": head.pop("model", ""),
             "choices": [self.choices[i].answer() for i in sorted(self.choices)],
         }
         if self.usage is not None:
             body["usage"] = self.usage
-        return CompletionResult.from_dict(body | {k: v for k, v in self.head.items() if k not in body})
+        return CompletionResult.from_dict(body | head)

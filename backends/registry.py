@@ -151,7 +151,7 @@ def build_registry(
             context_window=model.effective_context_window,
             first_token_timeout_s=model.first_token_timeout_s,
             request_timeout_s=model.request_timeout_s,
-            assemble_from_stream=model.is_assembled_from_stream,
+            assemble_from_stream=model.assemble_from_stream,
         )
         for model in models
     ]

@@ -347,6 +347,11 @@ class _DeadlineStream:
     """The rest of a stream, cut with BackendTimeout (an in-band error) once its deadline passes
     (the attempt's or the request's, whichever comes first).
 
+    One timer for the whole stream, not a timeout per chunk (that would cost more than relaying the
+    chunk): when it fires while a chunk is awaited, it cancels the awaiting task, and the
+    cancellation becomes the timeout here, as `asyncio.timeout` does; a cancellation from anyone
+    else propagates.
+
     A class, not an async generator: `aclose()` must close the upstream stream even when nobody
     ever iterated this (a client gone before the body started); an unstarted generator's
     `finally` never runs.
@@ -354,22 +359,43 @@ class _DeadlineStream:
 
     def __init__(self, chunks: AsyncIterator[StreamChunk], deadline: _Deadline, model: str) -> None:
         self.chunks, self.deadline, self.model = chunks, deadline, model
+        self._is_expired = self._has_cancelled = False
+        self._waiter: asyncio.Task | None = None
+        self._timer = asyncio.get_running_loop().call_at(deadline.ends_at, self._expire)
+
+    def _expire(self) -> None:
+        self._is_expired = True
+        if self._waiter is not None:
+            self._has_cancelled = True
+            self._waiter.cancel()
 
     def __aiter__(self):
         return self
 
     async def __anext__(self) -> StreamChunk:
-        timeout = asyncio.timeout_at(self.deadline.ends_at)
+        if self._is_expired:
+            raise await self._timed_out()
+        task = asyncio.current_task()
+        assert task is not None
+        self._waiter, cancelling = task, task.cancelling()
         try:
-            async with timeout:
-                return await anext(self.chunks)
-        except TimeoutError:
-            if not timeout.expired():
-                raise
-            await self.chunks.aclose()
-            raise BackendTimeout(self.deadline.reason, backend=self.model) from None
+            return await anext(self.chunks)
+        except asyncio.CancelledError:
+            if self._has_cancelled and task.uncancel() <= cancelling:
+                raise await self._timed_out() from None
+            raise
+        except StopAsyncIteration:
+            self._timer.cancel()
+            raise
+        finally:
+            self._waiter = None
+
+    async def _timed_out(self) -> BackendTimeout:
+        await self.chunks.aclose()
+        return BackendTimeout(self.deadline.reason, backend=self.model)
 
     async def aclose(self) -> None:
+        self._timer.cancel()
         await self.chunks.aclose()
 
 

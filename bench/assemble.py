@@ -52,13 +52,20 @@ def start_switchyard(name: str, upstream: Server, logs: Path, *, assemble: bool)
     return start(name, argv, port, logs)
 
 
+def cpu_s(server: Server) -> float:
+    """The server process's CPU time so far (user + system), from /proc."""
+    fields = Path(f"/proc/{server.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def measure(servers: dict[str, Server], scenario: Scenario, rounds: int, seconds: float) -> dict[str, list]:
-    """Per target, one (req/s, p50 s) pair per round."""
+    """Per target, one (req/s, p50 s, CPU s per request) triple per round."""
     per_round: dict[str, list] = {name: [] for name in servers}
     for server in servers.values():  # warm the pools
         await drive(server.base_url + "/chat/completions", scenario.body(), stream=False, concurrency=2, seconds=0.3)
     for _ in range(rounds):
         for name, server in servers.items():
+            cpu_before = cpu_s(server)
             sample: Sample = await drive(
                 server.base_url + "/chat/completions",
                 scenario.body(),
@@ -68,25 +75,28 @@ async def measure(servers: dict[str, Server], scenario: Scenario, rounds: int, s
             )
             if sample.num_errors:
                 print(f"    {name}: {sample.num_errors} errors: {sample.error_kinds.most_common(2)}", file=sys.stderr)
-            per_round[name].append((sample.rps, percentile(sample.latencies_s, 0.5)))
+            cpu_per_request = (cpu_s(server) - cpu_before) / max(1, len(sample.latencies_s))
+            per_round[name].append((sample.rps, percentile(sample.latencies_s, 0.5), cpu_per_request))
     return per_round
 
 
 def table(results: dict[Scenario, dict[str, list]]) -> str:
     lines = [
-        "| scenario | target | median req/s | median p50 ms | assembled ÷ plain req/s | assembled − plain p50 ms |",
-        "| --- | --- | ---: | ---: | ---: | ---: |",
+        "| scenario | target | req/s | p50 ms | CPU ms per request | assembled ÷ plain req/s "
+        "| assembled − plain p50 ms | assembled − plain CPU ms |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for scenario, per_round in results.items():
         medians = {
-            name: (statistics.median(r for r, _ in rounds), statistics.median(p for _, p in rounds))
-            for name, rounds in per_round.items()
+            name: [statistics.median(m) for m in zip(*rounds, strict=True)] for name, rounds in per_round.items()
         }
-        plain_rps, plain_p50 = medians["plain"]
-        for name, (rps, p50) in medians.items():
-            ratio = f"{rps / plain_rps:.2f}×" if name == "assembled" else "-"
-            delta = ms(p50 - plain_p50) if name == "assembled" else "-"
-            lines.append(f"| {scenario.label} | {name} | {rps:.0f} | {ms(p50)} | {ratio} | {delta} |")
+        plain_rps, plain_p50, plain_cpu = medians["plain"]
+        for name, (rps, p50, cpu) in medians.items():
+            is_assembled = name == "assembled"
+            cells = [f"{rps / plain_rps:.2f}×", ms(p50 - plain_p50), ms(cpu - plain_cpu)] if is_assembled else ["-"] * 3
+            lines.append(
+                f"| {scenario.label} | {name} | {rps:.0f} | {ms(p50)} | {ms(cpu)} | " + " | ".join(cells) + " |"
+            )
     return "\n".join(lines)
 
 
@@ -123,7 +133,8 @@ async def main() -> None:
         f"{platform.python_version()}: non-stream requests for {NUM_TOKENS} tokens, answered by a Switchyard "
         "that streams from the upstream and assembles the answer (`assembled`, the default) or one that "
         "sends a plain non-stream request (`plain`, `assemble_from_stream: false`); `direct` is the "
-        f"upstream itself. Medians over {args.rounds} interleaved rounds of {args.seconds:g} s; the upstream, "
+        f"upstream itself (its CPU column is the fake's own). CPU is the serving process's user + system time "
+        "per answered request. Medians over {args.rounds} interleaved rounds of {args.seconds:g} s; the upstream, "
         "both proxies and the load generator share the machine.\n\n"
         "    .venv/bin/python bench/assemble.py\n\n" + table(results) + "\n"
     )

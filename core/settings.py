@@ -246,8 +246,8 @@ class _ModelBase(_Strict):
     first_token_timeout_s: float | None = Field(default=None, gt=0)  # default: resilience.first_token_timeout_s
     request_timeout_s: float | None = Field(default=None, gt=0)  # default: resilience.request_timeout_s
     # a non-stream request is asked of the upstream as a stream and its answer assembled, so that
-    # the first-token timeout guards it; default: yes, except for litellm
-    assemble_from_stream: bool | None = None
+    # the first-token timeout guards it too
+    assemble_from_stream: bool = True
 
     @property
     def has_logprobs(self) -> bool:
@@ -256,12 +256,6 @@ class _ModelBase(_Strict):
     @property
     def effective_context_window(self) -> int | None:
         return self.context_window
-
-    @property
-    def is_assembled_from_stream(self) -> bool:
-        if self.assemble_from_stream is not None:
-            return self.assemble_from_stream
-        return self.backend != "litellm"  # type: ignore[attr-defined]
 
 
 class _HTTPModel(_ModelBase):
