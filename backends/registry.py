@@ -27,6 +27,9 @@ class ModelEntry:
     backend_kind: str
     tier: str | None
     context_window: int | None
+    first_token_timeout_s: float | None = None  # None: resilience.first_token_timeout_s
+    request_timeout_s: float | None = None  # None: resilience.request_timeout_s
+    assemble_from_stream: bool = False  # a non-stream request is asked as a stream (backends/assemble.py)
 
 
 def _http_backend_kwargs(model: OpenAIModel | VLLMModel, upstream: UpstreamSettings) -> dict:
@@ -146,6 +149,9 @@ def build_registry(
             backend_kind=model.backend,
             tier=model.tier,
             context_window=model.effective_context_window,
+            first_token_timeout_s=model.first_token_timeout_s,
+            request_timeout_s=model.request_timeout_s,
+            assemble_from_stream=model.assemble_from_stream,
         )
         for model in models
     ]

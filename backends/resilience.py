@@ -13,10 +13,15 @@
    `max_retry_after_s`, it is waited out once and the model tried again; otherwise the chain moves
    on, and when it ends the client hears 429 with the cooldown's remaining `Retry-After`;
 5. per model, up to `max_attempts` attempts with exponential backoff and full jitter, honouring
-   `Retry-After` on 503 (up to `max_retry_after_s`); only before the first streamed byte;
+   `Retry-After` on 503 (up to `max_retry_after_s`); only before the first streamed byte; a
+   first-token timeout is not retried on the same model (a hung upstream stays hung): the chain
+   moves on, and no attempt starts once `first_token_budget_s` has passed without a first token;
 6. per attempt, timeouts: connect and read (the HTTP session), time to first token
-   (`first_token_timeout_s`), and the whole attempt (`attempt_timeout_s`);
-7. over everything, the request's deadline (`request_timeout_s`).
+   (`first_token_timeout_s`, the model's own when set), and the whole attempt (`attempt_timeout_s`);
+   a non-stream request is asked of the upstream as a stream and its answer assembled
+   (backends/assemble.py), so that the first-token timeout guards it too;
+7. over everything, the request's deadline (`request_timeout_s`, the first model's own when set);
+   a stream past it ends in-band.
 
 Errors that retrying cannot fix (the upstream's 4xx: bad request, content policy) end the chain at
 once; a context-length error skips to the next fallback. When every attempt fails, one
@@ -32,6 +37,7 @@ import random
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
+from switchyard.backends.assemble import AnswerAssembler
 from switchyard.backends.base import AnyRequest
 from switchyard.backends.breaker import (
     AttemptTickets,
@@ -65,9 +71,10 @@ class ResiliencePolicy:
     backoff_base_s: float = 0.1
     backoff_max_s: float = 2.0
     max_retry_after_s: float = 5.0
-    first_token_timeout_s: float | None = None
+    first_token_timeout_s: float | None = 20.0
+    first_token_budget_s: float | None = 45.0
     attempt_timeout_s: float | None = None
-    request_timeout_s: float | None = None
+    request_timeout_s: float | None = 600.0
     breaker_fail_max: int = 5
     breaker_reset_s: float = 30.0
     max_cooldown_s: float = 60.0
@@ -112,6 +119,13 @@ class AllAttemptsFailed(BackendError):
 
 class _Shed(BackendRateLimited):
     code = "load_shed"
+
+
+_MIN_FIRST_TOKEN_S = 0.05  # what is left of the first-token budget below this starts no attempt
+
+
+class _FirstTokenTimeout(BackendTimeout):
+    """No first token in time: the model is not asked again within this request."""
 
 
 @dataclass
@@ -180,14 +194,39 @@ class ResilientExecutor:
 
     # -- the two entry points ------------------------------------------------------------------
 
+    def first_token_timeout_s(self, entry: ModelEntry) -> float | None:
+        own = entry.first_token_timeout_s
+        return own if own is not None else self.policy.first_token_timeout_s
+
+    def request_timeout_s(self, entry: ModelEntry) -> float | None:
+        """The deadline of a request that `entry` answers first (the HTTP layer sets it from here)."""
+        own = entry.request_timeout_s
+        return own if own is not None else self.policy.request_timeout_s
+
     async def complete(
         self, first: ModelEntry, request: AnyRequest, ctx: RequestContext | None = None
     ) -> tuple[ModelEntry, CompletionResult]:
-        async def call(entry: ModelEntry) -> CompletionResult:
-            return await _within(entry.backend.complete(request), self.policy.attempt_timeout_s, entry.name, "answer")
+        async def call(entry: ModelEntry, first_token_s: float | None) -> CompletionResult:
+            if entry.assemble_from_stream and _can_stream(request):
+                answer = self._assembled(entry, request, first_token_s)
+            else:
+                answer = entry.backend.complete(request)
+            return await _within(answer, self.policy.attempt_timeout_s, entry.name, "answer")
 
-        entry, result, _ = await self._run(first, call, ctx, request)
+        entry, result, _ = await self._run(first, call, ctx, request, self._deadline(first, ctx))
         return entry, result
+
+    async def _assembled(self, entry: ModelEntry, request: AnyRequest, first_token_s: float | None) -> CompletionResult:
+        chunks = entry.backend.stream(request)
+        assembler = AnswerAssembler(entry.name)
+        try:
+            chunk = await _first_chunk(chunks, first_token_s, entry.name)
+            while chunk is not None:
+                assembler.add(chunk)
+                chunk = await anext(chunks, None)
+        finally:
+            await chunks.aclose()
+        return assembler.result()
 
     async def stream(
         self, first: ModelEntry, request: AnyRequest, ctx: RequestContext | None = None
@@ -195,12 +234,10 @@ class ResilientExecutor:
         """Open a stream and wait for its first chunk: everything before that byte may be retried.
         The breakers hear how the stream ends: a failure after the first byte counts too."""
 
-        async def call(entry: ModelEntry):
+        async def call(entry: ModelEntry, first_token_s: float | None):
             chunks = entry.backend.stream(request)
             try:
-                first_chunk = await _within(
-                    anext(chunks, None), self.policy.first_token_timeout_s, entry.name, "first token"
-                )
+                first_chunk = await _first_chunk(chunks, first_token_s, entry.name)
             except BaseException:
                 await chunks.aclose()
                 raise
@@ -208,20 +245,47 @@ class ResilientExecutor:
                 ctx.meter.first_token()
             return first_chunk, chunks
 
-        entry, (first_chunk, rest), tickets = await self._run(first, call, ctx, request, is_stream=True)
+        deadline = self._deadline(first, ctx)
+        entry, (first_chunk, rest), tickets = await self._run(first, call, ctx, request, deadline, is_stream=True)
         if first_chunk is None:
             tickets.settle(None)  # an empty stream, complete
-        if self.policy.attempt_timeout_s is not None:
-            rest = _DeadlineStream(rest, self.policy.attempt_timeout_s, entry.name)
+        attempt_s = self.policy.attempt_timeout_s
+        if attempt_s is not None:
+            attempt_ends = asyncio.get_running_loop().time() + attempt_s
+            if deadline is None or attempt_ends < deadline.ends_at:
+                deadline = _Deadline(attempt_ends, f"{entry.name}: the answer took longer than {attempt_s:g} s")
+        if deadline is not None:
+            rest = _DeadlineStream(rest, deadline, entry.name)
         return entry, first_chunk, SettlingStream(rest, tickets)
+
+    def _deadline(self, first: ModelEntry, ctx: RequestContext | None) -> _Deadline | None:
+        """The request's: the HTTP layer's (in `ctx`), else the first model's timeout from now."""
+        timeout_s = self.request_timeout_s(first)
+        reason = f"request deadline of {timeout_s:g} s" if timeout_s is not None else "request deadline"
+        if ctx is not None and ctx.deadline is not None:
+            return _Deadline(ctx.deadline, reason)
+        if timeout_s is None:
+            return None
+        return _Deadline(asyncio.get_running_loop().time() + timeout_s, reason)
 
     # -- the loop -------------------------------------------------------------------------------
 
-    async def _run(self, first: ModelEntry, call, ctx: RequestContext | None, request: AnyRequest, is_stream=False):
+    async def _run(
+        self,
+        first: ModelEntry,
+        call,
+        ctx: RequestContext | None,
+        request: AnyRequest,
+        deadline: _Deadline | None,
+        is_stream: bool = False,
+    ):
         """Returns the model that answered, its answer, and the attempt's breaker tickets (settled
         already, unless a stream's: its reader settles them when it ends)."""
         attempts: list[Attempt] = []
         meter = ctx.meter if ctx is not None else None
+        clock = asyncio.get_running_loop().time
+        budget_s = self.policy.first_token_budget_s
+        budget_ends = clock() + budget_s if budget_s is not None else None
 
         def fail(entry: ModelEntry, error: SwitchyardError) -> None:
             attempts.append(Attempt(entry.name, error))
@@ -238,6 +302,14 @@ class ResilientExecutor:
                 guard = self.guard(entry)
                 has_waited = False  # a Retry-After was just waited out: its cooldown is over
                 for number in range(self.policy.max_attempts):
+                    first_token_s = self.first_token_timeout_s(entry)
+                    if attempts and budget_ends is not None:
+                        left_s = budget_ends - clock()
+                        if left_s < _MIN_FIRST_TOKEN_S:
+                            budget_spent = BackendTimeout(f"no first token within the budget of {budget_s:g} s")
+                            attempts.append(Attempt(entry.name, budget_spent))  # not called: not metered
+                            raise AllAttemptsFailed(attempts)
+                        first_token_s = left_s if first_token_s is None else min(first_token_s, left_s)
                     if self.policy.max_in_flight is not None and guard.num_in_flight >= self.policy.max_in_flight:
                         guard.num_shed += 1
                         fail(entry, _Shed(f"over {self.policy.max_in_flight} requests in flight", retry_after_s=1))
@@ -260,7 +332,7 @@ class ResilientExecutor:
                     token = current_attempt.set(tickets)  # a backend with replicas adds its chosen one's
                     try:
                         try:
-                            result = await call(entry)
+                            result = await call(entry, first_token_s)
                         except BaseException as exc:
                             tickets.settle(exc)
                             raise
@@ -291,6 +363,8 @@ class ResilientExecutor:
                         has_waited = True
                     except BackendError as exc:
                         fail(entry, exc)
+                        if isinstance(exc, _FirstTokenTimeout):
+                            break
                         if number + 1 < self.policy.max_attempts:
                             await asyncio.sleep(self._pause_s(number, exc))
                     finally:
@@ -300,15 +374,18 @@ class ResilientExecutor:
                 raise attempts[-1].error  # no model could hold it: the client's 400
             raise AllAttemptsFailed(attempts)
 
-        remaining_s = ctx.remaining_s() if ctx is not None and ctx.deadline is not None else None
-        timeout_s = remaining_s if remaining_s is not None else self.policy.request_timeout_s
-        if timeout_s is None:
+        if deadline is None:
             return await loop()
+        # asyncio.timeout, not wait_for: the loop runs in this task, so what it sets in context
+        # variables (which replica answered) stays visible to the caller.
+        timeout = asyncio.timeout_at(deadline.ends_at)
         try:
-            return await asyncio.wait_for(loop(), timeout_s)
+            async with timeout:
+                return await loop()
         except TimeoutError:
-            deadline = BackendTimeout(f"request deadline of {self.policy.request_timeout_s:g} s")
-            attempts.append(Attempt(first.name, deadline))
+            if not timeout.expired():
+                raise
+            attempts.append(Attempt(first.name, BackendTimeout(deadline.reason)))
             raise AllAttemptsFailed(attempts) from None
 
     def _may_go_elsewhere(self, entries: Sequence[ModelEntry]) -> bool:
@@ -340,38 +417,95 @@ class ResilientExecutor:
         return left
 
 
+@dataclass(frozen=True, slots=True)
+class _Deadline:
+    ends_at: float  # event-loop time
+    reason: str  # what the client hears when it passes
+
+
 class _DeadlineStream:
-    """The rest of a stream, cut with BackendTimeout (an in-band error) once the attempt is over time.
+    """The rest of a stream, cut with BackendTimeout (an in-band error) once its deadline passes
+    (the attempt's or the request's, whichever comes first).
+
+    One timer for the whole stream, not a timeout per chunk (that would cost more than relaying the
+    chunk): when it fires while a chunk is awaited, it cancels the awaiting task, and the
+    cancellation becomes the timeout here, as `asyncio.timeout` does; a cancellation from anyone
+    else propagates.
 
     A class, not an async generator: `aclose()` must close the upstream stream even when nobody
     ever iterated this (a client gone before the body started); an unstarted generator's
     `finally` never runs.
     """
 
-    def __init__(self, chunks: AsyncIterator[StreamChunk], timeout_s: float, model: str) -> None:
-        self.chunks, self.timeout_s, self.model = chunks, timeout_s, model
-        self.deadline = asyncio.get_running_loop().time() + timeout_s
+    def __init__(self, chunks: AsyncIterator[StreamChunk], deadline: _Deadline, model: str) -> None:
+        self.chunks, self.deadline, self.model = chunks, deadline, model
+        self._is_expired = self._has_cancelled = False
+        self._waiter: asyncio.Task | None = None
+        self._timer = asyncio.get_running_loop().call_at(deadline.ends_at, self._expire)
+
+    def _expire(self) -> None:
+        self._is_expired = True
+        if self._waiter is not None:
+            self._has_cancelled = True
+            self._waiter.cancel()
 
     def __aiter__(self):
         return self
 
     async def __anext__(self) -> StreamChunk:
-        remaining = max(0.0, self.deadline - asyncio.get_running_loop().time())
+        if self._is_expired:
+            raise await self._timed_out()
+        task = asyncio.current_task()
+        assert task is not None
+        self._waiter, cancelling = task, task.cancelling()
         try:
-            return await asyncio.wait_for(anext(self.chunks), remaining)
-        except TimeoutError:
-            await self.chunks.aclose()
-            message = f"{self.model}: the answer took longer than {self.timeout_s:g} s"
-            raise BackendTimeout(message, backend=self.model) from None
+            return await anext(self.chunks)
+        except asyncio.CancelledError:
+            if self._has_cancelled and task.uncancel() <= cancelling:
+                raise await self._timed_out() from None
+            raise
+        except StopAsyncIteration:
+            self._timer.cancel()
+            raise
+        finally:
+            self._waiter = None
+
+    async def _timed_out(self) -> BackendTimeout:
+        await self.chunks.aclose()
+        return BackendTimeout(self.deadline.reason, backend=self.model)
 
     async def aclose(self) -> None:
+        self._timer.cancel()
         await self.chunks.aclose()
+
+
+def _can_stream(request: AnyRequest) -> bool:
+    """OpenAI's API refuses to stream a legacy completion with `best_of` (vLLM: beam search too)."""
+    payload = request.wire_payload()
+    return payload.get("best_of") in (None, 1) and not payload.get("use_beam_search")
+
+
+async def _first_chunk(chunks: AsyncIterator[StreamChunk], timeout_s: float | None, model: str) -> StreamChunk | None:
+    if timeout_s is None:
+        return await anext(chunks, None)
+    timeout = asyncio.timeout(timeout_s)
+    try:
+        async with timeout:
+            return await anext(chunks, None)
+    except TimeoutError:
+        if not timeout.expired():
+            raise
+        raise _FirstTokenTimeout(f"{model}: no first token within {timeout_s:.3g} s", backend=model) from None
 
 
 async def _within(awaitable, timeout_s: float | None, model: str, what: str):
     if timeout_s is None:
         return await awaitable
+    timeout = asyncio.timeout(timeout_s)
     try:
-        return await asyncio.wait_for(awaitable, timeout_s)
+        async with timeout:
+            return await awaitable
     except TimeoutError:
+        if not timeout.expired():
+            raise
         raise BackendTimeout(f"{model}: no {what} within {timeout_s:g} s", backend=model) from None

@@ -22,13 +22,12 @@ async def iter_sse_data(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
     buffer = b""
     data_lines: list[bytes] = []
     async for chunk in chunks:
-        buffer += chunk
-        while True:
-            newline = buffer.find(b"\n")
-            if newline < 0:
-                break
-            line = buffer[:newline].rstrip(b"\r")
-            buffer = buffer[newline + 1 :]
+        # split once per read: slicing line by line would copy the rest of a large read each time
+        lines = (buffer + chunk if buffer else chunk).split(b"\n")
+        buffer = lines.pop()
+        for line in lines:
+            if line.endswith(b"\r"):
+                line = line.rstrip(b"\r")
             if not line:
                 if data_lines:
                     payload = b"\n".join(data_lines)

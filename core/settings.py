@@ -190,9 +190,10 @@ class ResilienceSettings(_Strict):
     backoff_base_s: float = Field(default=0.1, ge=0)
     backoff_max_s: float = Field(default=2.0, ge=0)
     max_retry_after_s: float = Field(default=5.0, ge=0)  # a longer Retry-After moves on instead of waiting
-    first_token_timeout_s: float | None = Field(default=None, gt=0)
+    first_token_timeout_s: float | None = Field(default=20.0, gt=0)  # per attempt, non-stream requests too
+    first_token_budget_s: float | None = Field(default=45.0, gt=0)  # no new attempt after this without a token
     attempt_timeout_s: float | None = Field(default=None, gt=0)  # a whole answer; streams end in-band
-    request_timeout_s: float | None = Field(default=None, gt=0)  # everything, fallbacks included
+    request_timeout_s: float | None = Field(default=600.0, gt=0)  # everything, fallbacks included
     breaker_fail_max: int = Field(default=5, ge=1)
     breaker_reset_s: float = Field(default=30.0, gt=0)
     max_cooldown_s: float = Field(default=60.0, ge=0)  # a 429's Retry-After rests the model at most this long
@@ -249,6 +250,11 @@ class _ModelBase(_Strict):
     # answers carry token logprobs (needed to be judged by the cascade); default: yes for
     # embedded, openai and vllm; no for litellm (most commercial APIs return none)
     logprobs: bool | None = None
+    first_token_timeout_s: float | None = Field(default=None, gt=0)  # default: resilience.first_token_timeout_s
+    request_timeout_s: float | None = Field(default=None, gt=0)  # default: resilience.request_timeout_s
+    # a non-stream request is asked of the upstream as a stream and its answer assembled, so that
+    # the first-token timeout guards it too
+    assemble_from_stream: bool = True
 
     @property
     def has_logprobs(self) -> bool:

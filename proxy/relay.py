@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
@@ -179,18 +179,24 @@ async def _respond(request: Request, parsed: AnyRequest, principal: Principal | 
         team=team.name if team is not None else None,
         spending=spending,
     )
-    timeout_s = state.settings.resilience.request_timeout_s
-    deadline = asyncio.get_running_loop().time() + timeout_s if timeout_s is not None else None
+    started_at = asyncio.get_running_loop().time()
+    deadline = _deadline(started_at, state.settings.resilience.request_timeout_s)
     ctx = RequestContext(meter.request_id, meter, principal, deadline)
     response: Response | None = None
     try:
         decision = await decide(request, parsed, ctx)
+        # the model that answers first may have a deadline of its own
+        ctx = replace(ctx, deadline=_deadline(started_at, state.executor.request_timeout_s(decision.entry)))
         meter.tags = _tags(request, parsed, decision, principal)
         response = await execute(state, decision, parsed, ctx)
         return response
     finally:
         if not isinstance(response, StreamingResponse):  # a stream settles when it ends
             spending.settle()
+
+
+def _deadline(started_at: float, timeout_s: float | None) -> float | None:
+    return started_at + timeout_s if timeout_s is not None else None
 
 
 async def execute(state, decision: Decision, parsed: AnyRequest, ctx: RequestContext) -> Response:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from switchyard.backends.assemble import AnswerAssembler
 from switchyard.backends.base import AnyRequest, Backend, BackendHealth, answered_by
 from switchyard.backends.embedded import openai_format as fmt
 from switchyard.backends.embedded.engine import EmbeddedEngine, EngineLimits
@@ -103,33 +104,10 @@ class EmbeddedBackend(Backend):
         return engine, tokenizer, is_chat, prompt_ids, params
 
     async def complete(self, request: AnyRequest) -> CompletionResult:
-        chunks = [chunk.parsed async for chunk in self.stream(request)]
-        first, usage = chunks[0], chunks[-1]["usage"]
-        finish_reason = next(c["choices"][0]["finish_reason"] for c in reversed(chunks) if c["choices"])
-        choice_chunks = [c["choices"][0] for c in chunks if c["choices"]]
-        base = {"id": first["id"], "created": first["created"], "model": first["model"]}
-        if first["object"] == "chat.completion.chunk":
-            content = "".join(c["delta"].get("content") or "" for c in choice_chunks)
-            entries = [e for c in choice_chunks if c.get("logprobs") for e in c["logprobs"]["content"]]
-            wants_logprobs = isinstance(request, ChatCompletionRequest) and request.logprobs
-            choice: dict[str, Any] = {
-                "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "logprobs": {"content": entries} if wants_logprobs else None,
-                "finish_reason": finish_reason,
-            }
-            return CompletionResult.from_dict(
-                {**base, "object": "chat.completion", "choices": [choice], "usage": usage}
-            )
-        text = "".join(c.get("text") or "" for c in choice_chunks)
-        logprobs = None
-        if request.logprobs is not None:
-            logprobs = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
-            for c in choice_chunks:
-                for key in logprobs:
-                    logprobs[key] += (c.get("logprobs") or {}).get(key, [])
-        choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
-        return CompletionResult.from_dict({**base, "object": "text_completion", "choices": [choice], "usage": usage})
+        assembler = AnswerAssembler(self.name)
+        async for chunk in self.stream(request):
+            assembler.add(chunk)
+        return assembler.result()
 
     async def stream(self, request: AnyRequest) -> AsyncIterator[StreamChunk]:
         engine, tokenizer, is_chat, prompt_ids, params = self._prepare(request)

@@ -9,6 +9,8 @@ Behaviour comes from `FakeBehaviour` on the server, and any request may override
     "500"        answer 500 with an OpenAI error body
     "429"        answer 429 with `Retry-After`
     "hang"       accept the request and never answer
+    "headers"    send the status line and headers, then nothing
+    "stall"      stream `drop_after` chunks, then nothing (the connection stays open)
     "drop"       stream `drop_after` chunks, then close the connection mid-body
     "malformed"  stream one good chunk, then bytes that are not server-sent events
 """
@@ -82,6 +84,16 @@ def _token_logprob(behaviour: FakeBehaviour, i: int, num_top: int) -> dict[str, 
         alt = f"alt{k} "
         top.append({"token": alt, "logprob": rest - k, "bytes": list(alt.encode())})
     return {"token": token, "logprob": logprob, "bytes": list(token.encode()), "top_logprobs": top}
+
+
+def _completion_logprob(behaviour: FakeBehaviour, i: int, num_top: int, offset: int) -> dict[str, Any]:
+    token, logprob = _token(behaviour, i), _logprob(behaviour, i)
+    top = {token: logprob} | {f"alt{k} ": logprob - k for k in range(1, num_top)}
+    return {"tokens": [token], "token_logprobs": [logprob], "top_logprobs": [top], "text_offset": [offset]}
+
+
+def _finish_reason(body: dict[str, Any], behaviour: FakeBehaviour) -> str:
+    return "length" if _num_tokens(body, behaviour) < behaviour.num_tokens else "stop"
 
 
 def _usage(body: dict[str, Any], behaviour: FakeBehaviour) -> dict[str, int]:
@@ -203,6 +215,11 @@ class FakeOpenAIUpstream:
         if behaviour.failure == "hang":
             await self._wait_for_disconnect(receive, record)
             return
+        if behaviour.failure == "headers":
+            content_type = b"text/event-stream" if body.get("stream") else b"application/json"
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", content_type)]})
+            await self._wait_for_disconnect(receive, record)
+            return
         is_chat = scope["path"] == "/v1/chat/completions"
         if body.get("stream"):
             await self._stream(receive, send, body, behaviour, record, is_chat)
@@ -220,12 +237,13 @@ class FakeOpenAIUpstream:
         n = _num_tokens(body, behaviour)
         text = "".join(_token(behaviour, i) for i in range(n))
         base = {"id": "cmpl-fake", "created": int(time.time()), "model": body.get("model", "")}
+        base["system_fingerprint"] = "fp_fake"
         if is_chat:
             choice: dict[str, Any] = {
                 "index": 0,
                 "message": {"role": "assistant", "content": text},
                 "logprobs": None,
-                "finish_reason": "length" if n < behaviour.num_tokens else "stop",
+                "finish_reason": _finish_reason(body, behaviour),
             }
             if body.get("logprobs"):
                 num_top = body.get("top_logprobs") or 0
@@ -236,14 +254,20 @@ class FakeOpenAIUpstream:
                 "choices": [choice],
                 "usage": _usage(body, behaviour),
             }
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "stop"}
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": _finish_reason(body, behaviour)}
+        if body.get("logprobs") is not None:
+            offsets = [len("".join(_token(behaviour, j) for j in range(i))) for i in range(n)]
+            entries = [_completion_logprob(behaviour, i, body["logprobs"], offsets[i]) for i in range(n)]
+            choice["logprobs"] = {key: [e[key][0] for e in entries] for key in entries[0]} if entries else None
         return {**base, "object": "text_completion", "choices": [choice], "usage": _usage(body, behaviour)}
 
     def _chunks(self, body, behaviour: FakeBehaviour, is_chat: bool):
         n = _num_tokens(body, behaviour)
         base = {"id": "chunk-fake", "created": int(time.time()), "model": body.get("model", "")}
+        base["system_fingerprint"] = "fp_fake"
         obj = "chat.completion.chunk" if is_chat else "text_completion"
         num_top = body.get("top_logprobs") or 0
+        offset = 0
         for i in range(n):
             if is_chat:
                 delta = (
@@ -256,8 +280,11 @@ class FakeOpenAIUpstream:
                     choice["logprobs"] = {"content": [_token_logprob(behaviour, i, num_top)]}
             else:
                 choice = {"index": 0, "text": _token(behaviour, i), "logprobs": None, "finish_reason": None}
+                if body.get("logprobs") is not None:
+                    choice["logprobs"] = _completion_logprob(behaviour, i, body["logprobs"], offset)
+                offset += len(_token(behaviour, i))
             yield {**base, "object": obj, "choices": [choice]}
-        last: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": "stop"}
+        last: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": _finish_reason(body, behaviour)}
         if is_chat:
             last["delta"] = {}
         else:
@@ -283,6 +310,9 @@ class FakeOpenAIUpstream:
                     raise ConnectionAbortedError("fake upstream killed")
                 if behaviour.failure == "drop" and i == behaviour.drop_after:
                     raise ConnectionAbortedError("fake upstream drops the stream on purpose")
+                if behaviour.failure == "stall" and i == behaviour.drop_after:
+                    await watcher
+                    return
                 if behaviour.failure == "malformed" and i == 1:
                     await send({"type": "http.response.body", "body": b"this is not SSE\n\n", "more_body": True})
                     continue

@@ -1,0 +1,170 @@
+"""A whole answer put together from the chunks of a stream: what the upstream would have sent whole.
+
+A non-stream request may be asked of the upstream as a stream (with `include_usage`) so that a
+first-token timeout can guard it too (see backends/resilience.py). `AnswerAssembler` turns the
+chunks back into the `ChatCompletion` or `Completion` the client asked for: text and refusals
+joined, tool-call and function-call deltas merged by index, logprobs entries concatenated, one
+choice per `index` (n > 1, or a batch of prompts), the last `finish_reason`, the usage chunk's
+counts, and `id`, `created`, `model`, `system_fingerprint` as the chunks carry them. Fields it does
+not know are kept: strings joined (`reasoning_content`), anything else as last sent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from switchyard.core.errors import BackendError
+from switchyard.core.protocol import CompletionResult, StreamChunk
+
+_CHOICE_KEYS = frozenset(("index", "delta", "text", "logprobs", "finish_reason"))
+_NOT_HEAD = ("choices", "usage", "object")
+_COMPLETION_LOGPROBS = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
+
+
+class _Choice:
+    __slots__ = (
+        "index",
+        "is_chat",
+        "texts",
+        "fields",
+        "tool_calls",
+        "function_call",
+        "logprobs",
+        "finish_reason",
+        "extra",
+    )
+
+    def __init__(self, index: int, is_chat: bool) -> None:
+        self.index, self.is_chat = index, is_chat
+        self.texts: dict[str, list[str]] = {}  # the message's strings (chat), or the choice's text, in pieces
+        self.fields: dict[str, Any] = {}  # the message's other fields, as last sent
+        self.tool_calls: dict[int, dict[str, Any]] = {}
+        self.function_call: dict[str, str] | None = None
+        self.logprobs: dict[str, list] | None = None
+        self.finish_reason: str | None = None
+        self.extra: dict[str, Any] = {}  # choice-level fields an upstream adds (vLLM's stop_reason)
+
+    def add(self, choice: dict[str, Any]) -> None:
+        if self.is_chat:
+            delta = choice.get("delta")
+            if delta:
+                for key, value in delta.items():
+                    if type(value) is str:
+                        self.texts.setdefault(key, []).append(value)
+                    elif key == "tool_calls":
+                        self._merge_tool_calls(value or ())
+                    elif key == "function_call":
+                        self._merge_function_call(value)
+                    elif value is not None or key not in self.fields:
+                        self.fields[key] = value
+        else:
+            self.texts.setdefault("text", []).append(choice.get("text") or "")
+        logprobs = choice.get("logprobs")
+        if logprobs:
+            self._add_logprobs(logprobs)
+        if choice.get("finish_reason") is not None:
+            self.finish_reason = choice["finish_reason"]
+        if not _CHOICE_KEYS.issuperset(choice):
+            self.extra |= {k: v for k, v in choice.items() if k not in _CHOICE_KEYS and v is not None}
+
+    def _merge_tool_calls(self, deltas) -> None:
+        for delta in deltas:
+            call = self.tool_calls.setdefault(delta.get("index", len(self.tool_calls)), {"function": {}})
+            for key, value in delta.items():
+                if key == "function":
+                    for name, piece in (value or {}).items():
+                        _join(call["function"], name, piece)
+                elif key != "index" and value is not None:
+                    call[key] = value
+
+    def _merge_function_call(self, delta: dict[str, Any] | None) -> None:
+        self.function_call = self.function_call if self.function_call is not None else {}
+        for key, piece in (delta or {}).items():
+            _join(self.function_call, key, piece)
+
+    def _add_logprobs(self, logprobs: dict[str, Any]) -> None:
+        if self.logprobs is None:
+            self.logprobs = {}
+        for key, value in logprobs.items():
+            if type(value) is list:
+                self.logprobs.setdefault(key, []).extend(value)
+        if not self.is_chat:
+            for key in _COMPLETION_LOGPROBS:
+                self.logprobs.setdefault(key, [])
+
+    def answer(self) -> dict[str, Any]:
+        texts = {key: "".join(pieces) for key, pieces in self.texts.items()}
+        if not self.is_chat:
+            text = texts.get("text", "")
+            return {"index": self.index, "text": text, "logprobs": self.logprobs, "finish_reason": self.finish_reason}
+        fields = self.fields | texts
+        message = {"role": fields.get("role") or "assistant", "content": fields.get("content")}
+        message |= {k: v for k, v in fields.items() if k not in message}
+        if self.tool_calls:
+            message["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
+        if self.function_call is not None:
+            message["function_call"] = self.function_call
+        choice = {"index": self.index, "message": message, "logprobs": self.logprobs}
+        return choice | {"finish_reason": self.finish_reason} | self.extra
+
+
+def _join(into: dict[str, Any], key: str, value: Any) -> None:
+    """Strings are pieces of one text; anything else replaces what came before (None never does)."""
+    if value is None:
+        into.setdefault(key, None)
+    elif isinstance(value, str) and isinstance(into.get(key), str):
+        into[key] += value
+    else:
+        into[key] = value
+
+
+class AnswerAssembler:
+    """Chunks in (`add`), one `CompletionResult` out (`result`)."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+        self.first: dict[str, Any] | None = None
+        self.last: dict[str, Any] = {}
+        self.choices: dict[int, _Choice] = {}
+        self.usage: dict[str, Any] | None = None
+        self.is_chat = False
+
+    def add(self, chunk: StreamChunk) -> None:
+        data = chunk.parsed
+        if self.first is None:
+            if "error" in data and "choices" not in data:
+                self._fail(data["error"])
+            self.first, self.is_chat = data, str(data.get("object", "")).startswith("chat.")
+        elif "choices" not in data and "error" in data:
+            self._fail(data["error"])
+        self.last = data
+        choices = data.get("choices")
+        if choices:
+            for choice in choices:
+                index = choice.get("index", 0)
+                if index not in self.choices:
+                    self.choices[index] = _Choice(index, self.is_chat)
+                self.choices[index].add(choice)
+        usage = data.get("usage")
+        if usage is not None:
+            self.usage = usage
+
+    def _fail(self, error: Any) -> None:
+        message = error.get("message") if isinstance(error, dict) else error
+        raise BackendError(f"upstream {self.backend} sent an error mid-answer: {message}", backend=self.backend)
+
+    def result(self) -> CompletionResult:
+        if self.first is None:
+            raise BackendError(f"upstream {self.backend} sent an empty stream", backend=self.backend)
+        # the head is the first chunk's; a field only later chunks carry (system_fingerprint) is the last's
+        head = {k: v for k, v in (self.last | self.first).items() if v is not None and k not in _NOT_HEAD}
+        body: dict[str, Any] = {
+            "id": head.pop("id", ""),
+            "object": "chat.completion" if self.is_chat else "text_completion",
+            "created": head.pop("created", 0),
+            "model": head.pop("model", ""),
+            "choices": [self.choices[i].answer() for i in sorted(self.choices)],
+        }
+        if self.usage is not None:
+            body["usage"] = self.usage
+        return CompletionResult.from_dict(body | head)

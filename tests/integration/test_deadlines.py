@@ -1,0 +1,181 @@
+"""Deadlines by default: a hung upstream (no answer, headers then nothing, a few tokens then
+nothing) costs a request its first-token timeout, not the read timeout; a non-stream answer is
+streamed from the upstream and assembled, so a long one still arrives whole; no request outlives
+its deadline; repeated first-token timeouts open the breaker.
+
+The timeouts are scaled down; the SDK's own timeout (a few seconds) only catches a hang.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+
+import httpx
+import openai
+import pytest
+
+from switchyard.core.settings import Settings
+from switchyard.proxy.app import create_app
+from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
+from tests.fakes.server import serve_in_thread
+
+HI = [{"role": "user", "content": "hi"}]
+HANG_GUARD_S = 4.0  # far beyond every timeout configured below: reaching it means a hang
+
+
+@pytest.fixture
+def upstreams():
+    """Three fake upstreams, 'a' falls back to 'b' then 'c'; `proxy(resilience, models=...)` serves them."""
+    states = {name: FakeState(behaviour=FakeBehaviour(words=(name,))) for name in "abc"}
+    with ExitStack() as stack:
+        urls = {name: stack.enter_context(serve_in_thread(FakeOpenAIUpstream(s))) + "/v1" for name, s in states.items()}
+
+        def proxy(resilience: dict, *, chain: str = "a", **model_a) -> str:
+            models = [{"name": name, "base_url": urls[name]} for name in "abc"]
+            models[0] |= {"fallbacks": list(chain[1:])} | model_a
+            settings = Settings(models=models, resilience=resilience, upstream={"read_timeout_s": 30})
+            return stack.enter_context(serve_in_thread(create_app(settings)))
+
+        proxy.urls = urls
+        yield states, proxy
+
+
+def _sdk(base: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base + "/v1", api_key="k", max_retries=0, timeout=HANG_GUARD_S)
+
+
+def _events(base: str, body: dict) -> tuple[int, list[str]]:
+    with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=HANG_GUARD_S) as response:
+        return response.status_code, [line for line in response.iter_lines() if line]
+
+
+@pytest.mark.parametrize("failure", ["hang", "headers"])
+def test_a_non_stream_request_to_a_hung_upstream_is_a_504_after_its_first_token_timeout(upstreams, failure):
+    states, proxy = upstreams
+    base = proxy({"first_token_timeout_s": 0.3, "max_attempts": 2})
+    states["a"].behaviour.failure = failure
+    with _sdk(base) as sdk, pytest.raises(openai.APIStatusError) as info:
+        sdk.chat.completions.create(model="a", messages=HI)
+    assert info.value.status_code == 504
+    assert info.value.response.json()["error"]["code"] == "upstream_timeout"
+    assert "no first token within 0.3 s" in info.value.response.json()["error"]["message"]
+    assert states["a"].num_requests == 1  # a first-token timeout is not retried on the same model
+
+
+@pytest.mark.parametrize("failure", ["hang", "headers"])
+def test_a_stream_to_a_hung_upstream_is_a_504_before_the_first_byte(upstreams, failure):
+    states, proxy = upstreams
+    base = proxy({"first_token_timeout_s": 0.3})
+    states["a"].behaviour.failure = failure
+    status, events = _events(base, {"model": "a", "messages": HI, "stream": True})
+    assert status == 504 and "upstream_timeout" in events[0]
+
+
+def test_a_stream_that_stalls_after_a_few_tokens_ends_in_band_at_the_request_deadline(upstreams):
+    states, proxy = upstreams
+    base = proxy({"first_token_timeout_s": 0.3, "request_timeout_s": 1.0})
+    states["a"].behaviour = FakeBehaviour(failure="stall", drop_after=2)
+    status, events = _events(base, {"model": "a", "messages": HI, "stream": True})
+    assert status == 200 and len(events) == 4  # two chunks, the error, [DONE]
+    assert '"code":"upstream_timeout"' in events[-2] and "request deadline of 1 s" in events[-2]
+    assert events[-1] == "data: [DONE]"
+
+
+def test_a_non_stream_answer_that_stalls_is_a_504_at_the_request_deadline(upstreams):
+    states, proxy = upstreams
+    base = proxy({"first_token_timeout_s": 0.3, "request_timeout_s": 1.0})
+    states["a"].behaviour = FakeBehaviour(failure="stall", drop_after=2)
+    with _sdk(base) as sdk, pytest.raises(openai.APIStatusError) as info:
+        sdk.chat.completions.create(model="a", messages=HI)
+    assert info.value.status_code == 504 and "request deadline of 1 s" in info.value.message
+
+
+def _without_identity(answer: dict) -> dict:
+    return {k: v for k, v in answer.items() if k not in ("id", "created")}
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/chat/completions", {"messages": HI, "logprobs": True, "top_logprobs": 2}),
+        ("/chat/completions", {"messages": HI, "max_tokens": 7}),
+        ("/completions", {"prompt": "say", "logprobs": 2}),
+    ],
+)
+def test_a_long_non_stream_answer_is_assembled_from_the_stream_as_the_upstream_would_send_it(upstreams, path, body):
+    """The answer takes ~0.5 s in all, longer than the first-token timeout: it still arrives, equal to
+    the upstream's own non-stream answer (usage and logprobs included)."""
+    states, proxy = upstreams
+    base = proxy({"first_token_timeout_s": 0.2})
+    states["a"].behaviour = FakeBehaviour(num_tokens=10, token_delay_s=0.05, words=("a", "b", "c"))
+    upstream = httpx.post(proxy.urls["a"] + path, json={"model": "a", **body}, timeout=HANG_GUARD_S).json()
+    reply = httpx.post(base + "/v1" + path, json={"model": "a", **body}, timeout=HANG_GUARD_S)
+    assert reply.status_code == 200, reply.text
+    assembled = reply.json()
+    assert _without_identity(assembled) == _without_identity(upstream)
+    assert assembled["id"] == "chunk-fake"  # the stream's own id, kept
+    sent = states["a"].records[-1].body
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+
+
+def test_a_model_that_does_not_assemble_sends_a_plain_non_stream_request(upstreams):
+    states, proxy = upstreams
+    base = proxy({"first_token_timeout_s": 0.2}, assemble_from_stream=False)
+    states["a"].behaviour = FakeBehaviour(num_tokens=10, token_delay_s=0.05, latency_s=0.4)
+    with _sdk(base) as sdk:
+        reply = sdk.chat.completions.create(model="a", messages=HI)  # no first-token timeout: the answer
+    assert reply.usage.completion_tokens == 10
+    assert "stream" not in states["a"].records[-1].body
+
+
+def test_a_models_first_token_timeout_beats_the_global_one(upstreams):
+    states, proxy = upstreams
+    base = proxy({"first_token_timeout_s": 0.2}, first_token_timeout_s=2.0)
+    states["a"].behaviour.latency_s = 0.5
+    with _sdk(base) as sdk:
+        assert sdk.chat.completions.create(model="a", messages=HI).choices[0].message.content.startswith("a")
+    states["b"].behaviour.latency_s = 0.5  # b has no override: the global 0.2 s applies
+    with _sdk(base) as sdk, pytest.raises(openai.APIStatusError) as info:
+        sdk.chat.completions.create(model="b", messages=HI)
+    assert info.value.status_code == 504
+
+
+def test_a_models_request_timeout_beats_the_global_one(upstreams):
+    states, proxy = upstreams
+    base = proxy({"request_timeout_s": 30}, request_timeout_s=0.5)
+    states["a"].behaviour = FakeBehaviour(failure="stall", drop_after=2)
+    status, events = _events(base, {"model": "a", "messages": HI, "stream": True})
+    assert status == 200 and "request deadline of 0.5 s" in events[-2] and events[-1] == "data: [DONE]"
+
+
+def test_a_hung_chain_ends_within_the_first_token_budget(upstreams):
+    """Retries and fallbacks: each hung model is tried once, and no attempt starts once the budget
+    is spent (with the defaults, 20 s per model and 45 s in all: under a minute)."""
+    states, proxy = upstreams
+    base = proxy({"first_token_timeout_s": 0.3, "first_token_budget_s": 0.5, "max_attempts": 2}, chain="abc")
+    for state in states.values():
+        state.behaviour.failure = "hang"
+    with _sdk(base) as sdk, pytest.raises(openai.APIStatusError) as info:
+        sdk.chat.completions.create(model="a", messages=HI)
+    assert info.value.status_code == 504
+    message = info.value.response.json()["error"]["message"]
+    assert "a: no first token within 0.3 s" in message
+    assert "b: no first token within 0.1" in message or "b: no first token within 0.2" in message  # what was left
+    assert "no first token within the budget of 0.5 s" in message
+    assert [s.num_requests for s in states.values()] == [1, 1, 0]
+
+
+def test_repeated_first_token_timeouts_open_the_breaker(upstreams):
+    states, proxy = upstreams
+    base = proxy({"first_token_timeout_s": 0.2, "breaker_fail_max": 3, "breaker_reset_s": 60})
+    states["a"].behaviour.failure = "hang"
+    with _sdk(base) as sdk:
+        for _ in range(3):
+            with pytest.raises(openai.APIStatusError) as info:
+                sdk.chat.completions.create(model="a", messages=HI)
+            assert info.value.status_code in (504, 503)  # the third trips the breaker: 503 circuit open
+        with pytest.raises(openai.APIStatusError) as info:
+            sdk.chat.completions.create(model="a", messages=HI)
+    assert info.value.status_code == 503 and "circuit open" in info.value.message
+    assert states["a"].num_requests == 3  # the open breaker did not call the hung upstream again
+    assert httpx.get(base + "/health/ready").json()["breakers"]["a"] == "open"

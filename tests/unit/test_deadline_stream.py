@@ -1,0 +1,66 @@
+"""A stream's deadline: one timer cuts it with an in-band BackendTimeout; anyone else's
+cancellation (a client gone, a shutdown) is never turned into a timeout nor swallowed."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from switchyard.backends.resilience import _Deadline, _DeadlineStream
+from switchyard.core.errors import BackendTimeout
+from switchyard.core.protocol import StreamChunk
+
+
+class Upstream:
+    """Two chunks, then nothing until closed."""
+
+    def __init__(self) -> None:
+        self.is_closed = False
+
+    async def chunks(self):
+        try:
+            for i in range(2):
+                yield StreamChunk.from_dict({"i": i})
+            await asyncio.Event().wait()
+        finally:
+            self.is_closed = True
+
+
+def _stream(upstream: Upstream, in_s: float) -> _DeadlineStream:
+    deadline = _Deadline(asyncio.get_running_loop().time() + in_s, "request deadline of 0.1 s")
+    return _DeadlineStream(upstream.chunks(), deadline, "m")
+
+
+async def test_a_stalled_stream_is_cut_at_its_deadline_and_the_upstream_closed():
+    upstream = Upstream()
+    stream = _stream(upstream, 0.1)
+    assert [(await anext(stream)).parsed["i"] for _ in range(2)] == [0, 1]
+    with pytest.raises(BackendTimeout, match="request deadline of 0.1 s"):
+        await asyncio.wait_for(anext(stream), 5)  # the outer bound only catches a hang
+    assert upstream.is_closed
+    with pytest.raises(BackendTimeout):
+        await anext(stream)  # past its deadline, it stays cut
+
+
+async def test_someone_elses_cancellation_propagates():
+    upstream = Upstream()
+    stream = _stream(upstream, 30)
+    await anext(stream)
+    await anext(stream)
+    reader = asyncio.ensure_future(anext(stream))
+    await asyncio.sleep(0.05)
+    reader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reader
+    await stream.aclose()
+    assert upstream.is_closed and stream._timer.cancelled()
+
+
+async def test_a_finished_stream_drops_its_timer():
+    async def two():
+        yield StreamChunk.from_dict({"i": 0})
+
+    stream = _DeadlineStream(two(), _Deadline(asyncio.get_running_loop().time() + 30, "x"), "m")
+    assert [c.parsed["i"] async for c in stream] == [0]
+    assert stream._timer.cancelled()
