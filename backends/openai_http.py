@@ -94,6 +94,7 @@ class OpenAIHTTPBackend(Backend):
         *,
         upstream_model: str | None = None,
         read_timeout_s: float | None = None,
+        stream_idle_timeout_s: float | None = None,
         health_timeout_s: float = 2.0,
     ) -> None:
         if not replicas:
@@ -105,11 +106,13 @@ class OpenAIHTTPBackend(Backend):
         self.upstream_model = upstream_model or name
         self._session = session
         self._balancer = LeastOutstanding()
-        self._timeout = (
-            aiohttp.ClientTimeout(total=None, sock_connect=session.timeout.sock_connect, sock_read=read_timeout_s)
-            if read_timeout_s is not None
-            else None
-        )
+        # The longest silence between two reads: the answer's (a plain request: all of it comes at
+        # the end), or a started stream's, the smaller of the two (a stalled stream ends there).
+        read_s = read_timeout_s if read_timeout_s is not None else session.timeout.sock_read
+        idle_s = read_s if stream_idle_timeout_s is None or read_s is None else min(read_s, stream_idle_timeout_s)
+        connect_s = session.timeout.sock_connect
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_s, sock_read=read_s)
+        self._stream_timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_s, sock_read=idle_s)
         self._health_timeout = aiohttp.ClientTimeout(total=health_timeout_s)
 
     def attach_breakers(self, make_breaker: Callable[[], Breaker]) -> list[tuple[str, Breaker]]:
@@ -174,10 +177,11 @@ class OpenAIHTTPBackend(Backend):
         it is sent once more on a fresh connection.
         """
         url, body = replica.base_url + self._path(request), self._body(request, stream=stream)
+        timeout = self._stream_timeout if stream else self._timeout
         try:
-            return await self._session.post(url, data=body, headers=replica.headers, timeout=self._timeout)
+            return await self._session.post(url, data=body, headers=replica.headers, timeout=timeout)
         except aiohttp.ServerDisconnectedError:
-            return await self._session.post(url, data=body, headers=replica.headers, timeout=self._timeout)
+            return await self._session.post(url, data=body, headers=replica.headers, timeout=timeout)
 
     def _fail(self, replica: Replica, exc: Exception) -> BackendError:
         """The one place where transport exceptions become ours.

@@ -36,6 +36,8 @@ def _http_backend_kwargs(model: OpenAIModel | VLLMModel, upstream: UpstreamSetti
     return {
         "upstream_model": model.upstream_model,
         "read_timeout_s": model.read_timeout_s,
+        # a model given a longer first-token timeout (a reasoning model) waits that long in silence
+        "stream_idle_timeout_s": max(upstream.stream_idle_timeout_s, model.first_token_timeout_s or 0),
         "health_timeout_s": upstream.health_timeout_s,
     }
 

@@ -70,6 +70,9 @@ class UpstreamSettings(_Strict):
     keepalive_expiry_s: float = Field(default=4.0, gt=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
     read_timeout_s: float = Field(default=300.0, gt=0)
+    # A stream's longest silence between two reads once it started (every non-stream request is
+    # asked as a stream too, unless its model sets assemble_from_stream: false); a stall ends here.
+    stream_idle_timeout_s: float = Field(default=30.0, gt=0)
     health_interval_s: float = Field(default=10.0, gt=0)
     health_timeout_s: float = Field(default=2.0, gt=0)
 

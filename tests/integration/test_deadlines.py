@@ -30,10 +30,11 @@ def upstreams():
     with ExitStack() as stack:
         urls = {name: stack.enter_context(serve_in_thread(FakeOpenAIUpstream(s))) + "/v1" for name, s in states.items()}
 
-        def proxy(resilience: dict, *, chain: str = "a", **model_a) -> str:
+        def proxy(resilience: dict, *, chain: str = "a", upstream: dict | None = None, **model_a) -> str:
             models = [{"name": name, "base_url": urls[name]} for name in "abc"]
             models[0] |= {"fallbacks": list(chain[1:])} | model_a
-            settings = Settings(models=models, resilience=resilience, upstream={"read_timeout_s": 30})
+            upstream = {"read_timeout_s": 30} | (upstream or {})
+            settings = Settings(models=models, resilience=resilience, upstream=upstream)
             return stack.enter_context(serve_in_thread(create_app(settings)))
 
         proxy.urls = urls
@@ -88,6 +89,32 @@ def test_a_non_stream_answer_that_stalls_is_a_504_at_the_request_deadline(upstre
     with _sdk(base) as sdk, pytest.raises(openai.APIStatusError) as info:
         sdk.chat.completions.create(model="a", messages=HI)
     assert info.value.status_code == 504 and "request deadline of 1 s" in info.value.message
+
+
+def test_a_stream_that_stalls_ends_in_band_at_the_stream_idle_timeout(upstreams):
+    """Long before the request deadline: a started stream silent for upstream.stream_idle_timeout_s."""
+    states, proxy = upstreams
+    base = proxy({"first_token_timeout_s": 0.3, "request_timeout_s": 60}, upstream={"stream_idle_timeout_s": 0.5})
+    states["a"].behaviour = FakeBehaviour(failure="stall", drop_after=2)
+    status, events = _events(base, {"model": "a", "messages": HI, "stream": True})
+    assert status == 200 and len(events) == 4  # two chunks, the error, [DONE]
+    assert '"code":"upstream_timeout"' in events[-2] and "openai#0" in events[-2]
+    assert events[-1] == "data: [DONE]"
+    with _sdk(base) as sdk, pytest.raises(openai.APIStatusError) as info:
+        sdk.chat.completions.create(model="a", messages=HI)  # asked as a stream, assembled: the same cut
+    assert info.value.status_code == 504 and info.value.response.json()["error"]["code"] == "upstream_timeout"
+
+
+def test_a_slow_plain_answer_is_not_cut_by_the_stream_idle_timeout(upstreams):
+    """assemble_from_stream: false sends a plain request, bounded by read_timeout_s only."""
+    states, proxy = upstreams
+    base = proxy({}, upstream={"stream_idle_timeout_s": 0.2}, assemble_from_stream=False)
+    states["a"].behaviour = FakeBehaviour(num_tokens=8, latency_s=0.6, words=("a",))  # silent, then all of it
+    with _sdk(base) as sdk:
+        answer = sdk.chat.completions.create(model="a", messages=HI)
+        assert answer.usage.completion_tokens == 8
+        status, events = _events(base, {"model": "a", "messages": HI, "stream": True})
+    assert status == 504 and "upstream_timeout" in events[0]  # the same silence in a stream is cut
 
 
 def _without_identity(answer: dict) -> dict:
