@@ -57,6 +57,8 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/classifier.py --artifact classifier/artifacts/minilm-logreg
 	$(BIN)/python bench/cascade.py
 	$(BIN)/python bench/assemble.py
+	$(BIN)/python bench/slow_clients.py
+	$(BIN)/python bench/faults.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

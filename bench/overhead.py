@@ -78,15 +78,19 @@ def _env() -> dict[str, str]:
     return env
 
 
-def start(name: str, argv: list[str], port: int, logs: Path) -> Server:
+def start(
+    name: str, argv: list[str], port: int, logs: Path, *, env: dict[str, str] | None = None, preexec_fn=None
+) -> Server:
     log = (logs / f"{name}.log").open("wb")
-    process = subprocess.Popen(argv, env=_env(), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    process = subprocess.Popen(
+        argv, env=_env() | (env or {}), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, preexec_fn=preexec_fn
+    )
     return Server(name, f"http://127.0.0.1:{port}/v1", process)
 
 
-async def wait_ready(server: Server, timeout_s: float = 120.0) -> None:
+async def wait_ready(server: Server, timeout_s: float = 120.0, model: str = "fake-small") -> None:
     deadline = time.monotonic() + timeout_s
-    body = {"model": "fake-small", "messages": [{"role": "user", "content": "ping"}], "max_tokens": 2}
+    body = {"model": model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 2}
     async with aiohttp.ClientSession() as session:
         while time.monotonic() < deadline:
             if server.process and server.process.poll() is not None:
@@ -102,9 +106,12 @@ async def wait_ready(server: Server, timeout_s: float = 120.0) -> None:
     raise RuntimeError(f"{server.name} did not become ready in {timeout_s:.0f} s")
 
 
-def start_fake_upstream(logs: Path) -> Server:
-    """The fast fake OpenAI upstream (uvloop + httptools), answering FAKE_NUM_TOKENS tokens."""
-    port = free_port()
+def start_fake_upstream(
+    logs: Path, *, name: str = "upstream", port: int | None = None, env: dict[str, str] | None = None
+) -> Server:
+    """The fast fake OpenAI upstream (uvloop + httptools), answering FAKE_NUM_TOKENS tokens; `env`
+    may script a failure (FAKE_FAILURE, see `tests.fakes.openai_upstream.create_fake_app`)."""
+    port = port if port is not None else free_port()
     argv = [
         sys.executable,
         "-m",
@@ -121,7 +128,21 @@ def start_fake_upstream(logs: Path) -> Server:
         "--http",
         "httptools",
     ]
-    return start("upstream", argv, port, logs)
+    return start(name, argv, port, logs, env=env)
+
+
+def start_switchyard(logs: Path, name: str, config_yaml: str, *, preexec_fn=None) -> Server:
+    """`switchyard serve` on a free port with `config_yaml` (written to the logs folder)."""
+    port = free_port()
+    config = logs / f"{name}.yaml"
+    config.write_text(config_yaml)
+    argv = [sys.executable, "-m", "switchyard", "serve", "--config", str(config), "--port", str(port)]
+    return start(name, argv, port, logs, preexec_fn=preexec_fn)
+
+
+def fake_model_yaml(name: str, upstream: Server, extra: str = "") -> str:
+    """One `models:` entry for a fake upstream; `extra` adds indented lines (e.g. fallbacks)."""
+    return f"  - name: {name}\n    backend: openai\n    base_url: {upstream.base_url}\n    api_key: dummy\n{extra}"
 
 
 def start_all(logs: Path, targets: tuple[str, ...]) -> dict[str, Server]:
@@ -129,18 +150,8 @@ def start_all(logs: Path, targets: tuple[str, ...]) -> dict[str, Server]:
     upstream = start_fake_upstream(logs)
     servers = {"direct": upstream}
     if "switchyard" in targets:
-        port = free_port()
-        config = logs / "switchyard.yaml"
-        config.write_text(
-            f"server:\n  log_level: warning\nmodels:\n  - name: fake-small\n    backend: openai\n"
-            f"    base_url: {upstream.base_url}\n    api_key: dummy\n"
-        )
-        servers["switchyard"] = start(
-            "switchyard",
-            [python, "-m", "switchyard", "serve", "--config", str(config), "--port", str(port)],
-            port,
-            logs,
-        )
+        config_yaml = "server:\n  log_level: warning\nmodels:\n" + fake_model_yaml("fake-small", upstream)
+        servers["switchyard"] = start_switchyard(logs, "switchyard", config_yaml)
     if "switchyard-billing" in targets:
         servers["switchyard-billing"] = _start_switchyard_billing(python, upstream, logs)
     if "litellm" in targets:
@@ -214,12 +225,16 @@ class Sample:
         return len(self.latencies_s) / self.elapsed_s if self.elapsed_s else 0.0
 
 
-async def drive(url: str, body: bytes, *, stream: bool, concurrency: int, seconds: float) -> Sample:
-    """`concurrency` closed-loop workers send requests for `seconds`; each latency is to the last byte."""
+async def drive(
+    url: str, body: bytes, *, stream: bool, concurrency: int, seconds: float, timeout_s: float | None = None
+) -> Sample:
+    """`concurrency` closed-loop workers send requests for `seconds`; each latency is to the last byte.
+    A request with no whole answer within `timeout_s` counts as an error."""
     sample = Sample()
     connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
     headers = {"content-type": "application/json", "authorization": "Bearer sk-bench"}
-    async with aiohttp.ClientSession(connector=connector) as session:
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         deadline = time.perf_counter() + seconds
 
         async def worker() -> None:
@@ -235,7 +250,7 @@ async def drive(url: str, body: bytes, *, stream: bool, concurrency: int, second
                             error = f"stream cut short: {payload[-120:]!r}"
                         elif stream and IN_BAND_ERROR in payload:
                             error = f"in-band error: {payload[payload.index(IN_BAND_ERROR) :][:160]!r}"
-                except aiohttp.ClientError as exc:
+                except (aiohttp.ClientError, TimeoutError) as exc:
                     error = f"{type(exc).__name__}: {exc}"
                 if error is None:
                     sample.latencies_s.append(time.perf_counter() - started)

@@ -17,7 +17,8 @@ MAX_DAYS = 36_500
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: `false` is not a budget of 0, nor `"10"` a limit of 10 (an integer is a valid number)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]):

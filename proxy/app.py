@@ -13,6 +13,7 @@ from switchyard.backends.defaults import load_settings
 from switchyard.core.settings import Settings
 from switchyard.proxy.error_handlers import install_error_handlers
 from switchyard.proxy.middleware import InFlight, RequestIdMiddleware, TrailingSlashMiddleware
+from switchyard.proxy.openapi import install_openapi
 from switchyard.proxy.routes import ROUTERS
 from switchyard.proxy.services import ScoreBatch, build_services, check_startup
 
@@ -50,6 +51,7 @@ def create_app(
     app.state.in_flight = in_flight
     app.state.settings = settings
     install_error_handlers(app)
+    install_openapi(app)
     for router in ROUTERS:
         app.include_router(router)
     app.add_middleware(TrailingSlashMiddleware)

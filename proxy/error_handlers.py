@@ -43,7 +43,9 @@ async def _handle_http_exception(_: Request, exc: Exception) -> Response:
     error_class = _HTTP_STATUS_TO_ERROR.get(exc.status_code, SwitchyardError)
     error = error_class(str(exc.detail), code=None)
     error.status_code = exc.status_code
-    return error_response(error)
+    response = error_response(error)
+    response.headers.update(exc.headers or {})  # a 405's `Allow`
+    return response
 
 
 class DatabaseUnavailable(SwitchyardError):

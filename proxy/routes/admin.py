@@ -11,8 +11,11 @@ import datetime as dt
 import logging
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
+from fastapi.routing import APIRoute
+from starlette.routing import Match
+from starlette.types import Receive, Scope, Send
 
 from switchyard.billing import admin
 from switchyard.billing.store.errors import StoreError
@@ -20,8 +23,9 @@ from switchyard.billing.teams import Team
 from switchyard.core.errors import InvalidRequest, NotFound
 from switchyard.proxy.admin_wire import KeyCreate, TeamChanges, TeamCreate, key_view, team_view
 from switchyard.proxy.body import read_request
+from switchyard.proxy.openapi import json_body, query
 from switchyard.proxy.routes.admin_support import database_of, require_admin
-from switchyard.proxy.routes.usage import usage_response
+from switchyard.proxy.routes.usage import USAGE_QUERY, usage_response
 
 logger = logging.getLogger("switchyard.admin")
 router = APIRouter()
@@ -48,7 +52,7 @@ async def list_teams(request: Request) -> Response:
     return _json({"object": "list", "data": [team_view(team) for team in teams]})
 
 
-@router.post("/admin/teams")
+@router.post("/admin/teams", status_code=201, openapi_extra=json_body(TeamCreate))
 async def create_team(request: Request) -> Response:
     require_admin(request)
     body = await read_request(request, TeamCreate)
@@ -58,7 +62,7 @@ async def create_team(request: Request) -> Response:
     return _json(team_view(created), 201)
 
 
-@router.patch("/admin/teams/{name}")
+@router.patch("/admin/teams/{name}", openapi_extra=json_body(TeamChanges))
 async def update_team(request: Request, name: str) -> Response:
     require_admin(request)
     body = await read_request(request, TeamChanges)
@@ -67,14 +71,14 @@ async def update_team(request: Request, name: str) -> Response:
     return _json(team_view(updated))
 
 
-@router.get("/admin/keys")
+@router.get("/admin/keys", openapi_extra=query(("team", {"type": "string"})))
 async def list_keys(request: Request) -> Response:
     require_admin(request)
     keys = await database_of(request).list_keys(request.query_params.get("team"))
     return _json({"object": "list", "data": [key_view(key) for key in keys]})
 
 
-@router.post("/admin/keys")
+@router.post("/admin/keys", status_code=201, openapi_extra=json_body(KeyCreate))
 async def create_key(request: Request) -> Response:
     require_admin(request)
     body = await read_request(request, KeyCreate)
@@ -100,7 +104,7 @@ async def revoke_key(request: Request, key_id: str) -> Response:
     return _json(key_view(revoked))
 
 
-@router.get("/admin/usage")
+@router.get("/admin/usage", openapi_extra=USAGE_QUERY)
 async def usage(request: Request) -> Response:
     require_admin(request)
     team = request.query_params.get("team")
@@ -125,7 +129,15 @@ def _start_of(day: dt.date | None, *, days: int = 0) -> float | None:
     return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp() + days * 86_400
 
 
-@router.get("/admin/report")
+@router.get(
+    "/admin/report",
+    openapi_extra=query(
+        ("since", {"type": "string", "format": "date"}),
+        ("until", {"type": "string", "format": "date"}),
+        ("team", {"type": "string"}),
+    ),
+    response_class=HTMLResponse,
+)
 async def report(request: Request) -> Response:
     """The analysts' report as one self-contained page (what `switchyard report` writes as report.html)."""
     require_admin(request)
@@ -145,8 +157,25 @@ async def report(request: Request) -> Response:
     return HTMLResponse(built.html())
 
 
-@router.api_route("/admin", methods=["GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"])
-@router.api_route("/admin/{path:path}", methods=["GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"])
-async def unknown(request: Request, path: str = "") -> Response:
-    require_admin(request)
-    raise NotFound(f"No admin endpoint {request.method} /admin/{path}.")
+class _Unknown:
+    """Any other path under /admin, by any method (TRACE and QUERY included): an ASGI app rather
+    than a function, because Starlette serves a function GET only. Without the admin key it is a
+    401 before it is a 404."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        require_admin(request)
+        allowed = _methods_served(scope)
+        if allowed:
+            raise HTTPException(405, headers={"Allow": ", ".join(allowed)})
+        raise NotFound(f"No admin endpoint {request.method} {request.url.path}.")
+
+
+def _methods_served(scope: Scope) -> list[str]:
+    """The methods the other admin routes serve at this path (none: the path does not exist)."""
+    matched = (r for r in router.routes if isinstance(r, APIRoute) and r.matches(scope)[0] is Match.PARTIAL)
+    return sorted({method for route in matched for method in route.methods})
+
+
+router.add_route("/admin", _Unknown(), include_in_schema=False)
+router.add_route("/admin/{path:path}", _Unknown(), include_in_schema=False)

@@ -4,15 +4,17 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from switchyard.proxy.openapi import NO_KEY
+
 router = APIRouter()
 
 
-@router.get("/health/live")
+@router.get("/health/live", openapi_extra=NO_KEY)
 async def live() -> Response:
     return Response(b'{"status":"ok"}', media_type="application/json")
 
 
-@router.get("/health/ready")
+@router.get("/health/ready", openapi_extra=NO_KEY)
 async def ready(request: Request) -> Response:
     """Ready when at least one model has a backend that passed its last health probe.
 

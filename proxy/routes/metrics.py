@@ -3,8 +3,9 @@
 from collections.abc import Iterable
 
 from fastapi import APIRouter, Request
-from fastapi.responses import Response
+from fastapi.responses import PlainTextResponse, Response
 
+from switchyard.proxy.openapi import NO_KEY
 from switchyard.proxy.saturation import is_saturated
 
 router = APIRouter()
@@ -20,7 +21,7 @@ def _metric(name: str, kind: str, help_text: str, samples: Iterable[tuple[dict[s
     return lines
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse, openapi_extra=NO_KEY)
 async def metrics(request: Request) -> Response:
     state = request.app.state.services
     entries = list(state.registry)

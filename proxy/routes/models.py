@@ -3,11 +3,12 @@ from fastapi.responses import Response
 
 from switchyard.core.protocol import ModelCard, ModelList
 from switchyard.proxy.access import authenticate
+from switchyard.proxy.openapi import answers
 
 router = APIRouter()
 
 
-@router.get("/v1/models")
+@router.get("/v1/models", responses=answers(ModelList))
 async def list_models(request: Request) -> Response:
     """The models the caller may use (all of them when no teams are configured)."""
     principal = authenticate(request)

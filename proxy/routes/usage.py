@@ -14,11 +14,18 @@ from fastapi.responses import Response
 
 from switchyard.core.errors import Forbidden, InvalidRequest, NotFound
 from switchyard.proxy.access import authenticate, is_admin
+from switchyard.proxy.openapi import query
 from switchyard.proxy.routes.admin_support import database_of
 
 router = APIRouter()
 
 GROUPS = ("model", "day")
+USAGE_QUERY = query(
+    ("start_date", {"type": "string", "format": "date"}),
+    ("end_date", {"type": "string", "format": "date"}),
+    ("group_by", {"type": "string", "enum": list(GROUPS)}),
+    ("team", {"type": "string"}),
+)
 
 
 def _date(value: str | None, param: str, default: dt.date) -> dt.date:
@@ -44,7 +51,7 @@ async def usage_response(request: Request, team: str | None) -> Response:
     return Response(orjson.dumps(summary), media_type="application/json")
 
 
-@router.get("/v1/usage")
+@router.get("/v1/usage", openapi_extra=USAGE_QUERY)
 async def usage(request: Request) -> Response:
     asked = request.query_params.get("team")
     if is_admin(request):

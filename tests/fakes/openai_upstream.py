@@ -2,7 +2,8 @@
 format, with scripted latency, tokens, logprobs and failure modes.
 
 Behaviour comes from `FakeBehaviour` on the server, and any request may override it with a
-`"fake": {...}` body field (a client field the proxy forwards untouched). Failure modes:
+`"fake": {...}` body field (a client field the proxy forwards untouched); `POST /fake/behaviour`
+with the same fields changes it for every later request. Failure modes:
 
     "400"        answer 400 content_policy_violation (a refusal no retry can fix)
     "context"    answer 400 context_length_exceeded
@@ -115,6 +116,15 @@ def _error(status: int, message: str, error_type: str, code: str | None) -> byte
     return orjson.dumps({"error": {"message": message, "type": error_type, "param": None, "code": code}})
 
 
+async def _read_body(receive) -> bytes:
+    raw = b""
+    while True:
+        message = await receive()
+        raw += message.get("body", b"")
+        if not message.get("more_body"):
+            return raw
+
+
 class FakeOpenAIUpstream:
     """The ASGI app. One instance per server; `state` is shared with the test thread."""
 
@@ -138,16 +148,14 @@ class FakeOpenAIUpstream:
             }
             await self._respond(send, 200, orjson.dumps(body))
             return
+        if method == "POST" and path == "/fake/behaviour":  # a script for a server in another process
+            self.state.behaviour = self.state.behaviour.updated(orjson.loads(await _read_body(receive)))
+            await self._respond(send, 200, b"{}")
+            return
         if method != "POST" or path not in ("/v1/chat/completions", "/v1/completions"):
             await self._respond(send, 404, _error(404, f"no route {path}", "invalid_request_error", None))
             return
-        raw = b""
-        while True:
-            message = await receive()
-            raw += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        body = orjson.loads(raw)
+        body = orjson.loads(await _read_body(receive))
         headers = {k.decode(): v.decode() for k, v in scope["headers"]}
         record = FakeRecord(path=path, body=body, headers=headers, started_at=time.monotonic())
         self.state.records.append(record)

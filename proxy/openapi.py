@@ -1,0 +1,97 @@
+"""The OpenAPI document (`GET /openapi.json`): what each route reads and answers, errors included.
+
+The routes read their bodies themselves (`switchyard.proxy.body`, for the limits and OpenAI-shaped
+errors), so FastAPI cannot see them: a route names its body's wire model with `json_body()`, its
+query parameters with `query()`, and its answer with `answers()`. Every operation may answer any
+4xx or 5xx with OpenAI's error body; FastAPI's own 422 (a shape this server never sends) is
+replaced by it. Every operation takes a bearer key (a team's key, or for /admin the admin key),
+except those marked `NO_KEY`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
+
+_REF = "#/components/schemas/{model}"
+NO_KEY: dict[str, Any] = {"security": []}  # `openapi_extra` for a route served without a key
+
+ERROR_SCHEMA: dict[str, Any] = {
+    "title": "ErrorResponse",
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "param", "code"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        }
+    },
+}
+_ERROR_RESPONSE = {
+    "description": "An error, in OpenAI's shape.",
+    "content": {"application/json": {"schema": {"$ref": _REF.format(model="ErrorResponse")}}},
+}
+
+
+def _schema(model: type[BaseModel]) -> dict[str, Any]:
+    """`model`'s JSON schema; the models it uses (`$defs`) move to the document's components."""
+    return model.model_json_schema(ref_template=_REF)
+
+
+def json_body(model: type[BaseModel]) -> dict[str, Any]:
+    """`openapi_extra` for a route that reads `model` from a JSON body."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": _schema(model)}}}}
+
+
+def query(*params: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    """`openapi_extra` for a route's optional query parameters, as (name, JSON schema) pairs."""
+    return {"parameters": [{"name": name, "in": "query", "schema": schema} for name, schema in params]}
+
+
+def answers(model: type[BaseModel], *, stream: bool = False) -> dict[int | str, dict[str, Any]]:
+    """`responses` for a route that answers `model` as JSON and, with `stream`, as server-sent
+    events (its chunks, each a `data:` line)."""
+    content: dict[str, Any] = {"application/json": {"schema": _schema(model)}}
+    if stream:
+        content["text/event-stream"] = {}
+    return {200: {"description": "Success.", "content": content}}
+
+
+def install_openapi(app: FastAPI) -> None:
+    """Serve the document described above, built once on first request."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            schemas = document.setdefault("components", {}).setdefault("schemas", {})
+            for name in ("HTTPValidationError", "ValidationError"):
+                schemas.pop(name, None)
+            schemas["ErrorResponse"] = ERROR_SCHEMA
+            document["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+            document["security"] = [{"bearer": []}]
+            for operations in document.get("paths", {}).values():
+                for operation in operations.values():
+                    for content in _contents(operation):
+                        for media in content.values():
+                            schemas.update(media.get("schema", {}).pop("$defs", {}))
+                    responses = operation.setdefault("responses", {})
+                    responses.pop("422", None)
+                    responses["4XX"] = responses["5XX"] = _ERROR_RESPONSE
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _contents(operation: dict[str, Any]) -> list[dict[str, Any]]:
+    bodies = [operation.get("requestBody", {}), *operation.get("responses", {}).values()]
+    return [body["content"] for body in bodies if "content" in body]
