@@ -210,6 +210,11 @@ class EdgeProtocol(HttpToolsProtocol):
         if not self.transport.is_closing() and not self.pipeline:
             self._await_head()
 
+    def _unsupported_upgrade_warning(self) -> None:
+        # uvicorn's two warnings would tell the operator to install a WebSocket library: the
+        # server has none on purpose (uvicorn_config), and the request is served as plain HTTP
+        self.logger.debug("An Upgrade header was ignored: the request is served as plain HTTP.")
+
     # answers of the edge itself
 
     def send_400_response(self, msg: str) -> None:
@@ -260,6 +265,9 @@ def uvicorn_config(app: Any, server: ServerSettings, **overrides: Any) -> uvicor
         "loop": "uvloop" if os.name == "posix" else "auto",
         "http": edge_protocol(EdgeLimits.from_settings(server)),
         "timeout_keep_alive": server.keepalive_timeout_s,
+        # no WebSocket routes; an upgrade would hand the connection to uvicorn's WebSocket
+        # protocol, out of the edge's count for good (an Upgrade header is ignored instead)
+        "ws": "none",
         "timeout_graceful_shutdown": 5,
     }
     return uvicorn.Config(app, **(options | overrides))

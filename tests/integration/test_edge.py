@@ -189,6 +189,27 @@ def test_at_the_connection_cap_with_none_idle_a_newcomer_gets_a_503():
         assert error["code"] == "too_many_connections" and error["type"] == "server_error"
 
 
+def test_upgrade_requests_do_not_use_up_the_connection_cap():
+    """Was: a WebSocket upgrade left its connection counted for good; after `max_connections` of
+    them every newcomer got a 503."""
+    upgrade = (
+        b"GET /health/live HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    with _proxy(max_connections=3) as url:
+        replies = []
+        for _ in range(3):
+            with _connect(url) as sock:
+                sock.sendall(upgrade)
+                replies.append(sock.recv(65536))
+        deadline = time.monotonic() + GUARD_S  # their closing reaches the server a moment later
+        while _status(url + "/health/live") != 200:
+            assert time.monotonic() < deadline, "upgraded connections still count against the cap"
+            time.sleep(0.05)
+        assert [_status(url + "/health/live") for _ in range(5)] == [200] * 5
+    assert all(reply.startswith(b"HTTP/1.1 200") for reply in replies)  # served as plain HTTP
+
+
 @pytest.mark.parametrize(
     "request_bytes",
     [
