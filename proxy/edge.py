@@ -44,6 +44,9 @@ logger = logging.getLogger("switchyard.edge")
 
 LINGER_S = 1.0  # after an error response, how long the client has to read it before the close
 LINGER_DISCARD_BYTES = 1024 * 1024  # read and dropped meanwhile (to see the client's own close), then no more
+REFUSAL_LINGER_S = 0.2  # the same for a newcomer refused at the cap: short, a flood of them must not hold fds
+REFUSAL_DISCARD_BYTES = 64 * 1024
+MAX_LINGERING_REFUSALS = 32  # beyond this many at once, a refusal closes at once (a fraction of the fd reserve)
 NOFILE_RESERVE_MIN = 128  # file descriptors kept for upstream sockets, the ledger, model files
 
 
@@ -92,6 +95,7 @@ class _Connections:
 
     def __init__(self) -> None:
         self.num_open = 0
+        self.num_lingering_refusals = 0
         self.idle: OrderedDict[EdgeProtocol, None] = OrderedDict()
 
     def evict_oldest_idle(self, newcomer: EdgeProtocol) -> bool:
@@ -112,6 +116,7 @@ class EdgeProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._head_timer: asyncio.TimerHandle | None = None
         self._counted = False
+        self._lingering_refusal = False
         self._ended = False  # an edge error was sent or the connection closed: ignore what comes
         self._discard_budget = LINGER_DISCARD_BYTES
 
@@ -122,8 +127,7 @@ class EdgeProtocol(HttpToolsProtocol):
         self.registry.num_open += 1
         self._counted = True
         if self.registry.num_open > self.limits.max_connections and not self.registry.evict_oldest_idle(self):
-            refusal = TooManyConnections("The server is at its connection limit; try again shortly.")
-            self._end_with(refusal, linger_s=0)  # nothing sent yet: a plain close will not reset it
+            self._refuse()
             return
         self._await_head()
 
@@ -132,7 +136,24 @@ class EdgeProtocol(HttpToolsProtocol):
         if self._counted:
             self._counted = False
             self.registry.num_open -= 1
+        if self._lingering_refusal:
+            self._lingering_refusal = False
+            self.registry.num_lingering_refusals -= 1
         super().connection_lost(exc)
+
+    def _refuse(self) -> None:
+        """A 503 for a newcomer at the cap. A client that sent its request right after connecting
+        would read a reset instead of the 503 if the connection closed on its unread request, so
+        the refusal lingers a moment to read and drop it; only a few at once, so that a flood of
+        newcomers costs no more file descriptors than the cap allows for."""
+        refusal = TooManyConnections("The server is at its connection limit; try again shortly.")
+        if self.registry.num_lingering_refusals >= MAX_LINGERING_REFUSALS:
+            self._end_with(refusal, linger_s=0)
+            return
+        self.registry.num_lingering_refusals += 1
+        self._lingering_refusal = True
+        self._discard_budget = REFUSAL_DISCARD_BYTES
+        self._end_with(refusal, linger_s=REFUSAL_LINGER_S)
 
     def close_idle(self) -> None:
         """Close this idle connection (to make room for a newcomer, or after keep-alive)."""
