@@ -170,6 +170,11 @@ class EdgeProtocol(HttpToolsProtocol):
     def _await_head(self) -> None:
         self._in_head = True
         self._head_bytes = 0
+        self._wait_idle()
+
+    def _wait_idle(self) -> None:
+        """No request in progress: the connection may be evicted at the cap, and must go on (with a
+        request head, or the rest of a body the app did not read) within the header deadline."""
         self.registry.idle[self] = None
         self._cancel_head_timer()
         self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._on_head_timeout)
@@ -181,8 +186,8 @@ class EdgeProtocol(HttpToolsProtocol):
 
     def _on_head_timeout(self) -> None:
         self._head_timer = None
-        if self._head_bytes == 0 and self.cycle is not None:
-            self.close_idle()  # idle between requests: nothing to answer
+        if not self._in_head or (self._head_bytes == 0 and self.cycle is not None):
+            self.close_idle()  # idle between requests, or in the rest of a body answered: nothing to answer
             return
         self._end_with(
             RequestTimeout(
@@ -218,6 +223,7 @@ class EdgeProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._cancel_head_timer()
+        self._unset_keepalive_if_required()  # armed in on_message_complete, before this head in the same read
         self.registry.idle.pop(self, None)
         super().on_headers_complete()
 
@@ -225,11 +231,25 @@ class EdgeProtocol(HttpToolsProtocol):
         super().on_message_complete()
         self._in_head = True  # what comes next is the next request's head
         self._head_bytes = 0
+        if self.cycle.response_complete and not self.transport.is_closing() and not self.pipeline:
+            # the rest of a body answered early has come: the connection waits for its next request
+            self._await_head()
+            self._unset_keepalive_if_required()
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if not self.transport.is_closing() and not self.pipeline:
+        if self.transport.is_closing() or self.pipeline:
+            return
+        if self._in_head:
             self._await_head()
+        else:
+            # answered before its body was read (a 404, a 401, a 413): the parser reads the rest and
+            # drops it; counted as the next head, it would be answered with a 431 or a 408 that the
+            # client's next request then reads. The next head is awaited once the body has ended.
+            self._wait_idle()
 
     def _unsupported_upgrade_warning(self) -> None:
         # uvicorn's two warnings would tell the operator to install a WebSocket library: the

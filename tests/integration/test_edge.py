@@ -225,6 +225,48 @@ def test_upgrade_requests_do_not_use_up_the_connection_cap():
     assert all(reply.startswith(b"HTTP/1.1 200") for reply in replies)  # served as plain HTTP
 
 
+def _answered_before_its_body(url: str, content_length: int) -> socket.socket:
+    """A connection whose request (to a route that does not exist) was answered after one byte
+    of its body, the rest of the body still to come."""
+    sock = _connect(url)
+    sock.sendall(b"POST /v1/no-such-route HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n{" % content_length)
+    assert _read_response(sock).startswith(b"HTTP/1.1 404")
+    return sock
+
+
+def test_the_rest_of_a_body_answered_early_is_not_taken_for_the_next_request_head():
+    """Was: the rest of the body counted as the next request's head: past `max_header_bytes`, a 431
+    that the connection's next request read as its answer."""
+    with _proxy(max_header_bytes=4096) as url, _answered_before_its_body(url, 100_001) as sock:
+        sock.sendall(b" " * 100_000)
+        sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        reply = _read_response(sock)
+    assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b'{"status":"ok"}'), reply[:300]
+
+
+def test_the_rest_of_a_body_answered_early_that_never_ends_closes_the_connection_quietly():
+    """Was: a 408 written onto the connection after its response, for its next request to read."""
+    with _proxy(header_timeout_s=0.5) as url, _answered_before_its_body(url, 1000) as sock:
+        sock.sendall(b" " * 10)  # and nothing more
+        assert _read_until_closed(sock) == b""
+
+
+def test_a_large_body_to_a_missing_route_leaves_the_connection_usable():
+    """Was: the next request on the connection got a 431 meant for the rest of the body."""
+
+    def body() -> Iterator[bytes]:
+        yield b"x" * 1000
+        time.sleep(0.3)  # not a bound: the rest comes after the 404, as from a client on a slower link
+        yield b"x" * 199_000
+
+    with _proxy() as url, httpx.Client(base_url=url, timeout=GUARD_S) as client:
+        headers = {"content-length": "200000"}
+        assert client.post("/v1/no-such-route", content=body(), headers=headers).status_code == 404
+        assert client.get("/health/live").status_code == 200
+        assert client.post("/v1/no-such-route", content=b"x" * 4_000_000).status_code == 404
+        assert client.get("/health/live").status_code == 200
+
+
 @pytest.mark.parametrize(
     "request_bytes",
     [
