@@ -44,6 +44,9 @@ logger = logging.getLogger("switchyard.edge")
 
 LINGER_S = 1.0  # after an error response, how long the client has to read it before the close
 LINGER_DISCARD_BYTES = 1024 * 1024  # read and dropped meanwhile (to see the client's own close), then no more
+REFUSAL_LINGER_S = 0.2  # the same for a newcomer refused at the cap: short, a flood of them must not hold fds
+REFUSAL_DISCARD_BYTES = 64 * 1024
+MAX_LINGERING_REFUSALS = 32  # beyond this many at once, a refusal closes at once (a fraction of the fd reserve)
 NOFILE_RESERVE_MIN = 128  # file descriptors kept for upstream sockets, the ledger, model files
 
 
@@ -92,6 +95,7 @@ class _Connections:
 
     def __init__(self) -> None:
         self.num_open = 0
+        self.num_lingering_refusals = 0
         self.idle: OrderedDict[EdgeProtocol, None] = OrderedDict()
 
     def evict_oldest_idle(self, newcomer: EdgeProtocol) -> bool:
@@ -112,6 +116,7 @@ class EdgeProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._head_timer: asyncio.TimerHandle | None = None
         self._counted = False
+        self._lingering_refusal = False
         self._ended = False  # an edge error was sent or the connection closed: ignore what comes
         self._discard_budget = LINGER_DISCARD_BYTES
 
@@ -122,8 +127,7 @@ class EdgeProtocol(HttpToolsProtocol):
         self.registry.num_open += 1
         self._counted = True
         if self.registry.num_open > self.limits.max_connections and not self.registry.evict_oldest_idle(self):
-            refusal = TooManyConnections("The server is at its connection limit; try again shortly.")
-            self._end_with(refusal, linger_s=0)  # nothing sent yet: a plain close will not reset it
+            self._refuse()
             return
         self._await_head()
 
@@ -132,7 +136,24 @@ class EdgeProtocol(HttpToolsProtocol):
         if self._counted:
             self._counted = False
             self.registry.num_open -= 1
+        if self._lingering_refusal:
+            self._lingering_refusal = False
+            self.registry.num_lingering_refusals -= 1
         super().connection_lost(exc)
+
+    def _refuse(self) -> None:
+        """A 503 for a newcomer at the cap. A client that sent its request right after connecting
+        would read a reset instead of the 503 if the connection closed on its unread request, so
+        the refusal lingers a moment to read and drop it; only a few at once, so that a flood of
+        newcomers costs no more file descriptors than the cap allows for."""
+        refusal = TooManyConnections("The server is at its connection limit; try again shortly.")
+        if self.registry.num_lingering_refusals >= MAX_LINGERING_REFUSALS:
+            self._end_with(refusal, linger_s=0)
+            return
+        self.registry.num_lingering_refusals += 1
+        self._lingering_refusal = True
+        self._discard_budget = REFUSAL_DISCARD_BYTES
+        self._end_with(refusal, linger_s=REFUSAL_LINGER_S)
 
     def close_idle(self) -> None:
         """Close this idle connection (to make room for a newcomer, or after keep-alive)."""
@@ -149,6 +170,11 @@ class EdgeProtocol(HttpToolsProtocol):
     def _await_head(self) -> None:
         self._in_head = True
         self._head_bytes = 0
+        self._wait_idle()
+
+    def _wait_idle(self) -> None:
+        """No request in progress: the connection may be evicted at the cap, and must go on (with a
+        request head, or the rest of a body the app did not read) within the header deadline."""
         self.registry.idle[self] = None
         self._cancel_head_timer()
         self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._on_head_timeout)
@@ -160,8 +186,8 @@ class EdgeProtocol(HttpToolsProtocol):
 
     def _on_head_timeout(self) -> None:
         self._head_timer = None
-        if self._head_bytes == 0 and self.cycle is not None:
-            self.close_idle()  # idle between requests: nothing to answer
+        if not self._in_head or (self._head_bytes == 0 and self.cycle is not None):
+            self.close_idle()  # idle between requests, or in the rest of a body answered: nothing to answer
             return
         self._end_with(
             RequestTimeout(
@@ -197,6 +223,7 @@ class EdgeProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._cancel_head_timer()
+        self._unset_keepalive_if_required()  # armed in on_message_complete, before this head in the same read
         self.registry.idle.pop(self, None)
         super().on_headers_complete()
 
@@ -204,11 +231,30 @@ class EdgeProtocol(HttpToolsProtocol):
         super().on_message_complete()
         self._in_head = True  # what comes next is the next request's head
         self._head_bytes = 0
+        if self.cycle.response_complete and not self.transport.is_closing() and not self.pipeline:
+            # the rest of a body answered early has come: the connection waits for its next request
+            self._await_head()
+            self._unset_keepalive_if_required()
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if not self.transport.is_closing() and not self.pipeline:
+        if self.transport.is_closing() or self.pipeline:
+            return
+        if self._in_head:
             self._await_head()
+        else:
+            # answered before its body was read (a 404, a 401, a 413): the parser reads the rest and
+            # drops it; counted as the next head, it would be answered with a 431 or a 408 that the
+            # client's next request then reads. The next head is awaited once the body has ended.
+            self._wait_idle()
+
+    def _unsupported_upgrade_warning(self) -> None:
+        # uvicorn's two warnings would tell the operator to install a WebSocket library: the
+        # server has none on purpose (uvicorn_config), and the request is served as plain HTTP
+        self.logger.debug("An Upgrade header was ignored: the request is served as plain HTTP.")
 
     # answers of the edge itself
 
@@ -260,6 +306,9 @@ def uvicorn_config(app: Any, server: ServerSettings, **overrides: Any) -> uvicor
         "loop": "uvloop" if os.name == "posix" else "auto",
         "http": edge_protocol(EdgeLimits.from_settings(server)),
         "timeout_keep_alive": server.keepalive_timeout_s,
+        # no WebSocket routes; an upgrade would hand the connection to uvicorn's WebSocket
+        # protocol, out of the edge's count for good (an Upgrade header is ignored instead)
+        "ws": "none",
         "timeout_graceful_shutdown": 5,
     }
     return uvicorn.Config(app, **(options | overrides))

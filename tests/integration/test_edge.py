@@ -189,6 +189,84 @@ def test_at_the_connection_cap_with_none_idle_a_newcomer_gets_a_503():
         assert error["code"] == "too_many_connections" and error["type"] == "server_error"
 
 
+def test_a_newcomer_refused_at_the_cap_reads_its_503_though_it_sent_a_request():
+    """Was: a reset (ECONNRESET), 20 times in 20, when the request was on its way before the refusal."""
+    with _proxy(max_connections=1) as url, _connect(url) as busy:
+        busy.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 100\r\n\r\n"
+        )
+        assert busy.recv(65536).startswith(b"HTTP/1.1 100")
+        for _ in range(5):
+            with _connect(url) as newcomer:
+                newcomer.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+                time.sleep(0.3)  # not a bound: read only after the server is done, when a reset would have come
+                error = _error(_read_until_closed(newcomer), 503)
+            assert error["code"] == "too_many_connections"
+
+
+def test_upgrade_requests_do_not_use_up_the_connection_cap():
+    """Was: a WebSocket upgrade left its connection counted for good; after `max_connections` of
+    them every newcomer got a 503."""
+    upgrade = (
+        b"GET /health/live HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    with _proxy(max_connections=3) as url:
+        replies = []
+        for _ in range(3):
+            with _connect(url) as sock:
+                sock.sendall(upgrade)
+                replies.append(sock.recv(65536))
+        deadline = time.monotonic() + GUARD_S  # their closing reaches the server a moment later
+        while _status(url + "/health/live") != 200:
+            assert time.monotonic() < deadline, "upgraded connections still count against the cap"
+            time.sleep(0.05)
+        assert [_status(url + "/health/live") for _ in range(5)] == [200] * 5
+    assert all(reply.startswith(b"HTTP/1.1 200") for reply in replies)  # served as plain HTTP
+
+
+def _answered_before_its_body(url: str, content_length: int) -> socket.socket:
+    """A connection whose request (to a route that does not exist) was answered after one byte
+    of its body, the rest of the body still to come."""
+    sock = _connect(url)
+    sock.sendall(b"POST /v1/no-such-route HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n{" % content_length)
+    assert _read_response(sock).startswith(b"HTTP/1.1 404")
+    return sock
+
+
+def test_the_rest_of_a_body_answered_early_is_not_taken_for_the_next_request_head():
+    """Was: the rest of the body counted as the next request's head: past `max_header_bytes`, a 431
+    that the connection's next request read as its answer."""
+    with _proxy(max_header_bytes=4096) as url, _answered_before_its_body(url, 100_001) as sock:
+        sock.sendall(b" " * 100_000)
+        sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        reply = _read_response(sock)
+    assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b'{"status":"ok"}'), reply[:300]
+
+
+def test_the_rest_of_a_body_answered_early_that_never_ends_closes_the_connection_quietly():
+    """Was: a 408 written onto the connection after its response, for its next request to read."""
+    with _proxy(header_timeout_s=0.5) as url, _answered_before_its_body(url, 1000) as sock:
+        sock.sendall(b" " * 10)  # and nothing more
+        assert _read_until_closed(sock) == b""
+
+
+def test_a_large_body_to_a_missing_route_leaves_the_connection_usable():
+    """Was: the next request on the connection got a 431 meant for the rest of the body."""
+
+    def body() -> Iterator[bytes]:
+        yield b"x" * 1000
+        time.sleep(0.3)  # not a bound: the rest comes after the 404, as from a client on a slower link
+        yield b"x" * 199_000
+
+    with _proxy() as url, httpx.Client(base_url=url, timeout=GUARD_S) as client:
+        headers = {"content-length": "200000"}
+        assert client.post("/v1/no-such-route", content=body(), headers=headers).status_code == 404
+        assert client.get("/health/live").status_code == 200
+        assert client.post("/v1/no-such-route", content=b"x" * 4_000_000).status_code == 404
+        assert client.get("/health/live").status_code == 200
+
+
 @pytest.mark.parametrize(
     "request_bytes",
     [
