@@ -10,7 +10,8 @@ limits added (see docs/edge.md for why uvicorn and not another server):
 - a head not complete within `server.header_timeout_s` (from connect, or from the end of the
   previous response) is a 408;
 - at `server.max_connections`, a newcomer closes the connection idle the longest (one waiting for a
-  request head, or idle between requests); when none is idle the newcomer gets a 503;
+  request head, or idle between requests; idle for over a second), else the one whose body trickles in slowest (under
+  1 KiB/s for over 2 s); when there is neither, the newcomer gets a 503;
 - the server's own 400s (a malformed request line, a bad Content-Length) are OpenAI-shaped.
 
 `uvicorn_config()` is the one place that builds the uvicorn Config, for `switchyard serve` and the
@@ -47,6 +48,11 @@ LINGER_DISCARD_BYTES = 1024 * 1024  # read and dropped meanwhile (to see the cli
 REFUSAL_LINGER_S = 0.2  # the same for a newcomer refused at the cap: short, a flood of them must not hold fds
 REFUSAL_DISCARD_BYTES = 64 * 1024
 MAX_LINGERING_REFUSALS = 32  # beyond this many at once, a refusal closes at once (a fraction of the fd reserve)
+# At the cap with nothing idle, a body slower than this for longer than the grace is closed to make
+# room: a client trickling its body (1 byte/s until body_timeout_s) would otherwise hold the slot.
+IDLE_GRACE_S = 1.0  # a connection idle for less is not closed to make room (see _Connections.make_room)
+SLOW_BODY_BYTES_S = 1024.0
+SLOW_BODY_GRACE_S = 2.0
 NOFILE_RESERVE_MIN = 128  # file descriptors kept for upstream sockets, the ledger, model files
 
 
@@ -96,14 +102,36 @@ class _Connections:
     def __init__(self) -> None:
         self.num_open = 0
         self.num_lingering_refusals = 0
-        self.idle: OrderedDict[EdgeProtocol, None] = OrderedDict()
+        self.idle: OrderedDict[EdgeProtocol, float] = OrderedDict()  # -> idle since (loop time)
+        self.in_body: set[EdgeProtocol] = set()  # request bodies being read
 
-    def evict_oldest_idle(self, newcomer: EdgeProtocol) -> bool:
-        for victim in self.idle:
+    def make_room(self, newcomer: EdgeProtocol) -> bool:
+        """Close one connection for `newcomer`: the longest idle, else the slowest body. A connection
+        idle for less than IDLE_GRACE_S is spared: it is most likely a newcomer about to send its
+        request, and a burst of newcomers at the cap would otherwise close one another."""
+        now = newcomer.loop.time()
+        for victim, since in self.idle.items():
+            if now - since < IDLE_GRACE_S:
+                break  # the rest are younger still
             if victim is not newcomer:
                 victim.close_idle()
                 return True
-        return False
+        victim = self._slowest_body(now)
+        if victim is None:
+            return False
+        logger.debug("at the connection cap: closing a request whose body trickles in (%s)", victim.body_rate_text())
+        victim.close_idle()
+        return True
+
+    def _slowest_body(self, now: float) -> EdgeProtocol | None:
+        """A body under SLOW_BODY_BYTES_S for over SLOW_BODY_GRACE_S (the slowest): a client that
+        trickles its body holds a slot another request could use; a real upload is far faster."""
+        slowest, slowest_rate = None, SLOW_BODY_BYTES_S
+        for conn in self.in_body:
+            elapsed = now - conn.body_started_at
+            if elapsed >= SLOW_BODY_GRACE_S and (rate := conn.body_bytes / elapsed) < slowest_rate:
+                slowest, slowest_rate = conn, rate
+        return slowest
 
 
 class EdgeProtocol(HttpToolsProtocol):
@@ -119,6 +147,8 @@ class EdgeProtocol(HttpToolsProtocol):
         self._lingering_refusal = False
         self._ended = False  # an edge error was sent or the connection closed: ignore what comes
         self._discard_budget = LINGER_DISCARD_BYTES
+        self.body_started_at = 0.0  # when the current request's headers were complete
+        self.body_bytes = 0  # of its body, so far
 
     # connection lifecycle
 
@@ -126,7 +156,7 @@ class EdgeProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self.registry.num_open += 1
         self._counted = True
-        if self.registry.num_open > self.limits.max_connections and not self.registry.evict_oldest_idle(self):
+        if self.registry.num_open > self.limits.max_connections and not self.registry.make_room(self):
             self._refuse()
             return
         self._await_head()
@@ -164,6 +194,11 @@ class EdgeProtocol(HttpToolsProtocol):
     def _stop_waiting(self) -> None:
         self._cancel_head_timer()
         self.registry.idle.pop(self, None)
+        self.registry.in_body.discard(self)
+
+    def body_rate_text(self) -> str:
+        elapsed = self.loop.time() - self.body_started_at
+        return f"{self.body_bytes} bytes in {elapsed:.1f} s"
 
     # the request head: its size and its deadline
 
@@ -175,7 +210,8 @@ class EdgeProtocol(HttpToolsProtocol):
     def _wait_idle(self) -> None:
         """No request in progress: the connection may be evicted at the cap, and must go on (with a
         request head, or the rest of a body the app did not read) within the header deadline."""
-        self.registry.idle[self] = None
+        self.registry.idle[self] = self.loop.time()
+        self.registry.idle.move_to_end(self)
         self._cancel_head_timer()
         self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._on_head_timeout)
 
@@ -225,9 +261,16 @@ class EdgeProtocol(HttpToolsProtocol):
         self._cancel_head_timer()
         self._unset_keepalive_if_required()  # armed in on_message_complete, before this head in the same read
         self.registry.idle.pop(self, None)
+        self.body_started_at, self.body_bytes = self.loop.time(), 0
+        self.registry.in_body.add(self)
         super().on_headers_complete()
 
+    def on_body(self, body: bytes) -> None:
+        self.body_bytes += len(body)
+        super().on_body(body)
+
     def on_message_complete(self) -> None:
+        self.registry.in_body.discard(self)
         super().on_message_complete()
         self._in_head = True  # what comes next is the next request's head
         self._head_bytes = 0

@@ -20,6 +20,7 @@ import orjson
 import pytest
 
 from switchyard.core.settings import Settings
+from switchyard.proxy import edge
 from switchyard.proxy.app import create_app
 from tests.fakes.server import serve_in_thread
 
@@ -158,12 +159,14 @@ def test_a_keep_alive_connection_serves_several_requests():
             assert client.get("/health/live").status_code == 200
 
 
-def test_at_the_connection_cap_idle_connections_make_room_for_real_requests(fake_upstream):
+def test_at_the_connection_cap_idle_connections_make_room_for_real_requests(fake_upstream, monkeypatch):
     """Was: 1,000 idle connections starved every normal request."""
+    monkeypatch.setattr(edge, "IDLE_GRACE_S", 0.2)
     with _proxy(fake_upstream, max_connections=20) as url, ExitStack() as held:
         idle = [held.enter_context(_connect(url)) for _ in range(40)]
         for sock in idle[::2]:
             sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n")  # a head that never ends
+        time.sleep(0.3)  # not a bound: past the (lowered) grace, each counts as idle
         client = openai.OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0, timeout=GUARD_S)
 
         def ask(i: int) -> str:
@@ -177,7 +180,13 @@ def test_at_the_connection_cap_idle_connections_make_room_for_real_requests(fake
         assert len(still_open) <= 20  # the oldest idle ones were closed to admit the newcomers
 
 
-def test_at_the_connection_cap_with_none_idle_a_newcomer_gets_a_503():
+@pytest.fixture
+def bodies_never_slow(monkeypatch):
+    """The busy connection's body stays unfinished: it must never count as a trickle to close."""
+    monkeypatch.setattr(edge, "SLOW_BODY_GRACE_S", 3600.0)
+
+
+def test_at_the_connection_cap_with_none_idle_a_newcomer_gets_a_503(bodies_never_slow):
     with _proxy(max_connections=1) as url, _connect(url) as busy:
         busy.sendall(
             b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 100\r\n\r\n"
@@ -189,7 +198,7 @@ def test_at_the_connection_cap_with_none_idle_a_newcomer_gets_a_503():
         assert error["code"] == "too_many_connections" and error["type"] == "server_error"
 
 
-def test_a_newcomer_refused_at_the_cap_reads_its_503_though_it_sent_a_request():
+def test_a_newcomer_refused_at_the_cap_reads_its_503_though_it_sent_a_request(bodies_never_slow):
     """Was: a reset (ECONNRESET), 20 times in 20, when the request was on its way before the refusal."""
     with _proxy(max_connections=1) as url, _connect(url) as busy:
         busy.sendall(
@@ -202,6 +211,33 @@ def test_a_newcomer_refused_at_the_cap_reads_its_503_though_it_sent_a_request():
                 time.sleep(0.3)  # not a bound: read only after the server is done, when a reset would have come
                 error = _error(_read_until_closed(newcomer), 503)
             assert error["code"] == "too_many_connections"
+
+
+def test_at_the_connection_cap_trickling_bodies_make_room_for_real_requests(fake_upstream, monkeypatch):
+    """Was: 1,000 connections sending a body at 1 byte/s held every slot until body_timeout_s."""
+    monkeypatch.setattr(edge, "SLOW_BODY_GRACE_S", 0.2)
+    with _proxy(fake_upstream, max_connections=20) as url, ExitStack() as held:
+        trickling = [held.enter_context(_connect(url)) for _ in range(20)]
+        for sock in trickling:
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 1000\r\n\r\n"
+            )
+            assert sock.recv(65536).startswith(b"HTTP/1.1 100")  # its head is in: the app waits for the body
+            sock.sendall(b"{")
+        time.sleep(0.3)  # not a bound: past the (lowered) grace, each is a trickle
+        # (the newcomers below are never closed for one another: each is idle for less than 1 s)
+        # no keep-alive: an SDK connection idle in its pool would be closed first to make room
+        http = held.enter_context(httpx.Client(limits=httpx.Limits(max_keepalive_connections=0), timeout=GUARD_S))
+        client = openai.OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0, http_client=http)
+
+        def ask(i: int) -> str:
+            messages = [{"role": "user", "content": f"hello {i}"}]
+            return client.chat.completions.create(model="fake-small", messages=messages).choices[0].message.content
+
+        with ThreadPoolExecutor(10) as pool:
+            assert all(pool.map(ask, range(10)))
+        closed = [sock for sock in trickling if select.select([sock], [], [], 0)[0] and not sock.recv(65536)]
+        assert closed  # trickles were closed (with nothing written) to admit the newcomers
 
 
 def test_upgrade_requests_do_not_use_up_the_connection_cap():
@@ -358,6 +394,7 @@ def test_under_a_low_open_file_limit_idle_connections_do_not_starve_requests(tmp
         with ExitStack() as held:
             for _ in range(400):
                 held.enter_context(_connect(url))
+            time.sleep(1.5)  # not a bound: the held connections are idle past the edge's 1 s grace
             statuses: list[int] = []
 
             def probe() -> None:
