@@ -62,6 +62,12 @@ def usage_of(result: CompletionResult) -> dict | None:
     return orjson.loads(match.group(1)) if match else None
 
 
+def measure(result: CompletionResult) -> tuple[dict | None, int]:
+    """What a whole answer is metered from: its usage, and the chunks it was assembled from (if it
+    was: backends/assemble.py), for the estimate when the upstream sent no usage, as for a stream."""
+    return usage_of(result), getattr(result, "num_chunks", 0)
+
+
 @dataclass
 class RequestMeter:
     """The metering of one client request; attempts are numbered in the order they were made."""

@@ -132,3 +132,23 @@ def test_a_client_that_leaves_before_the_first_byte_cancels_the_upstream_and_is_
     [record] = _records(app, request_id, 1, by_client_id=True)
     assert (record.model, record.status) == ("primary", "cancelled")
     assert states["b"].num_requests == 0  # a cancellation is not a failure: no fallback
+
+
+def test_an_answer_assembled_without_usage_is_estimated_as_its_stream_would_be(metered):
+    """An upstream that ignores include_usage: the non-stream answer (assembled from its stream) is
+    metered from the chunks, a chunk a token, as the same answer streamed is; not as 0 tokens, $0."""
+    base, states, app = metered
+    states["a"].behaviour = FakeBehaviour(num_tokens=20, sends_usage=False)
+    body = {"model": "primary", "messages": [{"role": "user", "content": "hi " * 100}]}
+    whole = httpx.post(base + "/v1/chat/completions", json=body, timeout=10)
+    assert whole.status_code == 200 and "usage" not in whole.json()
+    assert float(whole.headers["x-switchyard-cost-usd"]) > 0
+    streamed = httpx.post(base + "/v1/chat/completions", json=body | {"stream": True}, timeout=10)
+    [one] = _records(app, whole.headers["x-request-id"], 1)
+    [other] = _records(app, streamed.headers["x-request-id"], 1)
+    assert one.is_estimated and other.is_estimated and one.completion_tokens > 0
+    assert (one.prompt_tokens, one.completion_tokens, one.cost_usd) == (
+        other.prompt_tokens,
+        other.completion_tokens,
+        other.cost_usd,
+    )
