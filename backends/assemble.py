@@ -178,16 +178,4 @@ class AnswerAssembler:
         }
         if self.usage is not None:
             body["usage"] = self.usage
-        return AssembledResult.of(body | head, self.num_chunks)
-
-
-class AssembledResult(CompletionResult):
-    """An answer assembled from `num_chunks` chunks: what metering estimates from when it carries no usage."""
-
-    __slots__ = ("num_chunks",)
-
-    @classmethod
-    def of(cls, payload: dict[str, Any], num_chunks: int) -> AssembledResult:
-        result = cls.from_dict(payload)
-        result.num_chunks = num_chunks
-        return result
+        return CompletionResult.from_dict(body | head)

@@ -52,6 +52,7 @@ from switchyard.backends.breaker import (
 )
 from switchyard.backends.registry import ModelEntry, ModelRegistry
 from switchyard.billing.context import RequestContext
+from switchyard.billing.metering import RequestMeter
 from switchyard.core.errors import (
     BackendError,
     BackendRateLimited,
@@ -213,7 +214,7 @@ class ResilientExecutor:
     ) -> tuple[ModelEntry, CompletionResult]:
         async def call(entry: ModelEntry, first_token_s: float | None) -> CompletionResult:
             if entry.assemble_from_stream and _can_stream(request):
-                answer = self._assembled(entry, request, first_token_s)
+                answer = self._assembled(entry, request, first_token_s, ctx.meter if ctx is not None else None)
             else:
                 answer = entry.backend.complete(request)
             return await _within(answer, self.policy.attempt_timeout_s, entry.name, "answer")
@@ -221,13 +222,18 @@ class ResilientExecutor:
         entry, result, _ = await self._run(first, call, ctx, request, self._deadline(first, ctx))
         return entry, result
 
-    async def _assembled(self, entry: ModelEntry, request: AnyRequest, first_token_s: float | None) -> CompletionResult:
+    async def _assembled(
+        self, entry: ModelEntry, request: AnyRequest, first_token_s: float | None, meter: RequestMeter | None
+    ) -> CompletionResult:
+        """The meter counts the chunks: an answer without usage (or cut short) is estimated from them."""
         chunks = entry.backend.stream(request)
         assembler = AnswerAssembler(entry.name)
         try:
             chunk = await _first_chunk(chunks, first_token_s, entry.name)
             while chunk is not None:
                 assembler.add(chunk)
+                if meter is not None:
+                    meter.num_chunks = assembler.num_chunks
                 chunk = await anext(chunks, None)
         finally:
             await chunks.aclose()

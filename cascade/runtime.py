@@ -34,7 +34,7 @@ from switchyard.backends.base import AnyRequest, answered_by
 from switchyard.backends.registry import ModelEntry
 from switchyard.backends.resilience import AllAttemptsFailed, ResilientExecutor
 from switchyard.billing.context import RequestContext
-from switchyard.billing.metering import RequestMeter, measure
+from switchyard.billing.metering import RequestMeter
 from switchyard.cascade import wire
 from switchyard.cascade.confidence import Scorer, score
 from switchyard.cascade.thrash import ThrashGuard
@@ -218,7 +218,8 @@ class Cascade:
                 if not await attempts.reserve(i + 1):  # no budget to climb: this answer is the best there is
                     plan.steps.append("over-budget")
                     return Outcome(entry, meters[i], self._header(plan), result=self._for_client(result, wanted))
-                meters[i].escalated(entry, *measure(result), "low confidence")
+                usage = result.parsed.get("usage")
+                meters[i].escalated(entry, usage, meters[i].num_chunks, "low confidence")
             raise AssertionError("the last rung always answers or raises")
         finally:
             await _cancel_and_wait(*tasks.values())

@@ -152,3 +152,26 @@ def test_an_answer_assembled_without_usage_is_estimated_as_its_stream_would_be(m
         other.completion_tokens,
         other.cost_usd,
     )
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_cut_by_the_request_deadline_is_metered_as_failed_with_its_chunks(tmp_path, stream):
+    """A non-stream answer (assembled) cut mid-way costs what its stream would: the chunks that came."""
+    state = FakeState(behaviour=FakeBehaviour(failure="stall", drop_after=3))
+    with ExitStack() as stack:
+        url = stack.enter_context(serve_in_thread(FakeOpenAIUpstream(state))) + "/v1"
+        price = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}
+        settings = Settings(
+            models=[{"name": "a", "base_url": url, "price": price}],
+            resilience={"first_token_timeout_s": 0.3, "request_timeout_s": 1.0},
+            upstream={"read_timeout_s": 30},
+            billing={"ledger_path": tmp_path / "usage.db"},
+        )
+        app = create_app(settings)
+        base = stack.enter_context(serve_in_thread(app))
+        body = {"model": "a", "messages": HI, "stream": stream}
+        response = httpx.post(base + "/v1/chat/completions", json=body, timeout=10)
+        assert response.status_code == (200 if stream else 504)
+        [record] = _records(app, response.headers["x-request-id"], 1)
+    assert (record.status, record.completion_tokens, record.is_estimated) == ("failed", 3, True)
+    assert "request deadline of 1 s" in record.error and record.cost_usd > 0
