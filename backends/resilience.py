@@ -11,7 +11,8 @@
    most `max_cooldown_s`); a cooling model is skipped without calling it, a cooling replica is not
    chosen. When nothing further down the chain can answer and the `Retry-After` is at most
    `max_retry_after_s`, it is waited out once and the model tried again; otherwise the chain moves
-   on, and when it ends the client hears 429 with the cooldown's remaining `Retry-After`;
+   on, and when it ends the client hears 429 with the cooldown's remaining `Retry-After` (also
+   when the other models' circuits are open: only the cooldown kept the request from an answer);
 5. per model, up to `max_attempts` attempts with exponential backoff and full jitter, honouring
    `Retry-After` on 503 (up to `max_retry_after_s`); only before the first streamed byte; a
    first-token timeout is not retried on the same model (a hung upstream stays hung): the chain
@@ -21,7 +22,9 @@
    a non-stream request is asked of the upstream as a stream and its answer assembled
    (backends/assemble.py), so that the first-token timeout guards it too;
 7. over everything, the request's deadline (`request_timeout_s`, the first model's own when set);
-   a stream past it ends in-band.
+   a stream past it ends in-band. A call cut by it (or a stream by `attempt_timeout_s`) is metered
+   as a failed attempt but is neutral for the breakers (`DeadlinePassed`): the upstream was not at
+   fault; one that stalls is caught by the first-token and stream idle timeouts, which count.
 
 Errors that retrying cannot fix (the upstream's 4xx: bad request, content policy) end the chain at
 once; a context-length error skips to the next fallback. When every attempt fails, one
