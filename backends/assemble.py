@@ -128,26 +128,37 @@ class AnswerAssembler:
         self.choices: dict[int, _Choice] = {}
         self.usage: dict[str, Any] | None = None
         self.is_chat = False
+        self.num_chunks = 0  # without the upstream's usage, the answer is metered from this (a chunk a token)
 
     def add(self, chunk: StreamChunk) -> None:
+        """Raises BackendError (502) for an error event and for a chunk not shaped like one."""
         data = chunk.parsed
-        if self.first is None:
-            if "error" in data and "choices" not in data:
-                self._fail(data["error"])
-            self.first, self.is_chat = data, str(data.get("object", "")).startswith("chat.")
-        elif "choices" not in data and "error" in data:
+        if not isinstance(data, dict):
+            raise self._malformed("a chunk that is not a JSON object")
+        if data.get("error") is not None:
             self._fail(data["error"])
+        if self.first is None:
+            self.first, self.is_chat = data, str(data.get("object", "")).startswith("chat.")
         self.last = data
-        choices = data.get("choices")
-        if choices:
-            for choice in choices:
+        choices, usage = data.get("choices"), data.get("usage")
+        if not isinstance(choices, list | None) or not isinstance(usage, dict | None):
+            raise self._malformed("`choices` not a list, or `usage` not an object")
+        try:
+            for choice in choices or ():
                 index = choice.get("index", 0)
+                if type(index) is not int or not isinstance(choice.get("text"), str | None):
+                    raise TypeError("a choice's index or text")
                 if index not in self.choices:
                     self.choices[index] = _Choice(index, self.is_chat)
                 self.choices[index].add(choice)
-        usage = data.get("usage")
+        except (AttributeError, TypeError, ValueError) as exc:  # a field of the wrong type
+            raise self._malformed(f"a choice not shaped like one ({type(exc).__name__})") from None
         if usage is not None:
             self.usage = usage
+        self.num_chunks += 1
+
+    def _malformed(self, what: str) -> BackendError:
+        return BackendError(f"upstream {self.backend} sent {what} mid-answer", backend=self.backend)
 
     def _fail(self, error: Any) -> None:
         message = error.get("message") if isinstance(error, dict) else error

@@ -6,7 +6,8 @@
 
 Half-open admits exactly one trial request; the others are refused until it ends. Only the
 upstream's own trouble counts as a failure (5xx, timeouts, connection errors, a stream that
-breaks after its first byte): never a client's 4xx, never a 429, never a caller that went away.
+breaks after its first byte): never a client's 4xx, never a 429, never a caller that went away,
+never a call cut by our own deadline (the request's or the attempt's).
 An upstream's 429 instead starts a cooldown, apart from the state: no request is admitted until
 its `Retry-After` (capped) has passed, and the cooldown never counts as a failure.
 
@@ -25,7 +26,14 @@ from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from switchyard.core.errors import BackendError, BackendRateLimited, BackendRejected, BackendUnavailable
+from switchyard.core.errors import (
+    BackendError,
+    BackendRateLimited,
+    BackendRejected,
+    BackendTimeout,
+    BackendUnavailable,
+    SwitchyardError,
+)
 from switchyard.core.protocol import StreamChunk
 
 
@@ -42,10 +50,24 @@ class CoolingDown(BackendRateLimited):
         super().__init__(message, retry_after_s=max(1, math.ceil(remaining_s)), **kwargs)
 
 
+class DeadlinePassed(BackendTimeout):
+    """Our own deadline (the request's, or the attempt's) cut a call: the client's or the
+    configuration's limit, not the upstream's fault. Metered as a failed attempt; neutral for the
+    breakers (an upstream that stalls is caught by the first-token and stream idle timeouts)."""
+
+
 def is_breaker_failure(exc: BaseException) -> bool:
     """Only the upstream's own trouble trips a breaker: not a client's bad request, and not a rate
-    limit (the upstream is healthy, only busy), nor a refusal of our own (`CircuitOpen`)."""
-    return isinstance(exc, BackendError) and not isinstance(exc, BackendRejected | BackendRateLimited | CircuitOpen)
+    limit (the upstream is healthy, only busy), nor a refusal or a deadline of our own."""
+    return isinstance(exc, BackendError) and not isinstance(
+        exc, BackendRejected | BackendRateLimited | CircuitOpen | DeadlinePassed
+    )
+
+
+def _is_answer(exc: BaseException) -> bool:
+    """The upstream answered, if with an error (a client's 4xx): not our refusal, our deadline, a
+    cancellation, nor an exception of our own (a bug says nothing about the upstream)."""
+    return isinstance(exc, SwitchyardError) and not isinstance(exc, CircuitOpen | CoolingDown | DeadlinePassed)
 
 
 def is_upstream_rate_limit(exc: BaseException) -> bool:
@@ -122,11 +144,12 @@ class Breaker:
             self.num_failures += 1
             if ticket.is_trial or self.num_failures >= self.policy.fail_max:
                 self.opened_at = self.clock()
-        elif outcome is None or (isinstance(outcome, Exception) and not isinstance(outcome, CircuitOpen | CoolingDown)):
+        elif outcome is None or _is_answer(outcome):
             # the upstream answered (a client's 4xx is an answer too)
             if ticket.is_trial or self.opened_at is None:
                 self.num_failures, self.opened_at = 0, None
-        # otherwise the caller was cancelled or closed the stream: that says nothing about the upstream
+        # otherwise the caller was cancelled, closed the stream or ran out of time: that says nothing
+        # about the upstream
 
 
 @dataclass(eq=False, slots=True)

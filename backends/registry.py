@@ -11,6 +11,7 @@ from switchyard.backends.base import Backend
 from switchyard.backends.openai_http import OpenAIHTTPBackend, Replica
 from switchyard.core.errors import ModelNotFound
 from switchyard.core.settings import (
+    AnyModelSettings,
     EmbeddedModel,
     LiteLLMModel,
     OpenAIModel,
@@ -36,8 +37,7 @@ def _http_backend_kwargs(model: OpenAIModel | VLLMModel, upstream: UpstreamSetti
     return {
         "upstream_model": model.upstream_model,
         "read_timeout_s": model.read_timeout_s,
-        # a model given a longer first-token timeout (a reasoning model) waits that long in silence
-        "stream_idle_timeout_s": max(upstream.stream_idle_timeout_s, model.first_token_timeout_s or 0),
+        "stream_idle_timeout_s": upstream.stream_idle_timeout_s,  # see _upstream_for
         "health_timeout_s": upstream.health_timeout_s,
     }
 
@@ -134,6 +134,19 @@ def build_http_session(upstream: UpstreamSettings) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=False)
 
 
+def _upstream_for(model: AnyModelSettings, settings: Settings) -> UpstreamSettings:
+    """A model waits in silence for its first token as long as its first-token timeout (its own,
+    else resilience's): the stream idle timeout must not cut that wait first, as a plain read
+    timeout that would be retried on the same hung model."""
+    first_token_s = model.first_token_timeout_s
+    if first_token_s is None:
+        first_token_s = settings.resilience.first_token_timeout_s
+    upstream = settings.upstream
+    if first_token_s is None or first_token_s <= upstream.stream_idle_timeout_s:
+        return upstream
+    return upstream.model_copy(update={"stream_idle_timeout_s": first_token_s})
+
+
 def build_registry(
     settings: Settings,
     session: aiohttp.ClientSession,
@@ -147,7 +160,8 @@ def build_registry(
     entries = [
         ModelEntry(
             name=model.name,
-            backend=given.get(model.name) or BACKEND_BUILDERS[model.backend](model, session, settings.upstream),
+            backend=given.get(model.name)
+            or BACKEND_BUILDERS[model.backend](model, session, _upstream_for(model, settings)),
             backend_kind=model.backend,
             tier=model.tier,
             context_window=model.effective_context_window,

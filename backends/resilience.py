@@ -11,7 +11,8 @@
    most `max_cooldown_s`); a cooling model is skipped without calling it, a cooling replica is not
    chosen. When nothing further down the chain can answer and the `Retry-After` is at most
    `max_retry_after_s`, it is waited out once and the model tried again; otherwise the chain moves
-   on, and when it ends the client hears 429 with the cooldown's remaining `Retry-After`;
+   on, and when it ends the client hears 429 with the cooldown's remaining `Retry-After` (also
+   when the other models' circuits are open: only the cooldown kept the request from an answer);
 5. per model, up to `max_attempts` attempts with exponential backoff and full jitter, honouring
    `Retry-After` on 503 (up to `max_retry_after_s`); only before the first streamed byte; a
    first-token timeout is not retried on the same model (a hung upstream stays hung): the chain
@@ -21,7 +22,9 @@
    a non-stream request is asked of the upstream as a stream and its answer assembled
    (backends/assemble.py), so that the first-token timeout guards it too;
 7. over everything, the request's deadline (`request_timeout_s`, the first model's own when set);
-   a stream past it ends in-band.
+   a stream past it ends in-band. A call cut by it (or a stream by `attempt_timeout_s`) is metered
+   as a failed attempt but is neutral for the breakers (`DeadlinePassed`): the upstream was not at
+   fault; one that stalls is caught by the first-token and stream idle timeouts, which count.
 
 Errors that retrying cannot fix (the upstream's 4xx: bad request, content policy) end the chain at
 once; a context-length error skips to the next fallback. When every attempt fails, one
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -45,11 +49,13 @@ from switchyard.backends.breaker import (
     BreakerPolicy,
     CircuitOpen,
     CoolingDown,
+    DeadlinePassed,
     SettlingStream,
     current_attempt,
 )
 from switchyard.backends.registry import ModelEntry, ModelRegistry
 from switchyard.billing.context import RequestContext
+from switchyard.billing.metering import RequestMeter
 from switchyard.core.errors import (
     BackendError,
     BackendRateLimited,
@@ -99,7 +105,9 @@ class AllAttemptsFailed(BackendError):
 
     def __init__(self, attempts: list[Attempt]) -> None:
         kinds = {type(a.error) for a in attempts if not isinstance(a.error, BudgetExceeded)}
-        if kinds and all(issubclass(k, BackendRateLimited | _Shed) for k in kinds):
+        limited = [a for a in attempts if isinstance(a.error, BackendRateLimited)]
+        if limited and all(issubclass(k, BackendRateLimited | CircuitOpen) for k in kinds):
+            # nothing answered only for rate limits (an open circuit aside): back when a cooldown ends
             status, code = 429, "rate_limit_exceeded"
         elif kinds and all(issubclass(k, BackendTimeout) for k in kinds):
             status, code = 504, "upstream_timeout"
@@ -107,7 +115,8 @@ class AllAttemptsFailed(BackendError):
             status, code = 503, "upstream_unavailable"
         else:
             status, code = 502, "upstream_error"
-        retry_after = [a.error.retry_after_s for a in attempts if a.error.retry_after_s is not None]
+        waits = limited if status == 429 else attempts
+        retry_after = [a.error.retry_after_s for a in waits if a.error.retry_after_s is not None]
         heading = f"All {len(attempts)} attempts failed: "
         message = heading + "; ".join(a.describe() for a in attempts)
         detail = heading + "; ".join(a.describe(for_log=True) for a in attempts)
@@ -208,7 +217,7 @@ class ResilientExecutor:
     ) -> tuple[ModelEntry, CompletionResult]:
         async def call(entry: ModelEntry, first_token_s: float | None) -> CompletionResult:
             if entry.assemble_from_stream and _can_stream(request):
-                answer = self._assembled(entry, request, first_token_s)
+                answer = self._assembled(entry, request, first_token_s, ctx.meter if ctx is not None else None)
             else:
                 answer = entry.backend.complete(request)
             return await _within(answer, self.policy.attempt_timeout_s, entry.name, "answer")
@@ -216,13 +225,18 @@ class ResilientExecutor:
         entry, result, _ = await self._run(first, call, ctx, request, self._deadline(first, ctx))
         return entry, result
 
-    async def _assembled(self, entry: ModelEntry, request: AnyRequest, first_token_s: float | None) -> CompletionResult:
+    async def _assembled(
+        self, entry: ModelEntry, request: AnyRequest, first_token_s: float | None, meter: RequestMeter | None
+    ) -> CompletionResult:
+        """The meter counts the chunks: an answer without usage (or cut short) is estimated from them."""
         chunks = entry.backend.stream(request)
         assembler = AnswerAssembler(entry.name)
         try:
             chunk = await _first_chunk(chunks, first_token_s, entry.name)
             while chunk is not None:
                 assembler.add(chunk)
+                if meter is not None:
+                    meter.num_chunks = assembler.num_chunks
                 chunk = await anext(chunks, None)
         finally:
             await chunks.aclose()
@@ -287,6 +301,8 @@ class ResilientExecutor:
         budget_s = self.policy.first_token_budget_s
         budget_ends = clock() + budget_s if budget_s is not None else None
 
+        calling: list[ModelEntry] = []  # the model being called right now, if any
+
         def fail(entry: ModelEntry, error: SwitchyardError) -> None:
             attempts.append(Attempt(entry.name, error))
             if meter is not None:
@@ -330,12 +346,16 @@ class ResilientExecutor:
                         meter.begin_attempt()
                         meter.current_entry = entry
                     token = current_attempt.set(tickets)  # a backend with replicas adds its chosen one's
+                    calling.append(entry)
                     try:
                         try:
                             result = await call(entry, first_token_s)
                         except BaseException as exc:
-                            tickets.settle(exc)
+                            tickets.settle(exc)  # the deadline's cancellation: neutral for the breakers
+                            if not isinstance(exc, asyncio.CancelledError):
+                                calling.clear()  # a cancellation (the deadline's) leaves it for the meter
                             raise
+                        calling.clear()
                         if not is_stream:
                             tickets.settle(None)
                         return entry, result, tickets
@@ -351,6 +371,8 @@ class ResilientExecutor:
                             raise  # the client's own mistake: its status and message, as they were
                         raise AllAttemptsFailed(attempts) from exc
                     except BackendRateLimited as exc:
+                        if exc.retry_after_s is None and guard.cooldown_left_s() > 0:
+                            exc.retry_after_s = math.ceil(guard.cooldown_left_s())  # the default cooldown's
                         fail(entry, exc)
                         if number + 1 == self.policy.max_attempts:
                             break
@@ -385,7 +407,10 @@ class ResilientExecutor:
         except TimeoutError:
             if not timeout.expired():
                 raise
-            attempts.append(Attempt(first.name, BackendTimeout(deadline.reason)))
+            if calling:  # cut mid-call: a failed attempt, metered (the breakers heard a cancellation)
+                fail(calling[0], DeadlinePassed(deadline.reason, backend=calling[0].name))
+            else:  # between attempts (a backoff, a Retry-After): nothing was called
+                attempts.append(Attempt(first.name, DeadlinePassed(deadline.reason)))
             raise AllAttemptsFailed(attempts) from None
 
     def _may_go_elsewhere(self, entries: Sequence[ModelEntry]) -> bool:
@@ -424,8 +449,8 @@ class _Deadline:
 
 
 class _DeadlineStream:
-    """The rest of a stream, cut with BackendTimeout (an in-band error) once its deadline passes
-    (the attempt's or the request's, whichever comes first).
+    """The rest of a stream, cut with DeadlinePassed (an in-band error; neutral for the breakers)
+    once its deadline passes (the attempt's or the request's, whichever comes first).
 
     One timer for the whole stream, not a timeout per chunk (that would cost more than relaying the
     chunk): when it fires while a chunk is awaited, it cancels the awaiting task, and the
@@ -470,9 +495,9 @@ class _DeadlineStream:
         finally:
             self._waiter = None
 
-    async def _timed_out(self) -> BackendTimeout:
+    async def _timed_out(self) -> DeadlinePassed:
         await self.chunks.aclose()
-        return BackendTimeout(self.deadline.reason, backend=self.model)
+        return DeadlinePassed(self.deadline.reason, backend=self.model)
 
     async def aclose(self) -> None:
         self._timer.cancel()

@@ -134,7 +134,7 @@ async def main() -> None:
         "that streams from the upstream and assembles the answer (`assembled`, the default) or one that "
         "sends a plain non-stream request (`plain`, `assemble_from_stream: false`); `direct` is the "
         f"upstream itself (its CPU column is the fake's own). CPU is the serving process's user + system time "
-        "per answered request. Medians over {args.rounds} interleaved rounds of {args.seconds:g} s; the upstream, "
+        f"per answered request. Medians over {args.rounds} interleaved rounds of {args.seconds:g} s; the upstream, "
         "both proxies and the load generator share the machine.\n\n"
         "    .venv/bin/python bench/assemble.py\n\n" + table(results) + "\n"
     )

@@ -80,6 +80,9 @@ class RequestMeter:
     escalated_from: str | None = None  # this fork's rung climbed from that model
     is_hedge: bool = False
     first_token_at: float | None = None  # unix seconds, when a stream's first chunk arrived
+    # chunks of this attempt's answer assembled so far (backends/assemble.py): without the
+    # upstream's usage, its tokens are estimated from them, as a stream's are
+    num_chunks: int = 0
     is_closed: bool = False
     _shared: list = field(default_factory=lambda: [0, 0.0])  # shared by forks: attempts made, cost so far
 
@@ -111,13 +114,15 @@ class RequestMeter:
     def begin_attempt(self) -> None:
         self.attempt_started_at = time.time()
         self.first_token_at = None
+        self.num_chunks = 0
 
     def first_token(self) -> None:
         if self.first_token_at is None:
             self.first_token_at = time.time()
 
     def failed(self, entry: ModelEntry, error: SwitchyardError) -> None:
-        self._write(entry, "failed", None, 0, error=error.message)
+        num_chunks, self.num_chunks = self.num_chunks, 0  # a refusal that follows was not called
+        self._write(entry, "failed", None, num_chunks, error=error.message)
 
     def escalated(self, entry: ModelEntry, usage: dict | None, num_tokens: int, reason: str) -> None:
         """An answer the cascade judged and did not send (a stream cut short, or a whole answer)."""

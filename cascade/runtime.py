@@ -219,7 +219,7 @@ class Cascade:
                     plan.steps.append("over-budget")
                     return Outcome(entry, meters[i], self._header(plan), result=self._for_client(result, wanted))
                 usage = result.parsed.get("usage")
-                meters[i].escalated(entry, usage, 0, "low confidence")
+                meters[i].escalated(entry, usage, meters[i].num_chunks, "low confidence")
             raise AssertionError("the last rung always answers or raises")
         finally:
             await _cancel_and_wait(*tasks.values())

@@ -210,7 +210,7 @@ async def execute(state, decision: Decision, parsed: AnyRequest, ctx: RequestCon
     except asyncio.CancelledError:
         meter.finished(meter.current_entry or entry, "cancelled", None)
         raise
-    meter.finished(entry, "completed", usage_of(result))
+    meter.finished(entry, "completed", usage_of(result), meter.num_chunks)
     headers = _answer_headers(entry) | route_headers | _cost_header(meter)
     return Response(result.data, media_type="application/json", headers=headers)
 
@@ -224,7 +224,7 @@ async def _relay_cascade(state, plan: Plan, parsed: AnyRequest, route_headers: d
         | {"x-switchyard-cascade": outcome.header}
     )
     if not parsed.stream:
-        outcome.meter.finished(outcome.entry, "completed", usage_of(outcome.result))
+        outcome.meter.finished(outcome.entry, "completed", usage_of(outcome.result), outcome.meter.num_chunks)
         return Response(outcome.result.data, media_type="application/json", headers=headers | _cost_header(ctx.meter))
     return _sse_response(outcome.first, outcome.rest, parsed, outcome.meter, outcome.entry, headers, state.streams)
 

@@ -8,12 +8,13 @@ with the same fields changes it for every later request. Failure modes:
     "400"        answer 400 content_policy_violation (a refusal no retry can fix)
     "context"    answer 400 context_length_exceeded
     "500"        answer 500 with an OpenAI error body
-    "429"        answer 429 with `Retry-After`
+    "429"        answer 429 with `Retry-After` (none when `retry_after_s` is None)
     "hang"       accept the request and never answer
     "headers"    send the status line and headers, then nothing
     "stall"      stream `drop_after` chunks, then nothing (the connection stays open)
     "drop"       stream `drop_after` chunks, then close the connection mid-body
     "malformed"  stream one good chunk, then bytes that are not server-sent events
+    "bad_shape"  stream one good chunk, then valid JSON that is not a chunk (a string `delta`)
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ class FakeBehaviour:
     token_delay_s: float = 0.0
     failure: str | None = None
     drop_after: int = 2
-    retry_after_s: int = 7
+    retry_after_s: int | None = 7  # None: a 429 without Retry-After
+    sends_usage: bool = True  # False: ignores stream_options.include_usage, as some older servers do
     logprobs: list[float] | None = None  # per token; default: -0.1 * (i + 1)
     fail_times: int | None = None  # the failure applies to this many requests, then the server recovers
     words: tuple[str, ...] = WORDS
@@ -217,7 +219,9 @@ class FakeOpenAIUpstream:
                 send,
                 429,
                 _error(429, "Rate limit reached for fake-model.", "requests", "rate_limit_exceeded"),
-                [(b"retry-after", str(behaviour.retry_after_s).encode())],
+                [(b"retry-after", str(behaviour.retry_after_s).encode())]
+                if behaviour.retry_after_s is not None
+                else [],
             )
             return
         if behaviour.failure == "hang":
@@ -298,7 +302,7 @@ class FakeOpenAIUpstream:
         else:
             last["text"] = ""
         yield {**base, "object": obj, "choices": [last]}
-        if (body.get("stream_options") or {}).get("include_usage"):
+        if behaviour.sends_usage and (body.get("stream_options") or {}).get("include_usage"):
             yield {**base, "object": obj, "choices": [], "usage": _usage(body, behaviour)}
 
     async def _stream(self, receive, send, body, behaviour: FakeBehaviour, record: FakeRecord, is_chat: bool) -> None:
@@ -321,6 +325,8 @@ class FakeOpenAIUpstream:
                 if behaviour.failure == "stall" and i == behaviour.drop_after:
                     await watcher
                     return
+                if behaviour.failure == "bad_shape" and i == 1:  # valid JSON, not a chunk's shape
+                    chunk = {**chunk, "choices": [{"index": 0, "delta": "not an object"}]}
                 if behaviour.failure == "malformed" and i == 1:
                     await send({"type": "http.response.body", "body": b"this is not SSE\n\n", "more_body": True})
                     continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import ExitStack
 
@@ -61,8 +62,8 @@ def test_a_failing_replica_is_taken_out_while_the_other_serves(fakes):
     good = fakes("good")
     base = fakes.proxy(
         [{"name": "pair", "replicas": [{"base_url": bad}, {"base_url": good}]}],
-        {"max_attempts": 2, "backoff_base_s": 0, "breaker_fail_max": 3, "breaker_reset_s": 2.5},
-    )
+        {"max_attempts": 2, "backoff_base_s": 0, "breaker_fail_max": 3, "breaker_reset_s": 5},
+    )  # a reset far beyond what the 8 requests take on a busy machine
     with _sdk(base) as sdk:
         replies = [sdk.chat.completions.with_raw_response.create(model="pair", messages=HI) for _ in range(8)]
         assert {r.status_code for r in replies} == {200}  # never a circuit_open, nor a 502
@@ -75,8 +76,8 @@ def test_a_failing_replica_is_taken_out_while_the_other_serves(fakes):
         metrics = httpx.get(base + "/metrics").text
         assert 'switchyard_replica_breaker_state{model="pair",replica="openai#0"} 2' in metrics
 
-        time.sleep(2.6)  # past breaker_reset_s: half-open, one trial may go to the bad replica
-        assert _ready(base)["replicas"]["pair"]["openai#0"] == "half-open"
+        # past breaker_reset_s: half-open, one trial may go to the bad replica
+        assert wait_until(lambda: _ready(base)["replicas"]["pair"]["openai#0"] == "half-open", timeout_s=10)
         replies = [sdk.chat.completions.with_raw_response.create(model="pair", messages=HI) for _ in range(4)]
     assert {r.status_code for r in replies} == {200}
     assert fakes.states["bad"].num_requests == 3 + 1  # exactly one trial; it failed, so open again
@@ -140,23 +141,57 @@ def test_a_429_cools_the_model_down_and_the_fallback_answers_meanwhile(fakes):
 
 def test_a_429_with_nowhere_else_to_go_is_a_rate_limit_with_the_remaining_retry_after(fakes):
     base = _primary_with_fallback(fakes, {"max_attempts": 1}, fallbacks=False)
-    fakes.states["a"].behaviour = FakeBehaviour(failure="429", retry_after_s=3)
+    fakes.states["a"].behaviour = FakeBehaviour(failure="429", retry_after_s=4)
     with _sdk(base) as sdk:
+        started = time.monotonic()
         with pytest.raises(openai.RateLimitError) as first:
             sdk.chat.completions.create(model="primary", messages=HI)
-        assert first.value.response.headers["retry-after"] == "3"
+        assert first.value.response.headers["retry-after"] == "4"
         time.sleep(1.2)
         with pytest.raises(openai.RateLimitError) as second:
             sdk.chat.completions.create(model="primary", messages=HI)
+        elapsed_s = time.monotonic() - started
         error = second.value.response.json()["error"]
         assert (error["code"], error["type"]) == ("rate_limit_exceeded", "rate_limit_error")
-        assert second.value.response.headers["retry-after"] == "2"  # what is left, rounded up
+        # what is left, rounded up: at most 4 - 1.2 s slept, at least 4 - all the time that passed
+        assert max(1, math.ceil(4 - elapsed_s)) <= int(second.value.response.headers["retry-after"]) <= 3
         assert fakes.states["a"].num_requests == 1  # the cooling upstream was not called
         fakes.states["a"].behaviour = FakeBehaviour()
         assert wait_until(lambda: not _ready(base)["cooldowns"], timeout_s=10)
         reply = sdk.chat.completions.create(model="primary", messages=HI)
     assert reply.choices[0].message.content.startswith("alpha")
     assert fakes.states["a"].num_requests == 2
+
+
+def test_a_429_without_retry_after_still_tells_the_client_when_to_come_back(fakes):
+    """The short default cooldown runs; the client hears it as Retry-After (at least 1)."""
+    base = _primary_with_fallback(fakes, {"max_attempts": 1, "default_cooldown_s": 2}, fallbacks=False)
+    fakes.states["a"].behaviour = FakeBehaviour(failure="429", retry_after_s=None)
+    for _ in range(2):  # the upstream's 429, then the cooldown's refusal
+        response = httpx.post(base + "/v1/chat/completions", json={"model": "primary", "messages": HI})
+        assert response.status_code == 429 and response.json()["error"]["code"] == "rate_limit_exceeded"
+        assert 1 <= int(response.headers["retry-after"]) <= 2
+    assert fakes.states["a"].num_requests == 1
+
+
+def test_a_cooling_model_whose_fallback_is_open_is_a_rate_limit_with_the_remaining_retry_after(fakes):
+    """Nothing can answer only because of the cooldown (the fallback's circuit is open): 429, not 503."""
+    base = _primary_with_fallback(fakes, {"max_attempts": 1, "breaker_fail_max": 1, "breaker_reset_s": 60})
+    fakes.states["b"].behaviour = FakeBehaviour(failure="500")
+    with _sdk(base) as sdk:
+        with pytest.raises(openai.APIStatusError):
+            sdk.chat.completions.create(model="secondary", messages=HI)  # opens the fallback's breaker
+        assert _ready(base)["breakers"]["secondary"] == "open"
+        fakes.states["a"].behaviour = FakeBehaviour(failure="429", retry_after_s=5)
+        started = time.monotonic()
+        for _ in range(2):  # the upstream's 429, then the cooldown's refusal
+            with pytest.raises(openai.RateLimitError) as info:
+                sdk.chat.completions.create(model="primary", messages=HI)
+            assert info.value.response.json()["error"]["code"] == "rate_limit_exceeded"
+            # the cooldown's (not the open circuit's 1 s): 5 s, less at most the time that passed
+            left = int(info.value.response.headers["retry-after"])
+            assert max(1, math.ceil(5 - (time.monotonic() - started))) <= left <= 5
+    assert fakes.states["a"].num_requests == 1 and fakes.states["b"].num_requests == 1
 
 
 def test_a_429_on_one_replica_sends_the_others_its_traffic(fakes):

@@ -108,13 +108,14 @@ def test_a_stream_that_stalls_ends_in_band_at_the_stream_idle_timeout(upstreams)
 def test_a_slow_plain_answer_is_not_cut_by_the_stream_idle_timeout(upstreams):
     """assemble_from_stream: false sends a plain request, bounded by read_timeout_s only."""
     states, proxy = upstreams
-    base = proxy({}, upstream={"stream_idle_timeout_s": 0.2}, assemble_from_stream=False)
+    base = proxy({"first_token_timeout_s": 0.15}, upstream={"stream_idle_timeout_s": 0.2}, assemble_from_stream=False)
     states["a"].behaviour = FakeBehaviour(num_tokens=8, latency_s=0.6, words=("a",))  # silent, then all of it
     with _sdk(base) as sdk:
         answer = sdk.chat.completions.create(model="a", messages=HI)
         assert answer.usage.completion_tokens == 8
         status, events = _events(base, {"model": "a", "messages": HI, "stream": True})
     assert status == 504 and "upstream_timeout" in events[0]  # the same silence in a stream is cut
+    assert "no first token within 0.15 s" in events[0]  # (the plain request had no first-token timeout)
 
 
 def _without_identity(answer: dict) -> dict:
@@ -205,4 +206,57 @@ def test_repeated_first_token_timeouts_open_the_breaker(upstreams):
             sdk.chat.completions.create(model="a", messages=HI)
     assert info.value.status_code == 503 and "circuit open" in info.value.message
     assert states["a"].num_requests == 3  # the open breaker did not call the hung upstream again
+    assert httpx.get(base + "/health/ready").json()["breakers"]["a"] == "open"
+
+
+def _metrics(base: str) -> str:
+    return httpx.get(base + "/metrics", timeout=HANG_GUARD_S).text
+
+
+def test_an_attempt_cut_by_the_request_deadline_is_metered_as_failed(upstreams):
+    states, proxy = upstreams
+    base = proxy({"first_token_timeout_s": 0.3, "request_timeout_s": 1.0})
+    states["a"].behaviour = FakeBehaviour(failure="stall", drop_after=2)
+    response = httpx.post(base + "/v1/chat/completions", json={"model": "a", "messages": HI}, timeout=HANG_GUARD_S)
+    assert response.status_code == 504 and "request deadline of 1 s" in response.text
+    assert 'switchyard_attempts_total{model="a",status="failed"} 1' in _metrics(base)
+
+
+def test_healthy_answers_cut_by_the_request_deadline_do_not_open_the_breaker(upstreams):
+    """The client's deadline, not the upstream's fault: the cut attempts are metered, the breaker
+    hears nothing (a stall is caught by the stream idle and first-token timeouts, which do count)."""
+    states, proxy = upstreams
+    base = proxy({"request_timeout_s": 0.5, "breaker_fail_max": 2, "max_attempts": 1})
+    states["a"].behaviour = FakeBehaviour(num_tokens=200, token_delay_s=0.02)  # 4 s of steady tokens
+    for _ in range(2):
+        status, events = _events(base, {"model": "a", "messages": HI, "stream": True})
+        assert status == 200 and "request deadline of 0.5 s" in events[-2] and events[-1] == "data: [DONE]"
+        response = httpx.post(base + "/v1/chat/completions", json={"model": "a", "messages": HI}, timeout=HANG_GUARD_S)
+        assert response.status_code == 504 and "request deadline of 0.5 s" in response.text
+    assert httpx.get(base + "/health/ready").json()["breakers"]["a"] == "closed"
+    assert 'switchyard_attempts_total{model="a",status="failed"} 4' in _metrics(base)
+    states["a"].behaviour = FakeBehaviour()
+    with _sdk(base) as sdk:
+        assert sdk.chat.completions.create(model="a", messages=HI).choices[0].message.content
+
+
+def test_a_global_first_token_timeout_longer_than_the_stream_idle_timeout_is_kept(upstreams):
+    """The upstream's idle timeout must not cut the wait for the first token first (as a read
+    timeout, retried on the same hung model)."""
+    states, proxy = upstreams
+    base = proxy({"first_token_timeout_s": 1.0, "max_attempts": 2}, upstream={"stream_idle_timeout_s": 0.3})
+    states["a"].behaviour.failure = "hang"
+    response = httpx.post(base + "/v1/chat/completions", json={"model": "a", "messages": HI}, timeout=HANG_GUARD_S)
+    assert response.status_code == 504 and "no first token within 1 s" in response.text
+    assert states["a"].num_requests == 1  # a first-token timeout is not retried on the same model
+
+
+def test_a_malformed_chunk_in_an_assembled_answer_is_a_502_upstream_error_and_counts(upstreams):
+    states, proxy = upstreams
+    base = proxy({"breaker_fail_max": 2, "breaker_reset_s": 60, "max_attempts": 1})
+    states["a"].behaviour = FakeBehaviour(failure="bad_shape")
+    for _ in range(2):
+        response = httpx.post(base + "/v1/chat/completions", json={"model": "a", "messages": HI}, timeout=HANG_GUARD_S)
+        assert response.status_code == 502 and response.json()["error"]["code"] == "upstream_error"
+    assert 'switchyard_attempts_total{model="a",status="failed"} 2' in _metrics(base)
     assert httpx.get(base + "/health/ready").json()["breakers"]["a"] == "open"

@@ -132,3 +132,46 @@ def test_a_client_that_leaves_before_the_first_byte_cancels_the_upstream_and_is_
     [record] = _records(app, request_id, 1, by_client_id=True)
     assert (record.model, record.status) == ("primary", "cancelled")
     assert states["b"].num_requests == 0  # a cancellation is not a failure: no fallback
+
+
+def test_an_answer_assembled_without_usage_is_estimated_as_its_stream_would_be(metered):
+    """An upstream that ignores include_usage: the non-stream answer (assembled from its stream) is
+    metered from the chunks, a chunk a token, as the same answer streamed is; not as 0 tokens, $0."""
+    base, states, app = metered
+    states["a"].behaviour = FakeBehaviour(num_tokens=20, sends_usage=False)
+    body = {"model": "primary", "messages": [{"role": "user", "content": "hi " * 100}]}
+    whole = httpx.post(base + "/v1/chat/completions", json=body, timeout=10)
+    assert whole.status_code == 200 and "usage" not in whole.json()
+    assert float(whole.headers["x-switchyard-cost-usd"]) > 0
+    streamed = httpx.post(base + "/v1/chat/completions", json=body | {"stream": True}, timeout=10)
+    [one] = _records(app, whole.headers["x-request-id"], 1)
+    [other] = _records(app, streamed.headers["x-request-id"], 1)
+    assert one.is_estimated and other.is_estimated and one.completion_tokens > 0
+    assert (one.prompt_tokens, one.completion_tokens, one.cost_usd) == (
+        other.prompt_tokens,
+        other.completion_tokens,
+        other.cost_usd,
+    )
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_cut_by_the_request_deadline_is_metered_as_failed_with_its_chunks(tmp_path, stream):
+    """A non-stream answer (assembled) cut mid-way costs what its stream would: the chunks that came."""
+    state = FakeState(behaviour=FakeBehaviour(failure="stall", drop_after=3))
+    with ExitStack() as stack:
+        url = stack.enter_context(serve_in_thread(FakeOpenAIUpstream(state))) + "/v1"
+        price = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}
+        settings = Settings(
+            models=[{"name": "a", "base_url": url, "price": price}],
+            resilience={"first_token_timeout_s": 0.3, "request_timeout_s": 1.0},
+            upstream={"read_timeout_s": 30},
+            billing={"ledger_path": tmp_path / "usage.db"},
+        )
+        app = create_app(settings)
+        base = stack.enter_context(serve_in_thread(app))
+        body = {"model": "a", "messages": HI, "stream": stream}
+        response = httpx.post(base + "/v1/chat/completions", json=body, timeout=10)
+        assert response.status_code == (200 if stream else 504)
+        [record] = _records(app, response.headers["x-request-id"], 1)
+    assert (record.status, record.completion_tokens, record.is_estimated) == ("failed", 3, True)
+    assert "request deadline of 1 s" in record.error and record.cost_usd > 0

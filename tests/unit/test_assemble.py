@@ -120,3 +120,27 @@ def test_an_error_event_mid_stream_is_a_backend_error():
 def test_an_empty_stream_is_a_backend_error():
     with pytest.raises(BackendError, match="empty stream"):
         AnswerAssembler("m").result()
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        {**HEAD, "choices": [{"index": 0, "delta": "x"}]},  # a delta that is not an object
+        {**HEAD, "choices": "abc"},  # choices not a list
+        {**HEAD, "choices": [None]},  # a null choice
+        {**HEAD, "choices": [{"index": [0], "delta": {}}]},  # an index that is not an integer
+        {**HEAD, "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": "x"}]}}]},
+        {**HEAD, "choices": [{"index": 0, "delta": {"tool_calls": {"a": 1}}}]},
+        {**HEAD, "choices": [{"index": 0, "delta": {"tool_calls": [None]}}]},
+        {**HEAD, "choices": [{"index": 0, "delta": {}, "logprobs": "x"}]},
+        {**HEAD, "object": "text_completion", "choices": [{"index": 0, "text": 5}]},
+        {**HEAD, "usage": "many"},
+        [1, 2],  # not an object at all
+        {**HEAD, "error": "boom", "choices": []},  # an error, whatever else it carries
+    ],
+)
+def test_a_malformed_chunk_is_a_backend_error_not_a_crash(chunk):
+    assembler = AnswerAssembler("m")
+    with pytest.raises(BackendError, match="upstream m sent"):
+        assembler.add(StreamChunk.from_dict(chunk) if isinstance(chunk, dict) else StreamChunk(b"[1, 2]"))
+        assembler.result()

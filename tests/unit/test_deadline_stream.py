@@ -28,15 +28,15 @@ class Upstream:
 
 
 def _stream(upstream: Upstream, in_s: float) -> _DeadlineStream:
-    deadline = _Deadline(asyncio.get_running_loop().time() + in_s, "request deadline of 0.1 s")
+    deadline = _Deadline(asyncio.get_running_loop().time() + in_s, "request deadline of 0.5 s")
     return _DeadlineStream(upstream.chunks(), deadline, "m")
 
 
 async def test_a_stalled_stream_is_cut_at_its_deadline_and_the_upstream_closed():
     upstream = Upstream()
-    stream = _stream(upstream, 0.1)
+    stream = _stream(upstream, 0.5)  # a margin for the two chunks on a busy machine
     assert [(await anext(stream)).parsed["i"] for _ in range(2)] == [0, 1]
-    with pytest.raises(BackendTimeout, match="request deadline of 0.1 s"):
+    with pytest.raises(BackendTimeout, match="request deadline of 0.5 s"):
         await asyncio.wait_for(anext(stream), 5)  # the outer bound only catches a hang
     assert upstream.is_closed
     with pytest.raises(BackendTimeout):
