@@ -54,6 +54,7 @@ IDLE_GRACE_S = 1.0  # a connection idle for less is not closed to make room (see
 SLOW_BODY_BYTES_S = 1024.0
 SLOW_BODY_GRACE_S = 2.0
 NOFILE_RESERVE_MIN = 128  # file descriptors kept for upstream sockets, the ledger, model files
+MAX_ACCEPT_BACKLOG = 2048  # uvicorn's default listen backlog, kept where the open-file limit allows
 
 
 @dataclass(frozen=True)
@@ -75,14 +76,31 @@ class EdgeLimits:
         return cls(server.max_header_bytes, server.header_timeout_s, max_connections)
 
 
+def _nofile_reserve(nofile: int) -> int:
+    return max(NOFILE_RESERVE_MIN, nofile // 4)
+
+
 def effective_max_connections(configured: int, nofile: int | None = None) -> int:
     """The configured cap, lowered so that client sockets leave file descriptors for the rest."""
     if nofile is None:
         nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if nofile == resource.RLIM_INFINITY:
         return configured
-    reserve = max(NOFILE_RESERVE_MIN, nofile // 4)
-    return max(1, min(configured, nofile - reserve))
+    return max(1, min(configured, nofile - _nofile_reserve(nofile)))
+
+
+def accept_backlog(nofile: int | None = None) -> int:
+    """The listen backlog: a quarter of the fd reserve, at most uvicorn's 2,048.
+
+    The event loop accepts everything queued in one go (asyncio up to the backlog, libuv until the
+    queue is empty) before the edge counts a single connection against the cap, so a deep queue
+    of newcomers at the cap could take every file descriptor: asyncio then stops accepting for a
+    second, libuv drops connections. The backlog bounds that batch inside the reserve."""
+    if nofile is None:
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if nofile == resource.RLIM_INFINITY:
+        return MAX_ACCEPT_BACKLOG
+    return max(16, min(MAX_ACCEPT_BACKLOG, _nofile_reserve(nofile) // 4))
 
 
 def raise_nofile_limit() -> None:
@@ -349,6 +367,7 @@ def uvicorn_config(app: Any, server: ServerSettings, **overrides: Any) -> uvicor
         "loop": "uvloop" if os.name == "posix" else "auto",
         "http": edge_protocol(EdgeLimits.from_settings(server)),
         "timeout_keep_alive": server.keepalive_timeout_s,
+        "backlog": accept_backlog(),
         # no WebSocket routes; an upgrade would hand the connection to uvicorn's WebSocket
         # protocol, out of the edge's count for good (an Upgrade header is ignored instead)
         "ws": "none",

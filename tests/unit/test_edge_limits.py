@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from switchyard.proxy import log_limits
-from switchyard.proxy.edge import effective_max_connections
+from switchyard.proxy.edge import accept_backlog, effective_max_connections
 from switchyard.proxy.log_limits import RepeatFilter
 
 
@@ -15,6 +15,15 @@ def test_the_connection_cap_leaves_file_descriptors_for_the_rest():
     assert effective_max_connections(4096, nofile=1_048_576) == 4096
     assert effective_max_connections(100, nofile=1024) == 100
     assert effective_max_connections(4096, nofile=100) == 1
+
+
+def test_the_accept_backlog_fits_in_the_file_descriptor_reserve():
+    # a batch of newcomers accepted at once, at the cap, with the refusals lingering, must still fit
+    for nofile in (256, 1024, 4096, 65_536):
+        cap = effective_max_connections(10**9, nofile=nofile)
+        assert cap + 32 + accept_backlog(nofile) <= nofile - 64
+    assert accept_backlog(256) == 32
+    assert accept_backlog(1_048_576) == 2048  # uvicorn's default where the limit allows it
 
 
 class _Clock:
