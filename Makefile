@@ -45,11 +45,15 @@ lint: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 
-$(VENV)/.installed-bench: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+# The LiteLLM proxy, the baseline bench/overhead.py compares against, in a venv of its own: its
+# [proxy] extra pins a LiteLLM of its own, and from 1.108 on needs a package PyPI does not have.
+LITELLM_PROXY := litellm[proxy]==1.106.12
+.venv-litellm-proxy/.installed: Makefile
+	$(PYTHON) -m venv .venv-litellm-proxy
+	.venv-litellm-proxy/bin/python -m pip install --quiet '$(LITELLM_PROXY)'
 	@touch $@
 
-bench: $(VENV)/.installed-bench
+bench: $(STAMP) .venv-litellm-proxy/.installed
 	$(BIN)/python bench/overhead.py --targets switchyard litellm passthrough
 	$(BIN)/python bench/overhead.py --targets switchyard switchyard-billing --concurrency 16 --section overhead-billing
 	$(BIN)/python bench/engine.py
@@ -61,4 +65,4 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/faults.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .venv-litellm-proxy .pytest_cache build *.egg-info

@@ -155,9 +155,10 @@ def start_all(logs: Path, targets: tuple[str, ...]) -> dict[str, Server]:
     if "switchyard-billing" in targets:
         servers["switchyard-billing"] = _start_switchyard_billing(python, upstream, logs)
     if "litellm" in targets:
-        litellm = shutil.which("litellm", path=str(Path(python).parent))
+        # its own venv (make bench): the LiteLLM proxy pins a LiteLLM of its own
+        litellm = shutil.which("litellm", path=str(ROOT / ".venv-litellm-proxy" / "bin"))
         if litellm is None:
-            raise SystemExit("the LiteLLM proxy is not installed: run `make bench` (installs '.[bench]')")
+            raise SystemExit("no LiteLLM proxy: `make bench` installs it in .venv-litellm-proxy")
         port = free_port()
         config = logs / "litellm.yaml"
         config.write_text(
