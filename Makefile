@@ -29,12 +29,16 @@ serve: $(STAMP)
 	$(BIN)/switchyard serve $(if $(CONFIG),--config $(CONFIG))
 
 # The whole suite, after the checks that fail fastest: ruff, then the import-layer contracts.
+# Two workers (pytest-xdist), a test file per worker at a time: most tests wait on servers, not CPU.
+# Tests marked serial (the schemathesis fuzzing, whose subtests xdist would drop) run after, in one process.
+PYTEST_WORKERS ?= 2
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=15 -m "not serial"
+	$(BIN)/python -m pytest -m serial -q
 
 # For the edit loop: the same checks, and the suite without the tests marked slow.
 test-fast: lint
-	$(BIN)/python -m pytest -m "not slow" -q
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not slow" -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -84,10 +84,32 @@ def pytest_configure(config) -> None:
     )
 
 
+_WORKER_LEAKS: list[str] = []  # on the controller, when the suite runs on pytest-xdist workers
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """An xdist worker is done: keep the leaks it found, so that the run fails on them here."""
+    _WORKER_LEAKS.extend(f"{node.gateway.id}: {leak}" for leak in getattr(node, "workeroutput", {}).get("leaks", ()))
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
     """Leaks fail the run: an object that warns when collected (ResourceWarning: an unclosed socket,
     file or session), or an aiohttp session still open at the end (one kept alive by a module, like
-    LiteLLM's clients, would only warn at interpreter exit, after the verdict)."""
+    LiteLLM's clients, would only warn at interpreter exit, after the verdict). On an xdist worker
+    they are handed to the controller, which fails the run."""
+    leaks = _leaks_left_open()
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["leaks"] = leaks
+        return
+    leaks += _WORKER_LEAKS
+    if leaks:
+        session.config.get_terminal_writer().line("\nresources left open by the test run:\n  " + "\n  ".join(leaks))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _leaks_left_open() -> list[str]:
     import gc
     import sys
     import warnings
@@ -107,6 +129,4 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         warnings.simplefilter("ignore")
         # type(), not isinstance(): the latter reads `__class__`, which some lazy module proxies warn on
         leaks += [f"open {obj!r}" for obj in gc.get_objects() if type(obj) is aiohttp.ClientSession and not obj.closed]
-    if leaks:
-        session.config.get_terminal_writer().line("\nresources left open by the test run:\n  " + "\n  ".join(leaks))
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    return leaks

@@ -9,6 +9,7 @@ shape as JSON, and each answer matches what the document says for its status.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import httpx
@@ -114,10 +115,19 @@ def _for_the_served_model(case) -> None:
 FUZZ_SETTINGS = settings(deadline=None, suppress_health_check=list(HealthCheck))
 
 
+def _not_on_an_xdist_worker() -> None:
+    """schemathesis reports each operation as a subtest, and pytest-xdist carries no subtest report:
+    on a worker a failing operation would pass unseen. `make test` runs these in a process of their own."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.fail("the fuzz tests are marked `serial`: run them without -n (pytest -m serial)")
+
+
 @pytest.mark.slow
+@pytest.mark.serial
 @schema.parametrize()
 @FUZZ_SETTINGS
 def test_fuzz_with_a_key(fuzzed_proxy, case):
+    _not_on_an_xdist_worker()
     _for_the_served_model(case)
     key = ADMIN_KEY if case.path.startswith("/admin") else TEAM_KEY
     response = case.call(base_url=fuzzed_proxy, headers={"authorization": f"Bearer {key}"}, timeout=30)
@@ -125,9 +135,11 @@ def test_fuzz_with_a_key(fuzzed_proxy, case):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 @schema.parametrize()
 @FUZZ_SETTINGS
 def test_fuzz_without_a_key(fuzzed_proxy, case):
+    _not_on_an_xdist_worker()
     _for_the_served_model(case)
     response = case.call(base_url=fuzzed_proxy, timeout=30)
     case.validate_response(response, checks=CHECKS)
