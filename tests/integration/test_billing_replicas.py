@@ -137,7 +137,15 @@ def _team_records(replicas: Replicas, team: str) -> list:
 
 
 def test_500_concurrent_requests_across_two_replicas_do_not_overspend_the_budget(replicas):
-    responses = asyncio.run(_send_all(replicas.urls, "sk-budget", 500, tag="budget"))
+    # five answers from each replica first, one at a time, so both have spent from the shared
+    # budget before the burst (in a burst, whichever replica is quicker may take all of it)
+    first = [
+        asyncio.run(_send_all([url], "sk-budget", 1, tag=f"budget-warm-{i}-{n}"))[0]
+        for n in range(5)
+        for i, url in enumerate(replicas.urls)
+    ]
+    assert [r.status_code for r in first] == [200] * 10
+    responses = first + asyncio.run(_send_all(replicas.urls, "sk-budget", 490, tag="budget"))
     statuses = Counter(r.status_code for r in responses)
     answered = statuses[200]
     refused = [r for r in responses if r.status_code == 429]
@@ -151,8 +159,6 @@ def test_500_concurrent_requests_across_two_replicas_do_not_overspend_the_budget
     spent = sum(r.cost_usd for r in _team_records(replicas, "budget"))
     assert spent <= BUDGET_USD + 1e-9
     assert spent == pytest.approx(answered * 0.001)
-    served_by = Counter(i % 2 for i, r in enumerate(responses) if r.status_code == 200)
-    assert set(served_by) == {0, 1}  # both replicas answered some
 
 
 def test_rpm_and_tpm_hold_across_both_replicas(replicas):
