@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
 from switchyard.backends.base import Backend
 from switchyard.backends.openai_http import OpenAIHTTPBackend, Replica
+from switchyard.core.capabilities import Capabilities
 from switchyard.core.errors import ModelNotFound
 from switchyard.core.settings import (
     AnyModelSettings,
@@ -31,6 +33,15 @@ class ModelEntry:
     first_token_timeout_s: float | None = None  # None: resilience.first_token_timeout_s
     request_timeout_s: float | None = None  # None: resilience.request_timeout_s
     assemble_from_stream: bool = False  # a non-stream request is asked as a stream (backends/assemble.py)
+    # the config's `capabilities:` (and `logprobs:`), key by key over what the backend reports
+    capability_overrides: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this model can do: asked of the backend each time (an embedded model knows its chat
+        template only once loaded), with the config's overrides and the entry's context window."""
+        reported = self.backend.capabilities().overridden(self.capability_overrides)
+        return reported.overridden({"context_window": self.context_window})
 
 
 def _http_backend_kwargs(model: OpenAIModel | VLLMModel, upstream: UpstreamSettings) -> dict:
@@ -147,6 +158,13 @@ def _upstream_for(model: AnyModelSettings, settings: Settings) -> UpstreamSettin
     return upstream.model_copy(update={"stream_idle_timeout_s": first_token_s})
 
 
+def _capability_overrides(model: AnyModelSettings) -> dict[str, Any]:
+    overrides = model.capabilities.model_dump(exclude_none=True)
+    if model.logprobs is not None:  # the older key says the same as capabilities.logprobs
+        overrides.setdefault("logprobs", model.logprobs)
+    return overrides
+
+
 def build_registry(
     settings: Settings,
     session: aiohttp.ClientSession,
@@ -168,6 +186,7 @@ def build_registry(
             first_token_timeout_s=model.first_token_timeout_s,
             request_timeout_s=model.request_timeout_s,
             assemble_from_stream=model.assemble_from_stream,
+            capability_overrides=_capability_overrides(model),
         )
         for model in models
     ]

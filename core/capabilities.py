@@ -2,12 +2,15 @@
 
 One `Capabilities` per model: derived by its backend (LiteLLM's model info, the embedded model's chat
 template, the config for OpenAI-compatible upstreams), overridden key by key by the model's
-`capabilities:` in the config, and shown in `/v1/models`.
+`capabilities:` in the config, and shown in `/v1/models`. `needs(request)` says which capabilities
+a request uses and through which parameter, so that routing can skip a model that lacks one and an
+explicit model that lacks one is a 400 naming that parameter (`unsupported()`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
 
 # The names used in the config, in /v1/models and in errors and route explanations.
 CAPABILITY_NAMES = ("tools", "parallel_tool_calls", "json_object", "json_schema", "vision", "logprobs", "n")
@@ -16,10 +19,61 @@ CAPABILITY_NAMES = ("tools", "parallel_tool_calls", "json_object", "json_schema"
 @dataclass(frozen=True, slots=True)
 class Capabilities:
     tools: bool = True  # `tools` / `tool_choice`, and tool calls in the history
-    parallel_tool_calls: bool = True  # more than one tool call in one answer
+    # more than one tool call in one answer (shown, not required: a model without it makes one call)
+    parallel_tool_calls: bool = True
     json_object: bool = True  # response_format json_object
     json_schema: bool = True  # response_format json_schema
     vision: bool = True  # image parts in messages
     logprobs: bool = True  # logprobs / top_logprobs
     n: bool = True  # n > 1
     context_window: int | None = None  # prompt + max_tokens, in tokens; None: unknown
+
+    def overridden(self, overrides: dict[str, Any]) -> Capabilities:
+        """These capabilities with the keys of `overrides` that are not None replacing their own."""
+        known = {f.name for f in fields(self)}
+        return replace(self, **{k: v for k, v in overrides.items() if k in known and v is not None})
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def lacks(self, needed: dict[str, str]) -> list[tuple[str, str]]:
+        """The (capability, parameter) pairs of `needed` this model cannot serve, in CAPABILITY_NAMES order."""
+        return [(name, needed[name]) for name in CAPABILITY_NAMES if name in needed and not getattr(self, name)]
+
+
+def _has_image(content: Any) -> bool:
+    return isinstance(content, list) and any(
+        isinstance(part, dict) and part.get("type") in ("image_url", "input_image", "image") for part in content
+    )
+
+
+def needs(request: Any) -> dict[str, str]:
+    """capability -> the request parameter that needs it (`messages` for history and images).
+
+    Works on a chat request, a legacy completion request (which needs `logprobs` and `n` only), or
+    anything with the same attributes; unknown attributes count as absent."""
+    found: dict[str, str] = {}
+    if getattr(request, "tools", None) or getattr(request, "tool_choice", None) not in (None, "none"):
+        found["tools"] = "tools" if getattr(request, "tools", None) else "tool_choice"
+    response_format = getattr(request, "response_format", None)
+    kind = response_format.get("type") if isinstance(response_format, dict) else None
+    if kind in ("json_object", "json_schema"):
+        found[kind] = "response_format"
+    for message in getattr(request, "messages", None) or ():
+        data = message if isinstance(message, dict) else vars(message) | (getattr(message, "model_extra", None) or {})
+        if "tools" not in found and (data.get("role") == "tool" or data.get("tool_calls")):
+            found["tools"] = "messages"
+        if "vision" not in found and _has_image(data.get("content")):
+            found["vision"] = "messages"
+    logprobs = getattr(request, "logprobs", None)
+    if logprobs not in (None, False) or getattr(request, "top_logprobs", None):
+        found["logprobs"] = "logprobs" if logprobs not in (None, False) else "top_logprobs"
+    n = getattr(request, "n", None)
+    if isinstance(n, int) and n > 1:
+        found["n"] = "n"
+    return found
+
+
+def explain(lacking: list[tuple[str, str]]) -> str:
+    """`tools, vision` for a route header or a message."""
+    return ", ".join(name for name, _ in lacking)

@@ -106,6 +106,12 @@ class ContextLengthExceeded(InvalidRequest):
     code = "context_length_exceeded"
 
 
+class UnsupportedParameter(InvalidRequest):
+    """The model cannot do what a parameter asks (tools, JSON schema, images...): a 400 naming it."""
+
+    code = "unsupported_parameter"
+
+
 class AuthenticationFailed(SwitchyardError):
     status_code = 401
     error_type = "invalid_request_error"

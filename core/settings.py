@@ -241,6 +241,18 @@ class PriceSettings(_Strict):
         return Price(self.input_usd_per_mtok, self.output_usd_per_mtok)
 
 
+class CapabilitySettings(_Strict):
+    """Overrides of what the backend reports the model can do (None: keep the backend's answer)."""
+
+    tools: bool | None = None
+    parallel_tool_calls: bool | None = None
+    json_object: bool | None = None
+    json_schema: bool | None = None
+    vision: bool | None = None
+    logprobs: bool | None = None
+    n: bool | None = None
+
+
 class _ModelBase(_Strict):
     """One public model name and the backend deployment(s) that serve it: what every backend takes."""
 
@@ -258,6 +270,8 @@ class _ModelBase(_Strict):
     # a non-stream request is asked of the upstream as a stream and its answer assembled, so that
     # the first-token timeout guards it too
     assemble_from_stream: bool = True
+    # what the model can do, key by key over what its backend reports (core/capabilities.py)
+    capabilities: CapabilitySettings = Field(default_factory=CapabilitySettings)
 
     @property
     def has_logprobs(self) -> bool:
