@@ -169,14 +169,18 @@ def test_auto_skips_a_tier_without_json_schema_upward_and_without_vision_downwar
         image = sdk.chat.completions.with_raw_response.create(
             model="auto", messages=[{"role": "user", "content": [IMAGE, {"type": "text", "text": "score=0.9"}]}]
         )
-        streamed = sdk.chat.completions.with_raw_response.create(
-            model="auto", messages=[{"role": "user", "content": [IMAGE, {"type": "text", "text": "score=0.1"}]}]
-        )
+        with sdk.chat.completions.with_streaming_response.create(
+            model="auto",
+            messages=[{"role": "user", "content": [IMAGE, {"type": "text", "text": "score=0.1"}]}],
+            stream=True,
+        ) as streamed:
+            text = "".join(c.choices[0].delta.content or "" for c in streamed.parse() if c.choices)
     assert schema.headers["x-switchyard-route"] == "auto:classifier=0.500<0.700->top(large lacks json_schema)"
     assert _text(schema).startswith("top")
     # nothing above top: the nearest tier below that can
     assert image.headers["x-switchyard-route"] == "auto:classifier=0.900>=0.700->large(top lacks vision)"
     assert streamed.headers["x-switchyard-route"] == "auto:classifier=0.100<0.300->large(small lacks vision)"
+    assert text.startswith("large")
 
 
 def test_auto_with_no_tier_that_can_is_a_400(auto_proxy):
@@ -223,6 +227,10 @@ def test_the_cascade_skips_a_rung_that_cannot(cascade_proxy):
     url, states = cascade_proxy
     with _sdk(url) as sdk:
         climbed = _ask(sdk, "cascade", response_format=SCHEMA)
+        with sdk.chat.completions.with_streaming_response.create(
+            model="cascade", messages=[{"role": "user", "content": "hi"}], response_format=SCHEMA, stream=True
+        ) as streamed:
+            streamed_text = "".join(c.choices[0].delta.content or "" for c in streamed.parse() if c.choices)
         started_higher = sdk.chat.completions.with_raw_response.create(
             model="cascade", messages=[{"role": "user", "content": [IMAGE, {"type": "text", "text": "hi"}]}]
         )
@@ -233,6 +241,8 @@ def test_the_cascade_skips_a_rung_that_cannot(cascade_proxy):
                 response_format=SCHEMA,
             )
     assert _text(climbed).startswith("top")
+    assert streamed.headers["x-switchyard-cascade"] == "c-small(-2.00<-0.50)->c-top(c-large lacks json_schema)"
+    assert streamed_text.startswith("top")
     assert climbed.headers["x-switchyard-cascade"] == "c-small(-2.00<-0.50)->c-top(c-large lacks json_schema)"
     assert not any(r.body.get("response_format") for r in states["large"].records)
     # c-small cannot see images: the cascade starts at c-large, whose answer is the last word (c-top cannot)
