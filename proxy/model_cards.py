@@ -35,12 +35,13 @@ def model_card(services, team: Team | None, model: str) -> ModelCard:
 
 
 def _card(entry: ModelEntry) -> ModelCard:
+    capabilities = entry.capabilities  # the context window: the config's, else the backend's
     return ModelCard(
         id=entry.name,
         tier=entry.tier,
-        context_window=entry.context_window,
+        context_window=capabilities.context_window,
         ready=entry.backend.is_ready(),
-        capabilities=entry.capabilities.as_dict(),
+        capabilities=capabilities.as_dict(),
     )
 
 
