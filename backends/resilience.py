@@ -1,6 +1,7 @@
 """Resilience around every backend call, applied in this order (like TensorZero's, written down):
 
-1. fallback chain: the requested model, then each of its `fallbacks` (that the team may use), in order;
+1. fallback chain: the requested model, then each of its `fallbacks` (that the team may use, and
+   that have every capability the request needs: `core.capabilities.needs`), in order;
 2. per model, load shedding: more than `max_in_flight` requests in flight → skip it (429 if all do);
 3. per model, the circuit breaker (`switchyard.backends.breaker`), and per replica where a model
    has several (the balancer chooses only among the replicas it admits; the model is open only
@@ -56,6 +57,7 @@ from switchyard.backends.breaker import (
 from switchyard.backends.registry import ModelEntry, ModelRegistry
 from switchyard.billing.context import RequestContext
 from switchyard.billing.metering import RequestMeter
+from switchyard.core.capabilities import needs
 from switchyard.core.errors import (
     BackendError,
     BackendRateLimited,
@@ -196,10 +198,14 @@ class ResilientExecutor:
             guard = self.guards[entry.name] = Guard(entry, Breaker(self.breaker_policy), replicas)
         return guard
 
-    def chain(self, first: ModelEntry, ctx: RequestContext | None = None) -> list[ModelEntry]:
-        """The model, then its fallbacks that the calling team may use."""
+    def chain(
+        self, first: ModelEntry, ctx: RequestContext | None = None, needed: dict[str, str] | None = None
+    ) -> list[ModelEntry]:
+        """The model, then its fallbacks that the calling team may use and that can serve a request
+        needing `needed` (the first model was chosen able to)."""
         names = [name for name in self.fallbacks.get(first.name, ()) if ctx is None or ctx.may_use(name)]
-        return [first, *(self.registry.get(name) for name in names)]
+        fallbacks = [self.registry.get(name) for name in names]
+        return [first, *(entry for entry in fallbacks if not entry.capabilities.lacks(needed or {}))]
 
     # -- the two entry points ------------------------------------------------------------------
 
@@ -213,8 +219,15 @@ class ResilientExecutor:
         return own if own is not None else self.policy.request_timeout_s
 
     async def complete(
-        self, first: ModelEntry, request: AnyRequest, ctx: RequestContext | None = None
+        self,
+        first: ModelEntry,
+        request: AnyRequest,
+        ctx: RequestContext | None = None,
+        needed: dict[str, str] | None = None,
     ) -> tuple[ModelEntry, CompletionResult]:
+        """`needed`: what a fallback must be able to do; by default what `request` needs (the
+        cascade passes the client's needs, not those of the logprobs it asks a judged rung for)."""
+
         async def call(entry: ModelEntry, first_token_s: float | None) -> CompletionResult:
             if entry.assemble_from_stream and _can_stream(request):
                 answer = self._assembled(entry, request, first_token_s, ctx.meter if ctx is not None else None)
@@ -222,7 +235,7 @@ class ResilientExecutor:
                 answer = entry.backend.complete(request)
             return await _within(answer, self.policy.attempt_timeout_s, entry.name, "answer")
 
-        entry, result, _ = await self._run(first, call, ctx, request, self._deadline(first, ctx))
+        entry, result, _ = await self._run(first, call, ctx, request, self._deadline(first, ctx), needed)
         return entry, result
 
     async def _assembled(
@@ -243,10 +256,15 @@ class ResilientExecutor:
         return assembler.result()
 
     async def stream(
-        self, first: ModelEntry, request: AnyRequest, ctx: RequestContext | None = None
+        self,
+        first: ModelEntry,
+        request: AnyRequest,
+        ctx: RequestContext | None = None,
+        needed: dict[str, str] | None = None,
     ) -> tuple[ModelEntry, StreamChunk | None, AsyncIterator[StreamChunk]]:
         """Open a stream and wait for its first chunk: everything before that byte may be retried.
-        The breakers hear how the stream ends: a failure after the first byte counts too."""
+        The breakers hear how the stream ends: a failure after the first byte counts too.
+        `needed`: as for `complete()`."""
 
         async def call(entry: ModelEntry, first_token_s: float | None):
             chunks = entry.backend.stream(request)
@@ -260,7 +278,9 @@ class ResilientExecutor:
             return first_chunk, chunks
 
         deadline = self._deadline(first, ctx)
-        entry, (first_chunk, rest), tickets = await self._run(first, call, ctx, request, deadline, is_stream=True)
+        entry, (first_chunk, rest), tickets = await self._run(
+            first, call, ctx, request, deadline, needed, is_stream=True
+        )
         if first_chunk is None:
             tickets.settle(None)  # an empty stream, complete
         attempt_s = self.policy.attempt_timeout_s
@@ -291,6 +311,7 @@ class ResilientExecutor:
         ctx: RequestContext | None,
         request: AnyRequest,
         deadline: _Deadline | None,
+        needed: dict[str, str] | None = None,
         is_stream: bool = False,
     ):
         """Returns the model that answered, its answer, and the attempt's breaker tickets (settled
@@ -309,7 +330,7 @@ class ResilientExecutor:
                 meter.failed(entry, error)
 
         async def loop():
-            chain = self.chain(first, ctx)
+            chain = self.chain(first, ctx, needs(request) if needed is None else needed)
             for position, entry in enumerate(chain):
                 if entry is not first and ctx is not None and not await ctx.reserve_for(entry.name, request):
                     # the caller's budgets hold the first model's worst case, not this one's: not tried

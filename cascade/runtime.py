@@ -15,6 +15,10 @@ rungs; the last rung it may reach is never judged.
   threshold): the next rung starts in parallel with the judged one; the loser is cancelled.
 - A rung that fails (after the resilience layer's retries and fallbacks) counts as not confident,
   unless the client's request itself was refused; the last rung's failure is the answer.
+- Capabilities: a rung that lacks one the client's request needs (tools, images, a JSON schema…;
+  `core.capabilities.needs`) is passed over, neither called nor judged, and the header says so,
+  e.g. `small(0.42<0.60)->top(large lacks json_schema)`. The logprobs the cascade asks a judged
+  rung for are its own need, not the client's: they never pass a rung over.
 
 Metering: every attempt is one ledger record (`RequestMeter.fork()` per rung, shared numbering):
 the judged-and-dropped answer as `escalated` (its tokens counted), a hedge's loser as `cancelled`.
@@ -38,6 +42,7 @@ from switchyard.billing.metering import RequestMeter
 from switchyard.cascade import wire
 from switchyard.cascade.confidence import Scorer, score
 from switchyard.cascade.thrash import ThrashGuard
+from switchyard.core.capabilities import explain, needs, unsupported_by_any
 from switchyard.core.errors import BackendError, BackendRejected, BudgetExceeded, InvalidRequest
 from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
 
@@ -69,6 +74,8 @@ class Plan:
     hedge: bool
     steps: list[str] = field(default_factory=list)  # what happened, for the header
     is_moved_up: bool = False
+    needed: dict[str, str] = field(default_factory=dict)  # what the client's request needs of a model
+    passed_over: list[str] = field(default_factory=list)  # rungs that lack a capability, for the header
 
 
 @dataclass(slots=True)
@@ -128,16 +135,39 @@ class Cascade:
             (i for i in range(index + 1, len(self.rungs)) if ctx is not None and not ctx.may_use(self.names[i])),
             len(self.rungs),
         )
+        needed = needs(request)
+        lacking = {rung.entry.name: rung.entry.capabilities.lacks(needed) for rung in self.rungs[index:reachable]}
+        capable = [i for i in range(index, reachable) if not lacking[self.names[i]]]
+        if not capable:
+            raise unsupported_by_any("the cascade", lacking)
         steps: list[str] = []
-        is_moved_up = False
-        if index + 1 < reachable and self.guard.is_cooling(start.name):
+        is_moved_up = capable[0] != index  # the relay starts the cascade at a rung that can; this is a guard
+        if len(capable) > 1 and self.guard.is_cooling(start.name):
             steps.append(f"{start.name}(skipped:thrash-guard)")
             self.moved_up[start.name] += 1
-            index, is_moved_up = index + 1, True
+            capable, is_moved_up = capable[1:], True
         depth = self.policy.max_depth or len(self.rungs)
-        rungs = self.rungs[index : min(index + depth, reachable)]
+        chosen = capable[:depth]
+        rungs = [self.rungs[i] for i in chosen]
+        passed_over = [
+            f"({self.names[i]} lacks {explain(lacking[self.names[i]])})"
+            for i in range(index, chosen[-1])
+            if lacking[self.names[i]]
+        ]
         hedge = mode == "hedge" or (near_threshold and self.policy.hedge_margin is not None)
-        return Plan(rungs, start.name, hedge and len(rungs) > 1, steps, is_moved_up)
+        return Plan(rungs, start.name, hedge and len(rungs) > 1, steps, is_moved_up, needed, passed_over)
+
+    def first_capable(self, needed: dict[str, str]) -> tuple[ModelEntry, list[str]]:
+        """Where `model="cascade"` starts: the first rung that can serve a request needing `needed`,
+        with a note for each rung below it that cannot (UnsupportedParameter if none can)."""
+        notes: list[str] = []
+        lacking: dict[str, list[tuple[str, str]]] = {}
+        for rung in self.rungs:
+            lacks = lacking[rung.entry.name] = rung.entry.capabilities.lacks(needed)
+            if not lacks:
+                return rung.entry, notes
+            notes.append(f"({rung.entry.name} lacks {explain(lacks)})")
+        raise unsupported_by_any("the cascade", lacking)
 
     def _judge(self, plan: Plan, rung: Rung, answered: ModelEntry, evidence, is_first: bool) -> bool:
         confidence = score(rung.scorer, evidence)
@@ -295,14 +325,15 @@ class Cascade:
         return wire.for_client(obj, wanted)
 
     def _header(self, plan: Plan) -> str:
-        return "->".join(plan.steps) + (";hedged" if plan.hedge else "")
+        return "->".join(plan.steps) + "".join(plan.passed_over) + (";hedged" if plan.hedge else "")
 
 
-async def _attempt(method, entry: ModelEntry, request: AnyRequest, ctx: RequestContext):
-    """One rung through the resilience layer, in its own task: a cancellation is metered here."""
+async def _attempt(method, entry: ModelEntry, request: AnyRequest, ctx: RequestContext, needed: dict[str, str]):
+    """One rung through the resilience layer, in its own task: a cancellation is metered here.
+    Its fallbacks must serve what the client's request needs (`needed`), whatever the rung is asked."""
     meter = ctx.meter
     try:
-        result = await method(entry, request, ctx)
+        result = await method(entry, request, ctx, needed)
         meter.backend_label = answered_by.get()  # set in this task; the relay reads it from the meter
         return result
     except asyncio.CancelledError:
@@ -350,7 +381,9 @@ class _Attempts:
             is_last = i == len(self.plan.rungs) - 1
             request = self.request if is_last else self.judged_request
             rung_ctx = self.ctx.with_meter(self.meters[i])
-            self.tasks[i] = asyncio.ensure_future(self.call(self.plan.rungs[i].entry, request, rung_ctx))
+            self.tasks[i] = asyncio.ensure_future(
+                self.call(self.plan.rungs[i].entry, request, rung_ctx, self.plan.needed)
+            )
         return self.tasks[i]
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from switchyard.core.errors import UnsupportedParameter
+
 # The names used in the config, in /v1/models and in errors and route explanations.
 CAPABILITY_NAMES = ("tools", "parallel_tool_calls", "json_object", "json_schema", "vision", "logprobs", "n")
 
@@ -77,3 +79,18 @@ def needs(request: Any) -> dict[str, str]:
 def explain(lacking: list[tuple[str, str]]) -> str:
     """`tools, vision` for a route header or a message."""
     return ", ".join(name for name, _ in lacking)
+
+
+def unsupported(model: str, lacking: list[tuple[str, str]]) -> UnsupportedParameter:
+    """The 400 for a model asked what it cannot do: names the model and each capability it lacks
+    (with its parameter); `param` is the first one's parameter."""
+    what = ", ".join(f"{name} ({param})" for name, param in lacking)
+    return UnsupportedParameter(f"Model '{model}' does not support {what}.", param=lacking[0][1])
+
+
+def unsupported_by_any(route: str, lacking_by_model: dict[str, list[tuple[str, str]]]) -> UnsupportedParameter:
+    """The 400 when no model a route may pick can serve the request (`route`: "model='auto'", …);
+    `param` is the first model's first lacking parameter."""
+    what = "; ".join(f"{model} lacks {explain(lacking)}" for model, lacking in lacking_by_model.items())
+    first = next(iter(lacking_by_model.values()))
+    return UnsupportedParameter(f"No model that {route} may pick can serve this request: {what}.", param=first[0][1])

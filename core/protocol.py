@@ -230,6 +230,8 @@ class ModelCard(_Open):
     tier: str | None = None
     context_window: int | None = None
     ready: bool = False
+    # what the model can do (core.capabilities.Capabilities.as_dict()): tools, vision, ..., context_window
+    capabilities: dict[str, bool | int | None] = Field(default_factory=dict)
 
 
 class ModelList(_Open):

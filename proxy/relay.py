@@ -26,6 +26,7 @@ from switchyard.billing.context import RequestContext
 from switchyard.billing.metering import RequestMeter, RequestTags, usage_of
 from switchyard.billing.teams import Principal, Team
 from switchyard.cascade.runtime import Plan
+from switchyard.core.capabilities import needs, unsupported
 from switchyard.core.errors import ModelNotAllowed, SwitchyardError, error_body
 from switchyard.core.estimates import estimated_prompt_tokens, worst_case_tokens
 from switchyard.core.protocol import StreamChunk
@@ -69,8 +70,10 @@ def _allowed(team: Team | None, entry: ModelEntry, asked_for: str) -> ModelEntry
 
 
 async def decide(request: Request, parsed: AnyRequest, ctx: RequestContext) -> Decision:
-    """Rate limits, the caller's budget, routing (for "auto") or the cascade's first rung (for
-    "cascade"), saturation admission, the worst-case reservation, then the cascade's plan."""
+    """Rate limits, the caller's budget, routing (for "auto") or the cascade's first rung that can
+    serve the request (for "cascade"), the named model's capabilities, saturation admission, the
+    worst-case reservation, then the cascade's plan. A request no model may serve is refused here,
+    before any call: like every 400 before a call, it is not metered."""
     state = request.app.state.services
     principal, team = ctx.principal, ctx.team
     rate = await state.budgets.check_rate(principal, worst_case_tokens(parsed))
@@ -79,6 +82,7 @@ async def decide(request: Request, parsed: AnyRequest, ctx: RequestContext) -> D
     headroom = await state.budgets.headroom(principal) if parsed.model == "auto" else None
     is_near = False
     score = ceiling = None
+    needed = needs(parsed)
     if parsed.model == "auto":
         if state.auto_router is None:
             raise auto_not_configured()
@@ -93,11 +97,15 @@ async def decide(request: Request, parsed: AnyRequest, ctx: RequestContext) -> D
     elif parsed.model == CASCADE_MODEL:
         if state.cascade is None:
             raise cascade_not_configured()
-        entry = _allowed(team, state.cascade.rungs[0].entry, CASCADE_MODEL)
-        headers["x-switchyard-route"] = f"cascade->{entry.name}"
+        first, notes = state.cascade.first_capable(needed)
+        entry = _allowed(team, first, CASCADE_MODEL)
+        headers["x-switchyard-route"] = f"cascade->{entry.name}" + "".join(notes)
     else:
         entry = _allowed(team, state.registry.get(parsed.model), parsed.model)
-    admission = await state.saturation.admit(entry, saturation_priority(request, principal), ctx)
+        lacking = entry.capabilities.lacks(needed)
+        if lacking:
+            raise unsupported(entry.name, lacking)
+    admission = await state.saturation.admit(entry, saturation_priority(request, principal), ctx, needed)
     if admission.is_degraded:
         headers["x-switchyard-degraded"] = "1"
     if not await ctx.reserve_for(admission.entry.name, parsed):

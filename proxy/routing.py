@@ -8,15 +8,20 @@ Order of application (each step may move the request to another tier):
    (`x-switchyard-quality: economy | balanced | max`) picks the threshold set;
 3. models the team may use (`teams.<name>.models`): only those are candidates; a tier with none
    gives way to the nearest tier below it that has one, else the nearest above;
-4. context window: a tier whose model cannot hold the prompt plus `max_tokens` is skipped upward;
-5. health and saturation: a tier whose backend is not ready, or is saturated, gives way to the
+4. capabilities: only models with every capability the request needs (tools, images, JSON
+   schema…; `core.capabilities.needs`) are candidates; a tier with none gives way to the nearest
+   tier above it that has one (a capability is a quality need: escalate, not degrade), else the
+   nearest below; no tier at all: a 400 `unsupported_parameter`;
+5. context window: a tier whose model cannot hold the prompt plus `max_tokens` is skipped upward;
+6. health and saturation: a tier whose backend is not ready, or is saturated, gives way to the
    nearest tier below it that is ready, else the nearest above (degrading before escalating);
-6. budget headroom (`teams.<name>.budget_usd_per_day`): when the request's estimated cost on the
+7. budget headroom (`teams.<name>.budget_usd_per_day`): when the request's estimated cost on the
    chosen model exceeds what the team may still spend today, the nearest tier below whose estimate
    fits answers, else the lowest usable tier. (A team with nothing left is refused before routing.)
 
 The decision is explained in `x-switchyard-route` (ASCII, as headers must be), e.g.
-`auto:classifier=0.31<0.45->small`, or `auto:classifier=0.62>=0.45->small(large over budget)`.
+`auto:classifier=0.31<0.45->small`, `auto:classifier=0.62>=0.45->small(large over budget)`, or
+`auto:classifier=0.10<0.45->large(small lacks tools)`.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from dataclasses import dataclass
 from switchyard.backends.registry import ModelEntry, ModelRegistry
 from switchyard.billing.teams import Team
 from switchyard.classifier.runtime import MicroBatcher, ScoreUnavailable
+from switchyard.core.capabilities import explain, needs, unsupported_by_any
 from switchyard.core.errors import InvalidRequest, ModelNotAllowed, ModelNotFound
 from switchyard.core.estimates import estimated_cost_usd, estimated_tokens, routing_text
 from switchyard.core.prices import Price
@@ -129,11 +135,11 @@ class AutoRouter:
                 )
             notes.append(f"({self.tiers[index]} not allowed)")
             index = allowed[0]
-        # 4. context window
+        # 4. capabilities
+        index, candidates = self._capable(index, candidates, needs(request), notes)
+        # 5. context window
         needed = estimated_tokens(request)
-        fits = [
-            any(e.context_window is None or e.context_window >= needed for e in candidates[tier]) for tier in self.tiers
-        ]
+        fits = [any(_holds(e, needed) for e in candidates[tier]) for tier in self.tiers]
         if not fits[index]:
             larger = [i for i in range(index + 1, len(self.tiers)) if fits[i]]
             if not larger:
@@ -148,7 +154,7 @@ class AutoRouter:
         def usable(i: int) -> ModelEntry | None:
             return self._usable(candidates[self.tiers[i]], needed) if fits[i] else None
 
-        # 5. health and saturation
+        # 6. health and saturation
         entry = usable(index)
         if entry is None:
             for other in _nearest_first(index, len(self.tiers)):
@@ -159,7 +165,7 @@ class AutoRouter:
                     break
             else:  # nothing is known to be healthy: try the chosen tier anyway; its own error explains
                 entry = candidates[self.tiers[index]][0]
-        # 6. budget headroom
+        # 7. budget headroom
         if headroom_usd is not None and estimated_cost_usd(request, self.prices.get(entry.name)) > headroom_usd:
             below = [e for i in range(index - 1, -1, -1) if (e := usable(i)) is not None]  # nearest first
             if below:
@@ -168,15 +174,48 @@ class AutoRouter:
                 entry = fitting[0] if fitting else below[-1]  # else the lowest usable tier
         return entry, notes
 
+    def _capable(
+        self, index: int, candidates: dict[str, list[ModelEntry]], needed: dict[str, str], notes: list[str]
+    ) -> tuple[int, dict[str, list[ModelEntry]]]:
+        """The tier to go to and the candidates that can serve a request needing `needed`."""
+        if not needed:
+            return index, candidates
+        capable = {
+            tier: [e for e in entries if not e.capabilities.lacks(needed)] for tier, entries in candidates.items()
+        }
+        if capable[self.tiers[index]]:
+            return index, capable
+        others = _nearest_above_first(index, len(self.tiers))
+        able = [i for i in others if capable[self.tiers[i]]]
+        # the chosen tier's first: its first lacking parameter is the 400's
+        lacking = {e.name: e.capabilities.lacks(needed) for i in (index, *others) for e in candidates[self.tiers[i]]}
+        if not able:
+            raise unsupported_by_any("model='auto'", lacking)
+        first = candidates[self.tiers[index]][0]
+        notes.append(f"({self.tiers[index]} lacks {explain(lacking[first.name])})")
+        return able[0], capable
+
     @staticmethod
     def _usable(entries: list[ModelEntry], needed: int) -> ModelEntry | None:
+        """The first of `entries` (all able to serve the request) that holds `needed` tokens, is
+        ready and is not saturated."""
         for entry in entries:
-            if entry.context_window is not None and entry.context_window < needed:
+            if not _holds(entry, needed):
                 continue
             backend = entry.backend
             if backend.is_ready() and not backend.is_saturated():
                 return entry
         return None
+
+
+def _holds(entry: ModelEntry, num_tokens: int) -> bool:
+    window = entry.capabilities.context_window
+    return window is None or window >= num_tokens
+
+
+def _nearest_above_first(index: int, count: int) -> list[int]:
+    """The other tiers, the nearest above first (escalating before degrading), then those below."""
+    return [*range(index + 1, count), *range(index - 1, -1, -1)]
 
 
 def _nearest_first(index: int, count: int) -> list[int]:

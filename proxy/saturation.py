@@ -1,8 +1,8 @@
 """What a request does when its model's backend is saturated (vLLM's queue or KV cache, the
 embedded engine's waiting requests): decided before the first byte, by the request's priority.
 
-    best-effort  → the model's `degrade_to` model (if the team may use it) answers instead;
-                   `x-switchyard-degraded: 1`
+    best-effort  → the model's `degrade_to` model (if the team may use it, and it can serve the
+                   request: tools, images, JSON schema…) answers instead; `x-switchyard-degraded: 1`
     standard     → goes ahead (the backend's own admission queues or refuses it)
     priority     → waits, in a bounded queue, up to `saturation_wait_s` for the saturation to clear
 
@@ -50,7 +50,14 @@ class SaturationGate:
         self.num_waiting = 0
         self.num_degraded = 0
 
-    async def admit(self, entry: ModelEntry, priority: str | None, ctx: RequestContext | None = None) -> Admission:
+    async def admit(
+        self,
+        entry: ModelEntry,
+        priority: str | None,
+        ctx: RequestContext | None = None,
+        needed: dict[str, str] | None = None,
+    ) -> Admission:
+        """`needed`: what the request needs of a model (`core.capabilities.needs`)."""
         priority = priority or "standard"
         if priority not in PRIORITIES:
             raise InvalidRequest(
@@ -60,12 +67,19 @@ class SaturationGate:
         if not is_saturated(entry) or priority == "standard":
             return Admission(entry, False)
         if priority == "best-effort":
-            smaller = self.degrade_to.get(entry.name)
-            if smaller is None or (ctx is not None and not ctx.may_use(smaller)):
+            smaller = self._degraded(entry, ctx, needed or {})
+            if smaller is None:
                 return Admission(entry, False)
             self.num_degraded += 1
-            return Admission(self.registry.get(smaller), True)
+            return Admission(smaller, True)
         return await self._wait(entry)
+
+    def _degraded(self, entry: ModelEntry, ctx: RequestContext | None, needed: dict[str, str]) -> ModelEntry | None:
+        name = self.degrade_to.get(entry.name)
+        if name is None or (ctx is not None and not ctx.may_use(name)):
+            return None
+        smaller = self.registry.get(name)
+        return None if smaller.capabilities.lacks(needed) else smaller
 
     async def _wait(self, entry: ModelEntry) -> Admission:
         if self.num_waiting >= self.max_waiting:

@@ -108,7 +108,7 @@ def test_a_team_uses_only_its_models_explicitly_and_through_auto(upstreams, tmp_
     with proxy(urls, tmp_path) as (url, _), _sdk(url, "sk-search") as sdk:
         with pytest.raises(openai.PermissionDeniedError) as caught:
             sdk.chat.completions.create(model="m-large", messages=[{"role": "user", "content": "hi"}])
-        assert [m.id for m in sdk.models.list()] == ["m-small"]
+        assert [m.id for m in sdk.models.list()] == ["m-small", "auto"]  # auto: it may route to m-small
         routed = _auto(sdk, 0.62)
         with sdk.chat.completions.with_streaming_response.create(
             model="auto", messages=[{"role": "user", "content": "score=0.9"}], stream=True
@@ -116,7 +116,7 @@ def test_a_team_uses_only_its_models_explicitly_and_through_auto(upstreams, tmp_
             stream_headers = streamed.headers
             text = "".join(c.choices[0].delta.content or "" for c in streamed.parse() if c.choices)
         with _sdk(url, "sk-research") as other:  # no model list: every model
-            assert [m.id for m in other.models.list()] == ["m-small", "m-large"]
+            assert [m.id for m in other.models.list()] == ["m-small", "m-large", "auto"]
     assert caught.value.status_code == 403 and caught.value.body["code"] == "model_not_allowed"
     assert caught.value.body["message"] == "Team 'search' may not use model 'm-large'."
     assert routed.headers["x-switchyard-model"] == "m-small"

@@ -6,6 +6,7 @@ import pytest
 from switchyard.backends.base import BackendHealth
 from switchyard.backends.registry import ModelEntry, ModelRegistry
 from switchyard.classifier.runtime import MicroBatcher
+from switchyard.core.capabilities import Capabilities
 from switchyard.core.errors import InvalidRequest
 from switchyard.core.prices import Price
 from switchyard.core.protocol import ChatCompletionRequest
@@ -14,10 +15,16 @@ from switchyard.proxy.routing import AutoRouter, resolve_thresholds, routing_tex
 
 
 class StubBackend:
-    """Only readiness matters to routing."""
+    """Only readiness, saturation and capabilities matter to routing."""
 
-    def __init__(self, name: str, ready: bool = True, saturated: bool = False) -> None:
+    def __init__(
+        self, name: str, ready: bool = True, saturated: bool = False, capabilities: Capabilities | None = None
+    ) -> None:
         self.name, self.ready, self.saturated = name, ready, saturated
+        self.reported = capabilities or Capabilities()
+
+    def capabilities(self) -> Capabilities:
+        return self.reported
 
     def is_ready(self) -> bool:
         return self.ready
