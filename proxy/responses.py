@@ -120,6 +120,8 @@ def _refuse_state(request: ResponsesRequest) -> None:
         raise UnsupportedParameter(f"{STATELESS}: send 'store': false or leave it out.", param="store")
     if payload.get("background"):
         raise UnsupportedParameter(f"{STATELESS}, so it cannot run a response in the background.", param="background")
+    if payload.get("n") not in (None, 1):
+        raise UnsupportedParameter("A response has one answer: 'n' cannot be used with /v1/responses.", param="n")
     if request.include:
         raise UnsupportedParameter("'include' is not supported by Switchyard's /v1/responses.", param="include")
     if request.truncation == "auto":

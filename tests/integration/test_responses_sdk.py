@@ -6,6 +6,7 @@ behind one proxy with `auto` (the classifier's score is read out of the prompt) 
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import ExitStack
 
 import httpx
@@ -18,7 +19,7 @@ from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
-from tests.helpers import read_ledger, wait_for_records
+from tests.helpers import read_ledger, wait_for_records, wait_until
 
 WEATHER_TOOL = {
     "type": "function",
@@ -217,6 +218,27 @@ def test_the_stream_helper_gives_the_final_response_and_text_deltas(proxy):
     with sdk.responses.stream(model="m-large", input="hi") as stream:
         final = stream.get_final_response()
     assert final.output_text == "large " * 5 and final.status == "completed"
+
+
+def test_a_client_that_leaves_a_stream_cancels_the_upstream_and_is_metered_once(proxy):
+    sdk, states, app = proxy
+    states["large"].behaviour.num_tokens, states["large"].behaviour.token_delay_s = 200, 0.05
+
+    async def read_four_events_then_leave() -> str:
+        async with openai.AsyncOpenAI(base_url=str(sdk.base_url), api_key="k", max_retries=0) as client:
+            async with client.responses.with_streaming_response.create(
+                model="m-large", input="long story", stream=True
+            ) as raw:
+                events = aiter(await raw.parse())
+                for _ in range(4):
+                    await anext(events)
+                return raw.headers["x-request-id"]
+
+    request_id = asyncio.run(read_four_events_then_leave())
+    record = states["large"].records[-1]
+    assert wait_until(lambda: record.disconnected_at is not None, timeout_s=5)
+    [metered] = wait_for_records(app, 1, request_id=request_id)
+    assert metered.status == "cancelled" and metered.completion_tokens < 200
 
 
 def test_a_stream_cut_after_its_first_event_ends_with_error_and_response_failed(proxy):
