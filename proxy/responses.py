@@ -271,6 +271,19 @@ def _response_format(text_format: dict[str, Any]) -> dict[str, Any] | None:
     raise InvalidRequest("'text.format.type' must be text, json_object or json_schema.", param="text.format.type")
 
 
+_CHAT_TO_RESPONSES = {"response_format": "text.format", "max_completion_tokens": "max_output_tokens"}
+
+
+def responses_param(param: str | None) -> str | None:
+    """The Responses API's name for a chat request's parameter that a refusal names (a capability
+    the model lacks, the upstream's own 400): the client sent `text.format`, not `response_format`."""
+    if param is None:
+        return None
+    if param == "messages" or param.startswith(("messages[", "messages.")):
+        return "input"  # the items do not map one to one (instructions, calls merged into one turn)
+    return _CHAT_TO_RESPONSES.get(param, param)
+
+
 # --- the answer --------------------------------------------------------------------------------
 
 

@@ -9,7 +9,7 @@ from switchyard.core.body_limits import BodyLimits
 from switchyard.core.errors import ArrayTooLong, InvalidRequest, UnsupportedParameter
 from switchyard.core.protocol import StreamChunk
 from switchyard.core.responses_wire import ResponsesRequest
-from switchyard.proxy.responses import draft_for, to_chat_request
+from switchyard.proxy.responses import draft_for, responses_param, to_chat_request
 from switchyard.proxy.responses_stream import ResponsesShape
 
 LIMITS = BodyLimits(max_json_depth=64, max_messages=8, max_prompt_chars=10_000, max_prompt_token_ids=100)
@@ -129,3 +129,17 @@ def test_a_stream_cut_by_the_token_limit_ends_incomplete():
     assert events[-1]["type"] == "response.incomplete"
     assert events[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
     assert events[-1]["response"]["output"][0]["status"] == "incomplete"
+
+
+@pytest.mark.parametrize(
+    ("chat_param", "param"),
+    [
+        ("response_format", "text.format"),
+        ("max_completion_tokens", "max_output_tokens"),
+        ("messages[3].content[1]", "input"),
+        ("tools", "tools"),
+        (None, None),
+    ],
+)
+def test_a_refusal_of_the_chat_request_names_what_the_client_sent(chat_param, param):
+    assert responses_param(chat_param) == param
