@@ -349,3 +349,31 @@ def test_an_upstream_refusal_before_the_first_byte_is_a_real_status(proxy):
     with pytest.raises(openai.BadRequestError) as info:
         sdk.responses.create(model="m-large", input="hi", stream=True)
     assert orjson.loads(info.value.response.read())["error"]["message"]
+
+
+def test_keys_allowed_models_and_budgets_hold_for_responses(fake_upstream):
+    price = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 1.0}
+    settings = Settings(
+        models=[
+            {"name": "cheap", "base_url": fake_upstream, "price": price},
+            {"name": "other", "base_url": fake_upstream},
+        ],
+        teams={
+            "web": {"api_keys": ["sk-web"], "models": ["cheap"]},
+            "broke": {"api_keys": ["sk-broke"], "budget_usd_per_day": 0},
+        },
+        billing={"ledger_path": None},
+    )
+    with serve_in_thread(create_app(settings)) as url:
+        body = {"model": "cheap", "input": "hi"}
+        without_key = httpx.post(url + "/v1/responses", json=body)
+        with openai.OpenAI(base_url=url + "/v1", api_key="sk-web", max_retries=0) as web:
+            assert web.responses.create(**body).status == "completed"
+            with pytest.raises(openai.PermissionDeniedError) as denied:
+                web.responses.create(model="other", input="hi")
+        with openai.OpenAI(base_url=url + "/v1", api_key="sk-broke", max_retries=0) as broke:
+            with pytest.raises(openai.RateLimitError) as spent:
+                broke.responses.create(**body)
+    assert without_key.status_code == 401 and without_key.json()["error"]["code"] == "invalid_api_key"
+    assert denied.value.response.json()["error"]["code"] == "model_not_allowed"
+    assert spent.value.response.json()["error"]["code"] == "insufficient_quota"
