@@ -17,6 +17,7 @@ import pytest
 
 from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
+from tests.fakes.anthropic_upstream import AnthropicState, FakeAnthropicUpstream
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
 from tests.helpers import read_ledger, wait_for_records, wait_until
@@ -377,3 +378,28 @@ def test_keys_allowed_models_and_budgets_hold_for_responses(fake_upstream):
     assert without_key.status_code == 401 and without_key.json()["error"]["code"] == "invalid_api_key"
     assert denied.value.response.json()["error"]["code"] == "model_not_allowed"
     assert spent.value.response.json()["error"]["code"] == "insufficient_quota"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_litellm_model_answers_a_responses_request(stream):
+    anthropic = AnthropicState()
+    with ExitStack() as stack:
+        anthropic_url = stack.enter_context(serve_in_thread(FakeAnthropicUpstream(anthropic)))
+        model = {
+            "name": "claude",
+            "backend": "litellm",
+            "litellm_model": "anthropic/claude-3-5-sonnet-20241022",
+            "base_url": anthropic_url,
+            "api_key": "sk-ant-test",
+        }
+        settings = Settings(models=[model], resilience={"max_attempts": 1}, billing={"ledger_path": None})
+        url = stack.enter_context(serve_in_thread(create_app(settings)))
+        sdk = stack.enter_context(openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0))
+        asked = {"model": "claude", "instructions": "Be kind.", "input": "hi", "max_output_tokens": 50}
+        if stream:
+            with sdk.responses.stream(**asked) as events:
+                response = events.get_final_response()
+        else:
+            response = sdk.responses.create(**asked)
+    assert response.output_text == "bonjour from claude "
+    assert response.status == "completed" and response.usage.output_tokens == 3
