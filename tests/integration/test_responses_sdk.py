@@ -13,6 +13,7 @@ import httpx
 import numpy as np
 import openai
 import orjson
+import pydantic
 import pytest
 
 from switchyard.core.settings import Settings
@@ -131,6 +132,19 @@ def test_text_format_json_schema_reaches_the_upstream_as_response_format(proxy):
     }
     sdk.responses.create(model="m-large", input="hi", text={"format": {"type": "json_object"}})
     assert _sent(states["large"])["response_format"] == {"type": "json_object"}
+
+
+def test_the_sdk_parse_helper_gets_its_schema_to_the_upstream_and_parses_the_answer(proxy):
+    class Reply(pydantic.BaseModel):
+        answer: str
+
+    sdk, states, _ = proxy
+    states["large"].behaviour.words, states["large"].behaviour.num_tokens = ('{"answer": "42"}',), 1
+    parsed = sdk.responses.parse(model="m-large", input="the answer?", text_format=Reply)
+    assert parsed.output_parsed == Reply(answer="42")
+    response_format = _sent(states["large"])["response_format"]
+    assert response_format["type"] == "json_schema" and response_format["json_schema"]["name"] == "Reply"
+    assert response_format["json_schema"]["schema"]["required"] == ["answer"]
 
 
 @pytest.mark.parametrize("stream", [False, True])
