@@ -56,6 +56,9 @@ class ServerSettings(_Strict):
     max_connections: int = Field(default=4096, ge=1)  # open client connections; also kept under the open-file limit
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     access_log: bool = False
+    # Browser origins that may call the API (CORS, preflight included), e.g. [https://app.example.com]
+    # or ["*"]; empty: no CORS headers, so browsers refuse to read the answers.
+    cors_origins: list[str] = Field(default_factory=list)
 
     def body_limits(self) -> BodyLimits:
         return BodyLimits(self.max_json_depth, self.max_messages, self.max_prompt_chars, self.max_prompt_token_ids)

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from switchyard.backends.base import Backend
 from switchyard.backends.defaults import load_settings
 from switchyard.core.settings import Settings
+from switchyard.proxy.cors import OpenAICORSMiddleware
 from switchyard.proxy.error_handlers import install_error_handlers
 from switchyard.proxy.middleware import InFlight, RequestIdMiddleware, TrailingSlashMiddleware
 from switchyard.proxy.openapi import install_openapi
@@ -55,5 +56,7 @@ def create_app(
     for router in ROUTERS:
         app.include_router(router)
     app.add_middleware(TrailingSlashMiddleware)
-    app.add_middleware(RequestIdMiddleware, in_flight=in_flight)  # added last: the outermost
+    app.add_middleware(RequestIdMiddleware, in_flight=in_flight)
+    if settings.server.cors_origins:  # outermost: every answer carries CORS headers, its last-resort 500 too
+        app.add_middleware(OpenAICORSMiddleware, origins=settings.server.cors_origins)
     return app

@@ -113,7 +113,7 @@ def parse_request(model: type[M], body: bytes, limits: BodyLimits) -> M:
     try:
         return model.from_payload(payload)
     except ValidationError as exc:
-        raise _invalid_request(exc) from exc
+        raise invalid_request(exc) from exc
 
 
 async def read_request(request: Request, model: type[M]) -> M:
@@ -129,7 +129,7 @@ def _parse_large(model: type[M], body: bytes, limits: BodyLimits) -> M:
         return parse_request(model, body, limits)
 
 
-def _invalid_request(exc: ValidationError) -> InvalidRequest:
+def invalid_request(exc: ValidationError) -> InvalidRequest:
     first = exc.errors()[0]
     param = _param(first["loc"])
     if first["type"] == "missing":

@@ -10,6 +10,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from switchyard.billing.store.errors import StoreConflict, StoreError, StoreNotFound, StoreUnavailable
 from switchyard.core.errors import Conflict, InvalidRequest, NotFound, RequestTooLarge, SwitchyardError, error_body
+from switchyard.proxy.middleware import PATH_AS_SENT
 
 logger = logging.getLogger("switchyard.errors")
 
@@ -25,8 +26,6 @@ def error_response(exc: SwitchyardError) -> Response:
 
 _HTTP_STATUS_TO_ERROR: dict[int, type[SwitchyardError]] = {
     400: InvalidRequest,
-    404: InvalidRequest,
-    405: InvalidRequest,
     413: RequestTooLarge,
 }
 
@@ -38,10 +37,25 @@ async def _handle_switchyard_error(_: Request, exc: Exception) -> Response:
     return error_response(exc)
 
 
-async def _handle_http_exception(_: Request, exc: Exception) -> Response:
+def _routing_error(request: Request, exc: StarletteHTTPException) -> SwitchyardError:
+    """The router's own 404 and 405 (no route has this path; none serves this method), worded as
+    OpenAI words them, with the path as the client sent it (a trailing slash included)."""
+    path = request.scope.get(PATH_AS_SENT, request.url.path)
+    if exc.status_code == 404:
+        return InvalidRequest(f"Invalid URL ({request.method} {path})", code="unknown_url")
+    allowed = (exc.headers or {}).get("Allow", "")
+    return InvalidRequest(
+        f"Method not allowed ({request.method} {path}); this endpoint serves {allowed or 'no method'}.",
+        code="method_not_allowed",
+    )
+
+
+async def _handle_http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
-    error_class = _HTTP_STATUS_TO_ERROR.get(exc.status_code, SwitchyardError)
-    error = error_class(str(exc.detail), code=None)
+    if exc.status_code in (404, 405):
+        error = _routing_error(request, exc)
+    else:
+        error = _HTTP_STATUS_TO_ERROR.get(exc.status_code, SwitchyardError)(str(exc.detail), code=None)
     error.status_code = exc.status_code
     response = error_response(error)
     response.headers.update(exc.headers or {})  # a 405's `Allow`

@@ -13,6 +13,8 @@ from switchyard.core.errors import SwitchyardError, error_body
 
 logger = logging.getLogger("switchyard")
 
+PATH_AS_SENT = "switchyard.path_as_sent"  # in the scope, when the trailing slash was taken off
+
 
 def _client_request_id(scope: Scope) -> str | None:
     for name, value in scope["headers"]:
@@ -49,7 +51,7 @@ class TrailingSlashMiddleware:
         path = scope.get("path", "")
         if scope["type"] == "http" and len(path) > 1 and path.endswith("/"):
             stripped = path.rstrip("/") or "/"
-            scope = {**scope, "path": stripped, "raw_path": stripped.encode()}
+            scope = {**scope, "path": stripped, "raw_path": stripped.encode(), PATH_AS_SENT: path}
         await self.app(scope, receive, send)
 
 

@@ -27,17 +27,17 @@ from switchyard.billing.metering import RequestMeter, RequestTags, usage_of
 from switchyard.billing.teams import Principal, Team
 from switchyard.cascade.runtime import Plan
 from switchyard.core.capabilities import needs, unsupported
-from switchyard.core.errors import ModelNotAllowed, SwitchyardError, error_body
+from switchyard.core.errors import ModelNotAllowed, SwitchyardError
 from switchyard.core.estimates import estimated_prompt_tokens, worst_case_tokens
 from switchyard.core.protocol import StreamChunk
 from switchyard.proxy.access import saturation_priority
+from switchyard.proxy.answer_shape import PASS_THROUGH, AnswerShape
 from switchyard.proxy.routing import CASCADE_MODEL, auto_not_configured, cascade_not_configured
 from switchyard.proxy.streams import LiveStreams, ShuttingDown
 
 logger = logging.getLogger("switchyard")
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-DONE_EVENT = b"data: [DONE]\n\n"
 
 
 def _answer_headers(entry: ModelEntry, backend: str | None = None) -> dict[str, str]:
@@ -143,8 +143,12 @@ def _tags(request: Request, parsed: AnyRequest, decision: Decision, principal: P
 CLIENT_CLOSED_REQUEST = 499  # nginx's code; nobody reads it, the access log does
 
 
-async def relay(request: Request, principal: Principal | None, parsed: AnyRequest) -> Response:
-    """Everything before the first byte can be cancelled by the client leaving: the upstream calls
+async def relay(
+    request: Request, principal: Principal | None, parsed: AnyRequest, shape: AnswerShape = PASS_THROUGH
+) -> Response:
+    """`shape` writes the answer in the API the request came in by (`switchyard.proxy.answer_shape`).
+
+    Everything before the first byte can be cancelled by the client leaving: the upstream calls
     stop, and their own handlers meter them as cancelled. A watcher task cancels this one when the
     disconnect arrives; a cancellation that did not come from it (server shutdown) propagates."""
     this = asyncio.current_task()
@@ -152,7 +156,7 @@ async def relay(request: Request, principal: Principal | None, parsed: AnyReques
     left: list[bool] = []
     watcher = asyncio.ensure_future(_cancel_when_client_leaves(request, this, left))
     try:
-        return await _respond(request, parsed, principal)
+        return await _respond(request, parsed, principal, shape)
     except asyncio.CancelledError:
         if not left or this.cancelling() > 1:
             raise
@@ -171,7 +175,7 @@ async def _cancel_when_client_leaves(request: Request, task: asyncio.Task, left:
     task.cancel()
 
 
-async def _respond(request: Request, parsed: AnyRequest, principal: Principal | None) -> Response:
+async def _respond(request: Request, parsed: AnyRequest, principal: Principal | None, shape: AnswerShape) -> Response:
     state = request.app.state.services
     spending = state.budgets.open(principal)
     release = state.tier_slots.enter(principal, parsed)
@@ -196,7 +200,7 @@ async def _respond(request: Request, parsed: AnyRequest, principal: Principal | 
         # the model that answers first may have a deadline of its own
         ctx = replace(ctx, deadline=_deadline(started_at, state.executor.request_timeout_s(decision.entry)))
         meter.tags = _tags(request, parsed, decision, principal)
-        response = await execute(state, decision, parsed, ctx)
+        response = await execute(state, decision, parsed, ctx, shape)
         return response
     finally:
         if not isinstance(response, StreamingResponse):  # a stream settles when it ends
@@ -207,12 +211,14 @@ def _deadline(started_at: float, timeout_s: float | None) -> float | None:
     return started_at + timeout_s if timeout_s is not None else None
 
 
-async def execute(state, decision: Decision, parsed: AnyRequest, ctx: RequestContext) -> Response:
+async def execute(
+    state, decision: Decision, parsed: AnyRequest, ctx: RequestContext, shape: AnswerShape = PASS_THROUGH
+) -> Response:
     entry, route_headers, meter = decision.entry, decision.headers, ctx.meter
     if decision.plan is not None:
-        return await _relay_cascade(state, decision.plan, parsed, route_headers, ctx)
+        return await _relay_cascade(state, decision.plan, parsed, route_headers, ctx, shape)
     if parsed.stream:
-        return await _relay_stream(state, entry, parsed, route_headers, ctx)
+        return await _relay_stream(state, entry, parsed, route_headers, ctx, shape)
     try:
         entry, result = await state.executor.complete(entry, parsed, ctx)
     except asyncio.CancelledError:
@@ -220,10 +226,12 @@ async def execute(state, decision: Decision, parsed: AnyRequest, ctx: RequestCon
         raise
     meter.finished(entry, "completed", usage_of(result), meter.num_chunks)
     headers = _answer_headers(entry) | route_headers | _cost_header(meter)
-    return Response(result.data, media_type="application/json", headers=headers)
+    return Response(shape.whole(result.data), media_type="application/json", headers=headers)
 
 
-async def _relay_cascade(state, plan: Plan, parsed: AnyRequest, route_headers: dict[str, str], ctx: RequestContext):
+async def _relay_cascade(
+    state, plan: Plan, parsed: AnyRequest, route_headers: dict[str, str], ctx: RequestContext, shape: AnswerShape
+):
     """The cascade meters each rung's attempt itself, cancellations included; the answer's is finished here."""
     outcome = await state.cascade.run(plan, parsed, ctx)
     headers = (
@@ -233,8 +241,11 @@ async def _relay_cascade(state, plan: Plan, parsed: AnyRequest, route_headers: d
     )
     if not parsed.stream:
         outcome.meter.finished(outcome.entry, "completed", usage_of(outcome.result), outcome.meter.num_chunks)
-        return Response(outcome.result.data, media_type="application/json", headers=headers | _cost_header(ctx.meter))
-    return _sse_response(outcome.first, outcome.rest, parsed, outcome.meter, outcome.entry, headers, state.streams)
+        body = shape.whole(outcome.result.data)
+        return Response(body, media_type="application/json", headers=headers | _cost_header(ctx.meter))
+    return _sse_response(
+        outcome.first, outcome.rest, parsed, outcome.meter, outcome.entry, headers, state.streams, shape
+    )
 
 
 def _client_wants_usage(parsed: AnyRequest) -> bool:
@@ -258,7 +269,12 @@ def _with_cost(chunk: StreamChunk, meter: RequestMeter, entry: ModelEntry) -> St
 
 
 async def _relay_stream(
-    state, entry: ModelEntry, parsed: AnyRequest, route_headers: dict[str, str], ctx: RequestContext
+    state,
+    entry: ModelEntry,
+    parsed: AnyRequest,
+    route_headers: dict[str, str],
+    ctx: RequestContext,
+    shape: AnswerShape,
 ) -> Response:
     # Decide before the first byte: retries, fallbacks and errors up to the first chunk are real
     # HTTP outcomes; after it, only in-band errors remain.
@@ -269,7 +285,7 @@ async def _relay_stream(
         meter.finished(meter.current_entry or entry, "cancelled", None)
         raise
     headers = _answer_headers(entry) | route_headers
-    return _sse_response(first, chunks, parsed, meter, entry, headers, state.streams)
+    return _sse_response(first, chunks, parsed, meter, entry, headers, state.streams, shape)
 
 
 def _sse_response(
@@ -280,8 +296,10 @@ def _sse_response(
     entry: ModelEntry,
     headers: dict[str, str],
     streams: LiveStreams,
+    shape: AnswerShape,
 ) -> StreamingResponse:
-    body = _sse_body(first, rest, include_usage=_client_wants_usage(parsed), meter=meter, entry=entry, streams=streams)
+    include_usage = _client_wants_usage(parsed)
+    body = _sse_body(first, rest, include_usage=include_usage, meter=meter, entry=entry, streams=streams, shape=shape)
 
     async def settle() -> None:
         # A body cut off while it waited to send (a slow reader who left): closing it runs its
@@ -308,6 +326,7 @@ async def _sse_body(
     meter: RequestMeter,
     entry: ModelEntry,
     streams: LiveStreams,
+    shape: AnswerShape,
 ) -> AsyncIterator[bytes]:
     usage, num_chunks, status, error = None, 0, "cancelled", None  # unless the loop below ends otherwise
     this = asyncio.current_task()
@@ -320,7 +339,8 @@ async def _sse_body(
                 usage = chunk.parsed["usage"]
                 chunk = _with_cost(chunk, meter, entry) if include_usage else _without_usage(chunk)
             if chunk is not None:
-                yield b"data: " + chunk.data + b"\n\n"
+                for event in shape.events(chunk):
+                    yield event
             chunk = await anext(rest, None)
         status = "completed"
     except asyncio.CancelledError:
@@ -328,19 +348,19 @@ async def _sse_body(
             raise  # the client left, or the server gave up waiting: nothing more can be sent
         this.uncancel()  # the server is shutting down: end this stream properly, now
         error = "the server is shutting down"
-        yield b"data: " + error_body(ShuttingDown("The server is shutting down; retry the request.")) + b"\n\n"
+        yield shape.failed(ShuttingDown("The server is shutting down; retry the request."))
     except SwitchyardError as exc:
         status, error = "failed", exc.message
         logger.warning("stream failed after the first byte: %s", exc.log_message)
-        yield b"data: " + error_body(exc) + b"\n\n"
+        yield shape.failed(exc)
     except Exception as exc:
         status, error = "failed", f"internal error ({type(exc).__name__})"  # its words may name hosts: the log has them
         logger.exception("stream failed after the first byte")
-        yield b"data: " + error_body(SwitchyardError("The server had an internal error.")) + b"\n\n"
+        yield shape.failed(SwitchyardError("The server had an internal error."))
     finally:
         streams.discard(this)
         meter.finished(entry, status, usage, num_chunks, error)
         if meter.spending is not None:
             meter.spending.settle()
         await rest.aclose()
-    yield DONE_EVENT
+    yield shape.end()

@@ -1,8 +1,9 @@
-from switchyard.proxy.routes import admin, chat, completions, health, metrics, models, usage
+from switchyard.proxy.routes import admin, chat, completions, health, metrics, models, responses, usage
 
 ROUTERS = (
     chat.router,
     completions.router,
+    responses.router,
     models.router,
     usage.router,
     health.router,

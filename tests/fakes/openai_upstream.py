@@ -15,6 +15,9 @@ with the same fields changes it for every later request. Failure modes:
     "drop"       stream `drop_after` chunks, then close the connection mid-body
     "malformed"  stream one good chunk, then bytes that are not server-sent events
     "bad_shape"  stream one good chunk, then valid JSON that is not a chunk (a string `delta`)
+
+`tool_call` ({"name": ..., "arguments": "<json>"}) makes a chat answer that call instead of text,
+unless the last message is a tool's result (then it answers text, as an agent's model would).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class FakeBehaviour:
     fail_times: int | None = None  # the failure applies to this many requests, then the server recovers
     words: tuple[str, ...] = WORDS
     wait_for: threading.Event | None = None  # answer only once it is set (e.g. another fake's `arrived`)
+    tool_call: dict[str, str] | None = None  # {"name", "arguments"}: a chat answer calls it (see above)
 
     def updated(self, override: dict[str, Any] | None) -> FakeBehaviour:
         return dataclasses.replace(self, **override) if override else self
@@ -107,6 +111,14 @@ def _usage(body: dict[str, Any], behaviour: FakeBehaviour) -> dict[str, int]:
         "completion_tokens": behaviour.num_tokens,
         "total_tokens": prompt_tokens + behaviour.num_tokens,
     }
+
+
+def _tool_call(body: dict[str, Any], behaviour: FakeBehaviour) -> dict[str, Any] | None:
+    """The call this chat request is answered with, if any."""
+    messages = body.get("messages") or [{}]
+    if behaviour.tool_call is None or messages[-1].get("role") == "tool":
+        return None
+    return {"id": "call_fake_0", "type": "function", "function": dict(behaviour.tool_call)}
 
 
 def _num_tokens(body: dict[str, Any], behaviour: FakeBehaviour) -> int:
@@ -250,8 +262,12 @@ class FakeOpenAIUpstream:
         text = "".join(_token(behaviour, i) for i in range(n))
         base = {"id": "cmpl-fake", "created": int(time.time()), "model": body.get("model", "")}
         base["system_fingerprint"] = "fp_fake"
+        if is_chat and (call := _tool_call(body, behaviour)) is not None:
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
+            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": "tool_calls"}
+            return {**base, "object": "chat.completion", "choices": [choice], "usage": _usage(body, behaviour)}
         if is_chat:
-            choice: dict[str, Any] = {
+            choice = {
                 "index": 0,
                 "message": {"role": "assistant", "content": text},
                 "logprobs": None,
@@ -280,6 +296,9 @@ class FakeOpenAIUpstream:
         obj = "chat.completion.chunk" if is_chat else "text_completion"
         num_top = body.get("top_logprobs") or 0
         offset = 0
+        if is_chat and (call := _tool_call(body, behaviour)) is not None:
+            yield from self._tool_call_chunks(body, behaviour, base, call)
+            return
         for i in range(n):
             if is_chat:
                 delta = (
@@ -302,6 +321,35 @@ class FakeOpenAIUpstream:
         else:
             last["text"] = ""
         yield {**base, "object": obj, "choices": [last]}
+        if behaviour.sends_usage and (body.get("stream_options") or {}).get("include_usage"):
+            yield {**base, "object": obj, "choices": [], "usage": _usage(body, behaviour)}
+
+    def _tool_call_chunks(self, body, behaviour: FakeBehaviour, base: dict[str, Any], call: dict[str, Any]):
+        """The call's name first, then its arguments in two pieces, as OpenAI streams them."""
+        obj, arguments = "chat.completion.chunk", call["function"]["arguments"]
+        head = {
+            "index": 0,
+            "id": call["id"],
+            "type": "function",
+            "function": {"name": call["function"]["name"], "arguments": ""},
+        }
+        deltas = [{"role": "assistant", "content": None, "tool_calls": [head]}]
+        half = len(arguments) // 2
+        deltas += [
+            {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
+            for piece in (arguments[:half], arguments[half:])
+        ]
+        for delta in deltas:
+            yield {
+                **base,
+                "object": obj,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}],
+            }
+        yield {
+            **base,
+            "object": obj,
+            "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "tool_calls"}],
+        }
         if behaviour.sends_usage and (body.get("stream_options") or {}).get("include_usage"):
             yield {**base, "object": obj, "choices": [], "usage": _usage(body, behaviour)}
 

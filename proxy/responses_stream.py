@@ -1,0 +1,200 @@
+"""A chat completion stream, relayed as the Responses API's events, numbered by `sequence_number`.
+
+    response.created, response.in_progress
+    per output item, in order:
+      message:       output_item.added, content_part.added, output_text.delta..., output_text.done,
+                     content_part.done, output_item.done
+      function_call: output_item.added, function_call_arguments.delta..., function_call_arguments.done,
+                     output_item.done
+    response.completed (or response.incomplete: the answer hit max_output_tokens)
+
+A failure after the first event is an `error` event, then `response.failed`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+
+from switchyard.core.errors import SwitchyardError
+from switchyard.core.protocol import StreamChunk
+from switchyard.proxy.answer_shape import AnswerShape
+from switchyard.proxy.responses import (
+    ResponseDraft,
+    function_call_item,
+    message_item,
+    new_id,
+    status_of,
+    usage_of,
+    whole_response,
+)
+
+
+class ResponsesShape(AnswerShape):
+    """One request's answer as a Response object, or as its stream of events."""
+
+    def __init__(self, draft: ResponseDraft) -> None:
+        self.draft = draft
+        self._sequence_number = 0
+        self._items: list[dict[str, Any]] = []  # by output_index, as they stand
+        self._open: int | None = None  # the output_index of the item still receiving deltas
+        self._calls: dict[int, int] = {}  # a tool call's index in the chat stream -> its output_index
+        self._usage: dict[str, Any] | None = None
+        self._finish_reason: str | None = None
+        self._model: str | None = None
+        self._is_started = self._has_failed = False
+
+    def whole(self, data: bytes) -> bytes:
+        return whole_response(self.draft, data)
+
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        data = orjson.dumps({"type": kind, "sequence_number": self._sequence_number} | fields)
+        self._sequence_number += 1
+        return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
+
+    def _response(self, status: str, **fields: Any) -> dict[str, Any]:
+        response = self.draft.response(status, [dict(item) for item in self._items], **fields)
+        if self._model:
+            response["model"] = self._model
+        return response
+
+    def _start(self) -> list[bytes]:
+        if self._is_started:
+            return []
+        self._is_started = True
+        response = self.draft.response("in_progress", [])
+        return [
+            self._event("response.created", response=response),
+            self._event("response.in_progress", response=response),
+        ]
+
+    def events(self, chunk: StreamChunk) -> Iterable[bytes]:
+        out = self._start()
+        parsed = chunk.parsed
+        self._model = parsed.get("model") or self._model
+        if parsed.get("usage"):
+            self._usage = parsed["usage"]
+        for choice in parsed.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                out += self._text(delta["content"])
+            if delta.get("refusal"):
+                out += self._text("", refusal=delta["refusal"])
+            for call in delta.get("tool_calls") or ():
+                out += self._call(call)
+            if choice.get("finish_reason"):
+                self._finish_reason = choice["finish_reason"]
+        return out
+
+    def _text(self, text: str, refusal: str | None = None) -> list[bytes]:
+        out: list[bytes] = []
+        if self._open is None or self._items[self._open]["type"] != "message":
+            out += self._close()
+            self._open = len(self._items)
+            item = message_item(new_id("msg"), "", status="in_progress")
+            self._items.append(item)
+            part = item["content"][0]
+            out.append(self._event("response.output_item.added", output_index=self._open, item={**item, "content": []}))
+            out.append(self._added_part(part))
+        item = self._items[self._open]
+        if refusal is not None:
+            parts = item["content"]
+            if parts[-1]["type"] != "refusal":
+                parts.append({"type": "refusal", "refusal": ""})
+            parts[-1]["refusal"] += refusal
+            return out
+        item["content"][0]["text"] += text
+        out.append(
+            self._event(
+                "response.output_text.delta",
+                item_id=item["id"],
+                output_index=self._open,
+                content_index=0,
+                delta=text,
+                logprobs=[],
+            )
+        )
+        return out
+
+    def _added_part(self, part: dict[str, Any]) -> bytes:
+        item = self._items[self._open]  # type: ignore[index]
+        return self._event(
+            "response.content_part.added",
+            item_id=item["id"],
+            output_index=self._open,
+            content_index=0,
+            part={**part, "text": ""},
+        )
+
+    def _call(self, call: dict[str, Any]) -> list[bytes]:
+        out: list[bytes] = []
+        index = call.get("index", 0)
+        function = call.get("function") or {}
+        if index not in self._calls:
+            out += self._close()
+            self._open = self._calls[index] = len(self._items)
+            item = function_call_item(new_id("fc"), {**call, "function": {**function, "arguments": ""}}, "in_progress")
+            self._items.append(item)
+            out.append(self._event("response.output_item.added", output_index=self._open, item=item))
+        output_index = self._calls[index]
+        item = self._items[output_index]
+        if function.get("name") and not item["name"]:
+            item["name"] = function["name"]
+        if function.get("arguments"):
+            item["arguments"] += function["arguments"]
+            out.append(
+                self._event(
+                    "response.function_call_arguments.delta",
+                    item_id=item["id"],
+                    output_index=output_index,
+                    delta=function["arguments"],
+                )
+            )
+        return out
+
+    def _close(self, status: str = "completed") -> list[bytes]:
+        """The events that finish the open item, if there is one."""
+        if self._open is None:
+            return []
+        output_index, self._open = self._open, None
+        item = self._items[output_index]
+        item["status"] = status
+        out: list[bytes] = []
+        if item["type"] == "message":
+            part = item["content"][0]
+            ids = {"item_id": item["id"], "output_index": output_index, "content_index": 0}
+            out.append(self._event("response.output_text.done", **ids, text=part["text"], logprobs=[]))
+            out.append(self._event("response.content_part.done", **ids, part=part))
+        else:
+            out.append(
+                self._event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=output_index,
+                    name=item["name"],
+                    arguments=item["arguments"],
+                )
+            )
+        out.append(self._event("response.output_item.done", output_index=output_index, item=item))
+        return out
+
+    def failed(self, exc: SwitchyardError) -> bytes:
+        self._has_failed = True
+        out = self._start()
+        error = {"code": exc.code, "message": exc.message}
+        out.append(self._event("error", code=exc.code, message=exc.message, param=exc.param))
+        out.append(self._event("response.failed", response=self._response("failed", error=error)))
+        return b"".join(out)
+
+    def end(self) -> bytes:
+        if self._has_failed:
+            return b""
+        status, incomplete = status_of(self._finish_reason)
+        out = self._start() + self._close("completed" if status == "completed" else "incomplete")
+        response = self._response(status, incomplete_details=incomplete, usage=usage_of(self._usage))
+        out.append(self._event(f"response.{status}", response=response))
+        return b"".join(out)
