@@ -42,7 +42,8 @@ def proxy(tmp_path):
     with ExitStack() as stack:
         urls = {tier: stack.enter_context(serve_in_thread(FakeOpenAIUpstream(s))) + "/v1" for tier, s in states.items()}
         settings = Settings(
-            models=[{"name": f"m-{tier}", "base_url": url, "tier": tier} for tier, url in urls.items()],
+            models=[{"name": f"m-{tier}", "base_url": url, "tier": tier} for tier, url in urls.items()]
+            + [{"name": "m-plain", "base_url": urls["large"], "capabilities": {"tools": False, "json_schema": False}}],
             routing={"auto": {"tiers": ["small", "large"], "thresholds": [0.45], "warm_up": False, "max_wait_ms": 1}},
             cascade={"ladder": ["m-small", "m-large"], "scorer": "mean_logprob", "threshold": -1.0},
             billing={"ledger_path": tmp_path / "usage.db"},
@@ -417,3 +418,18 @@ def test_a_litellm_model_answers_a_responses_request(stream):
             response = sdk.responses.create(**asked)
     assert response.output_text == "bonjour from claude "
     assert response.status == "completed" and response.usage.output_tokens == 3
+
+
+def test_what_a_model_cannot_do_is_a_400_naming_the_parameter_the_client_sent(proxy):
+    sdk, states, _ = proxy
+    before = len(states["large"].records)
+    with pytest.raises(openai.BadRequestError) as tools:
+        sdk.responses.create(model="m-plain", input="weather?", tools=[WEATHER_TOOL])
+    schema = {"type": "json_schema", "name": "city", "schema": {"type": "object", "properties": {}}}
+    with pytest.raises(openai.BadRequestError) as text_format:
+        sdk.responses.create(model="m-plain", input="a city", text={"format": schema})
+    assert (tools.value.code, tools.value.param) == ("unsupported_parameter", "tools")
+    assert (text_format.value.code, text_format.value.param) == ("unsupported_parameter", "text.format")
+    assert "m-plain" in str(text_format.value) and "json_schema" in str(text_format.value)
+    assert len(states["large"].records) == before  # refused before any call
+    assert sdk.responses.create(model="m-plain", input="hi").status == "completed"
