@@ -15,6 +15,11 @@ with the same fields changes it for every later request. Failure modes:
     "drop"       stream `drop_after` chunks, then close the connection mid-body
     "malformed"  stream one good chunk, then bytes that are not server-sent events
     "bad_shape"  stream one good chunk, then valid JSON that is not a chunk (a string `delta`)
+
+A chat request with `tools` (unless `tool_choice` is "none" or the last message is a tool's result)
+is answered with `num_tool_calls` calls of its tools in turn, each with `tool_arguments`, in OpenAI's
+format: `message.tool_calls`, or streamed `delta.tool_calls` (index, id and name first, then the
+arguments in fragments), and finish_reason "tool_calls".
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ class FakeBehaviour:
     fail_times: int | None = None  # the failure applies to this many requests, then the server recovers
     words: tuple[str, ...] = WORDS
     wait_for: threading.Event | None = None  # answer only once it is set (e.g. another fake's `arrived`)
+    num_tool_calls: int = 1
+    tool_arguments: str = '{"city": "Paris"}'
 
     def updated(self, override: dict[str, Any] | None) -> FakeBehaviour:
         return dataclasses.replace(self, **override) if override else self
@@ -112,6 +119,37 @@ def _usage(body: dict[str, Any], behaviour: FakeBehaviour) -> dict[str, int]:
 def _num_tokens(body: dict[str, Any], behaviour: FakeBehaviour) -> int:
     limit = body.get("max_tokens") or body.get("max_completion_tokens")
     return min(behaviour.num_tokens, limit) if limit else behaviour.num_tokens
+
+
+def _tool_calls(body: dict[str, Any], behaviour: FakeBehaviour) -> list[dict[str, Any]]:
+    """The calls a chat request with tools is answered with (none once a tool has answered)."""
+    tools, messages = body.get("tools"), body.get("messages") or [{}]
+    if not tools or body.get("tool_choice") == "none" or messages[-1].get("role") == "tool":
+        return []
+    return [
+        {
+            "id": f"call_fake_{i}",
+            "type": "function",
+            "function": {"name": tools[i % len(tools)]["function"]["name"], "arguments": behaviour.tool_arguments},
+        }
+        for i in range(behaviour.num_tool_calls)
+    ]
+
+
+def _tool_call_deltas(calls: list[dict[str, Any]]):
+    """OpenAI's streamed tool calls: per call, its index, id and name with no arguments, then the
+    arguments in fragments that carry only the index."""
+    for index, call in enumerate(calls):
+        function = call["function"]
+        yield {
+            "index": index,
+            "id": call["id"],
+            "type": "function",
+            "function": {"name": function["name"], "arguments": ""},
+        }
+        arguments = function["arguments"]
+        for start in range(0, len(arguments), 4):
+            yield {"index": index, "function": {"arguments": arguments[start : start + 4]}}
 
 
 def _error(status: int, message: str, error_type: str, code: str | None) -> bytes:
@@ -257,6 +295,9 @@ class FakeOpenAIUpstream:
                 "logprobs": None,
                 "finish_reason": _finish_reason(body, behaviour),
             }
+            if calls := _tool_calls(body, behaviour):
+                choice["message"] = {"role": "assistant", "content": None, "tool_calls": calls}
+                choice["finish_reason"] = "tool_calls"
             if body.get("logprobs"):
                 num_top = body.get("top_logprobs") or 0
                 choice["logprobs"] = {"content": [_token_logprob(behaviour, i, num_top) for i in range(n)]}
@@ -280,6 +321,18 @@ class FakeOpenAIUpstream:
         obj = "chat.completion.chunk" if is_chat else "text_completion"
         num_top = body.get("top_logprobs") or 0
         offset = 0
+        calls = _tool_calls(body, behaviour) if is_chat else []
+        if calls:
+            for i, delta in enumerate(_tool_call_deltas(calls)):
+                delta = (
+                    {"role": "assistant", "content": None, "tool_calls": [delta]} if i == 0 else {"tool_calls": [delta]}
+                )
+                yield {
+                    **base,
+                    "object": obj,
+                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}],
+                }
+            n = 0
         for i in range(n):
             if is_chat:
                 delta = (
@@ -296,7 +349,8 @@ class FakeOpenAIUpstream:
                     choice["logprobs"] = _completion_logprob(behaviour, i, body["logprobs"], offset)
                 offset += len(_token(behaviour, i))
             yield {**base, "object": obj, "choices": [choice]}
-        last: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": _finish_reason(body, behaviour)}
+        finish_reason = "tool_calls" if calls else _finish_reason(body, behaviour)
+        last: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish_reason}
         if is_chat:
             last["delta"] = {}
         else:

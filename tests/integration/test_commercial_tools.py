@@ -1,0 +1,139 @@
+"""Tools through the LiteLLM backend, against fake OpenAI and Anthropic servers speaking each
+provider's own tool wire format; the client is the `openai` SDK."""
+
+from __future__ import annotations
+
+import json
+from contextlib import ExitStack
+
+import openai
+import pytest
+
+from switchyard.core.settings import Settings
+from switchyard.proxy.app import create_app
+from tests.fakes.anthropic_upstream import AnthropicState, FakeAnthropicUpstream
+from tests.fakes.openai_upstream import FakeOpenAIUpstream, FakeState
+from tests.fakes.server import serve_in_thread
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def upstreams():
+    anthropic, openai_state = AnthropicState(), FakeState()
+    with ExitStack() as stack:
+        anthropic_url = stack.enter_context(serve_in_thread(FakeAnthropicUpstream(anthropic)))
+        openai_url = stack.enter_context(serve_in_thread(FakeOpenAIUpstream(openai_state)))
+        settings = Settings(
+            models=[
+                {
+                    "name": "claude",
+                    "backend": "litellm",
+                    "litellm_model": "anthropic/claude-3-5-sonnet-20241022",
+                    "base_url": anthropic_url,
+                    "api_key": "sk-ant-test",
+                },
+                {
+                    "name": "gpt",
+                    "backend": "litellm",
+                    "litellm_model": "openai/gpt-4o",
+                    "base_url": openai_url + "/v1",
+                    "api_key": "sk-test",
+                },
+            ],
+            resilience={"max_attempts": 1},
+        )
+        app = create_app(settings)
+        base = stack.enter_context(serve_in_thread(app))
+        sdk = stack.enter_context(openai.OpenAI(base_url=base + "/v1", api_key="k", max_retries=0))
+        yield {"sdk": sdk, "claude": anthropic, "gpt": openai_state, "base": base}
+
+
+def _last_request(upstreams, model: str) -> dict:
+    state = upstreams[model]
+    return state.requests[-1] if model == "claude" else state.records[-1].body
+
+
+@pytest.mark.parametrize("model", ["gpt", "claude"])
+def test_a_tool_call(upstreams, model):
+    reply = upstreams["sdk"].chat.completions.create(model=model, messages=ASK, tools=[WEATHER], max_tokens=50)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "Paris"}
+    assert call.id
+    sent = _last_request(upstreams, model)
+    names = [t.get("name") or t["function"]["name"] for t in sent["tools"]]
+    assert names == ["get_weather"]
+
+
+@pytest.mark.parametrize("model", ["gpt", "claude"])
+def test_streamed_tool_call_deltas_reassemble(upstreams, model):
+    stream = upstreams["sdk"].chat.completions.create(
+        model=model, messages=ASK, tools=[WEATHER], max_tokens=50, stream=True
+    )
+    calls: dict[int, dict] = {}
+    finish_reasons = []
+    num_argument_fragments = 0
+    for chunk in stream:
+        for choice in chunk.choices:
+            finish_reasons.append(choice.finish_reason)
+            for delta in choice.delta.tool_calls or ():
+                call = calls.setdefault(delta.index, {"id": None, "name": "", "arguments": ""})
+                call["id"] = call["id"] or delta.id
+                call["name"] += (delta.function.name or "") if delta.function else ""
+                fragment = (delta.function.arguments or "") if delta.function else ""
+                num_argument_fragments += bool(fragment)
+                call["arguments"] += fragment
+    assert list(calls) == [0]
+    assert calls[0]["id"] and calls[0]["name"] == "get_weather"
+    assert json.loads(calls[0]["arguments"]) == {"city": "Paris"}
+    assert num_argument_fragments > 1  # really streamed, not one piece
+    assert [r for r in finish_reasons if r] == ["tool_calls"]
+
+
+@pytest.mark.parametrize("model", ["gpt", "claude"])
+def test_a_tool_result_round_trip(upstreams, model):
+    sdk = upstreams["sdk"]
+    first = sdk.chat.completions.create(model=model, messages=ASK, tools=[WEATHER], max_tokens=50)
+    call = first.choices[0].message.tool_calls[0]
+    history = [
+        *ASK,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": call.function.arguments},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": call.id, "content": "18 C and sunny"},
+    ]
+    second = sdk.chat.completions.create(model=model, messages=history, tools=[WEATHER], max_tokens=50)
+    assert second.choices[0].finish_reason == "stop"
+    assert second.choices[0].message.content
+    sent = _last_request(upstreams, model)
+    if model == "gpt":
+        assistant, tool = sent["messages"][-2:]
+        assert assistant["tool_calls"][0]["id"] == call.id
+        assert assistant["tool_calls"][0]["function"]["name"] == "get_weather"
+        assert tool == {"role": "tool", "tool_call_id": call.id, "content": "18 C and sunny"}
+    else:
+        assistant, user = sent["messages"][-2:]
+        (tool_use,) = [b for b in assistant["content"] if b["type"] == "tool_use"]
+        assert (tool_use["id"], tool_use["name"], tool_use["input"]) == (call.id, "get_weather", {"city": "Paris"})
+        (result,) = [b for b in user["content"] if b["type"] == "tool_result"]
+        assert result["tool_use_id"] == call.id
+        assert "18 C and sunny" in json.dumps(result["content"])
