@@ -8,12 +8,15 @@ in `_translate`, the one place that knows them. Prices come from LiteLLM's bundl
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
 from switchyard.backends.base import AnyRequest, Backend, BackendHealth, answered_by
+from switchyard.backends.litellm_params import litellm_arguments
 from switchyard.core.errors import (
     BackendError,
     BackendRateLimited,
@@ -22,29 +25,11 @@ from switchyard.core.errors import (
     BackendUnavailable,
     ContextLengthExceeded,
     InvalidRequest,
+    UnsupportedParameter,
 )
 from switchyard.core.prices import Price
 from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
 from switchyard.core.urls import replica_label
-
-_PASSED_THROUGH = (
-    "frequency_penalty",
-    "logit_bias",
-    "logprobs",
-    "max_completion_tokens",
-    "max_tokens",
-    "n",
-    "presence_penalty",
-    "response_format",
-    "seed",
-    "stop",
-    "temperature",
-    "tool_choice",
-    "tools",
-    "top_logprobs",
-    "top_p",
-    "user",
-)
 
 
 def _litellm():
@@ -54,6 +39,9 @@ def _litellm():
     import litellm
 
     return litellm
+
+
+_UNSUPPORTED = re.compile(r"does not support parameters: \[['\"]?([^'\",\]]+)")
 
 
 def _retry_after_s(exc: Exception) -> float | None:
@@ -93,7 +81,7 @@ class CommercialBackend(Backend):
         if not isinstance(request, ChatCompletionRequest):
             raise InvalidRequest(f"{self.name} answers chat completions only.", param="model")
         payload = request.wire_payload()
-        kwargs: dict[str, Any] = {k: payload[k] for k in _PASSED_THROUGH if k in payload}
+        kwargs = litellm_arguments(_litellm(), self.name, payload, is_openai_compatible=self.is_openai_compatible)
         kwargs.update(
             model=self.litellm_model,
             messages=payload["messages"],
@@ -108,6 +96,16 @@ class CommercialBackend(Backend):
             kwargs["stream_options"] = {"include_usage": True}
         return kwargs
 
+    @functools.cached_property
+    def is_openai_compatible(self) -> bool:
+        """LiteLLM sends this provider's requests through the `openai` SDK (which merges `extra_body`)."""
+        litellm = _litellm()
+        try:
+            provider = litellm.get_llm_provider(self.litellm_model, api_base=self.api_base)[1]
+        except Exception:  # LiteLLM cannot tell: its call will say why
+            return False
+        return provider == "openai" or provider in litellm.openai_compatible_providers
+
     def _without_address(self, text: object) -> str:
         """LiteLLM's messages may quote the api_base: clients hear the label instead."""
         text = str(text)
@@ -120,6 +118,11 @@ class CommercialBackend(Backend):
         """The one place where LiteLLM's exceptions become ours."""
         litellm = _litellm()
         message = f"{self.name} ({self.litellm_model}): {self._without_address(getattr(exc, 'message', None) or exc)}"
+        if isinstance(exc, litellm.UnsupportedParamsError):
+            found = _UNSUPPORTED.search(str(exc))
+            param = found.group(1) if found else None
+            what = param or "a parameter of this request"
+            return UnsupportedParameter(f"Model '{self.name}' does not support {what} ({what}).", param=param)
         if isinstance(exc, litellm.ContextWindowExceededError):
             return ContextLengthExceeded(message, param="messages")
         if isinstance(exc, litellm.RateLimitError):

@@ -4,16 +4,10 @@ provider's own tool wire format; the client is the `openai` SDK."""
 from __future__ import annotations
 
 import json
-from contextlib import ExitStack
 
-import openai
 import pytest
 
-from switchyard.core.settings import Settings
-from switchyard.proxy.app import create_app
-from tests.fakes.anthropic_upstream import AnthropicState, FakeAnthropicUpstream
-from tests.fakes.openai_upstream import FakeOpenAIUpstream, FakeState
-from tests.fakes.server import serve_in_thread
+from tests.integration.commercial_proxy import commercial_proxy
 
 WEATHER = {
     "type": "function",
@@ -27,60 +21,28 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 @pytest.fixture(scope="module")
-def upstreams():
-    anthropic, openai_state = AnthropicState(), FakeState()
-    with ExitStack() as stack:
-        anthropic_url = stack.enter_context(serve_in_thread(FakeAnthropicUpstream(anthropic)))
-        openai_url = stack.enter_context(serve_in_thread(FakeOpenAIUpstream(openai_state)))
-        settings = Settings(
-            models=[
-                {
-                    "name": "claude",
-                    "backend": "litellm",
-                    "litellm_model": "anthropic/claude-3-5-sonnet-20241022",
-                    "base_url": anthropic_url,
-                    "api_key": "sk-ant-test",
-                },
-                {
-                    "name": "gpt",
-                    "backend": "litellm",
-                    "litellm_model": "openai/gpt-4o",
-                    "base_url": openai_url + "/v1",
-                    "api_key": "sk-test",
-                },
-            ],
-            resilience={"max_attempts": 1},
-        )
-        app = create_app(settings)
-        base = stack.enter_context(serve_in_thread(app))
-        sdk = stack.enter_context(openai.OpenAI(base_url=base + "/v1", api_key="k", max_retries=0))
-        yield {"sdk": sdk, "claude": anthropic, "gpt": openai_state, "base": base}
-
-
-def _last_request(upstreams, model: str) -> dict:
-    state = upstreams[model]
-    return state.requests[-1] if model == "claude" else state.records[-1].body
+def proxy():
+    with commercial_proxy() as proxy:
+        yield proxy
 
 
 @pytest.mark.parametrize("model", ["gpt", "claude"])
-def test_a_tool_call(upstreams, model):
-    reply = upstreams["sdk"].chat.completions.create(model=model, messages=ASK, tools=[WEATHER], max_tokens=50)
+def test_a_tool_call(proxy, model):
+    reply = proxy.sdk.chat.completions.create(model=model, messages=ASK, tools=[WEATHER], max_tokens=50)
     choice = reply.choices[0]
     assert choice.finish_reason == "tool_calls"
     (call,) = choice.message.tool_calls
     assert call.function.name == "get_weather"
     assert json.loads(call.function.arguments) == {"city": "Paris"}
     assert call.id
-    sent = _last_request(upstreams, model)
+    sent = proxy.last_sent(model)
     names = [t.get("name") or t["function"]["name"] for t in sent["tools"]]
     assert names == ["get_weather"]
 
 
 @pytest.mark.parametrize("model", ["gpt", "claude"])
-def test_streamed_tool_call_deltas_reassemble(upstreams, model):
-    stream = upstreams["sdk"].chat.completions.create(
-        model=model, messages=ASK, tools=[WEATHER], max_tokens=50, stream=True
-    )
+def test_streamed_tool_call_deltas_reassemble(proxy, model):
+    stream = proxy.sdk.chat.completions.create(model=model, messages=ASK, tools=[WEATHER], max_tokens=50, stream=True)
     calls: dict[int, dict] = {}
     finish_reasons = []
     num_argument_fragments = 0
@@ -102,8 +64,8 @@ def test_streamed_tool_call_deltas_reassemble(upstreams, model):
 
 
 @pytest.mark.parametrize("model", ["gpt", "claude"])
-def test_a_tool_result_round_trip(upstreams, model):
-    sdk = upstreams["sdk"]
+def test_a_tool_result_round_trip(proxy, model):
+    sdk = proxy.sdk
     first = sdk.chat.completions.create(model=model, messages=ASK, tools=[WEATHER], max_tokens=50)
     call = first.choices[0].message.tool_calls[0]
     history = [
@@ -124,7 +86,7 @@ def test_a_tool_result_round_trip(upstreams, model):
     second = sdk.chat.completions.create(model=model, messages=history, tools=[WEATHER], max_tokens=50)
     assert second.choices[0].finish_reason == "stop"
     assert second.choices[0].message.content
-    sent = _last_request(upstreams, model)
+    sent = proxy.last_sent(model)
     if model == "gpt":
         assistant, tool = sent["messages"][-2:]
         assert assistant["tool_calls"][0]["id"] == call.id
