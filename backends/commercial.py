@@ -44,6 +44,10 @@ def _litellm():
 _UNSUPPORTED = re.compile(r"does not support parameters: \[['\"]?([^'\",\]]+)")
 
 
+def _text_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
 def _retry_after_s(exc: Exception) -> float | None:
     response = getattr(exc, "response", None)
     value = getattr(response, "headers", {}).get("retry-after") if response is not None else None
@@ -140,7 +144,13 @@ class CommercialBackend(Backend):
             | litellm.PermissionDeniedError,
         ):
             status = getattr(exc, "status_code", 400) or 400
-            return BackendRejected(message, backend=self.name, status_code=status if 400 <= status < 500 else 400)
+            return BackendRejected(
+                message,
+                backend=self.name,
+                status_code=status if 400 <= status < 500 else 400,
+                code=_text_or_none(getattr(exc, "code", None)),  # the provider's own, when it has one
+                param=_text_or_none(getattr(exc, "param", None)),
+            )
         status = getattr(exc, "status_code", None)
         if status == 529 or "overloaded_error" in message:  # Anthropic's "overloaded"
             return BackendUnavailable(message, backend=self.name, retry_after_s=_retry_after_s(exc))

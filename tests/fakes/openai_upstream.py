@@ -5,7 +5,7 @@ Behaviour comes from `FakeBehaviour` on the server, and any request may override
 `"fake": {...}` body field (a client field the proxy forwards untouched); `POST /fake/behaviour`
 with the same fields changes it for every later request. Failure modes:
 
-    "400"        answer 400 content_policy_violation (a refusal no retry can fix)
+    "400"        answer 400 content_policy_violation (a refusal no retry can fix), `param` error_param
     "context"    answer 400 context_length_exceeded
     "500"        answer 500 with an OpenAI error body
     "429"        answer 429 with `Retry-After` (none when `retry_after_s` is None)
@@ -50,6 +50,7 @@ class FakeBehaviour:
     fail_times: int | None = None  # the failure applies to this many requests, then the server recovers
     words: tuple[str, ...] = WORDS
     wait_for: threading.Event | None = None  # answer only once it is set (e.g. another fake's `arrived`)
+    error_param: str | None = None  # the `param` of the "400" failure's error
     num_tool_calls: int = 1
     tool_arguments: str = '{"city": "Paris"}'
 
@@ -152,8 +153,8 @@ def _tool_call_deltas(calls: list[dict[str, Any]]):
             yield {"index": index, "function": {"arguments": arguments[start : start + 4]}}
 
 
-def _error(status: int, message: str, error_type: str, code: str | None) -> bytes:
-    return orjson.dumps({"error": {"message": message, "type": error_type, "param": None, "code": code}})
+def _error(status: int, message: str, error_type: str, code: str | None, param: str | None = None) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": error_type, "param": param, "code": code}})
 
 
 async def _read_body(receive) -> bytes:
@@ -234,6 +235,7 @@ class FakeOpenAIUpstream:
                     "Your request was rejected by the safety system.",
                     "invalid_request_error",
                     "content_policy_violation",
+                    behaviour.error_param,
                 ),
             )
             return
