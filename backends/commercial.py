@@ -165,8 +165,9 @@ class CommercialBackend(Backend):
         except Exception as exc:  # the boundary: whatever LiteLLM raises becomes one of ours
             raise self._translate(exc) from exc
         body = response.model_dump(exclude_none=True)
+        upstream_model = body.get("model")
         body["model"] = self.name
-        return CompletionResult.from_dict(body)
+        return CompletionResult.from_dict(body, upstream_model)
 
     async def stream(self, request: AnyRequest) -> AsyncIterator[StreamChunk]:
         answered_by.set(self.label)
@@ -185,8 +186,9 @@ class CommercialBackend(Backend):
             except Exception as exc:
                 raise self._translate(exc) from exc
             body = chunk.model_dump(exclude_none=True)
+            upstream_model = body.get("model")
             body["model"] = self.name
-            yield StreamChunk.from_dict(body)
+            yield StreamChunk.from_dict(body, upstream_model)
 
     async def health(self) -> BackendHealth:
         return BackendHealth(True, "not probed (a commercial API; its breaker tracks it)")

@@ -254,7 +254,7 @@ class OpenAIHTTPBackend(Backend):
         result = CompletionResult(data)
         if not result.looks_like_completion():
             raise BackendError(f"upstream {self.name} sent a malformed response", backend=self.name)
-        return result
+        return result.named(self.name)
 
     async def stream(self, request: AnyRequest) -> AsyncIterator[StreamChunk]:
         replica = self._pick(request)
@@ -269,7 +269,7 @@ class OpenAIHTTPBackend(Backend):
                 async for data in iter_sse_data(response.content.iter_any()):
                     if not (data.startswith(b"{") and data.endswith(b"}")):
                         raise SSEDecodeError(f"event data is not a JSON object: {data[:80]!r}")
-                    yield StreamChunk(data)
+                    yield StreamChunk(data).named(self.name)
                 is_complete = True
             except (TimeoutError, aiohttp.ClientError, SSEDecodeError) as exc:
                 raise self._fail(replica, exc) from exc
