@@ -16,7 +16,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from switchyard.backends.base import AnyRequest, Backend, BackendHealth, answered_by
+from switchyard.backends.litellm_models import capabilities_of
 from switchyard.backends.litellm_params import litellm_arguments
+from switchyard.core.capabilities import Capabilities
 from switchyard.core.errors import (
     BackendError,
     BackendRateLimited,
@@ -73,6 +75,14 @@ class CommercialBackend(Backend):
         self._api_key = api_key
         self.timeout_s = timeout_s
         self.label = replica_label("litellm", 0)
+        self._capabilities: Capabilities | None = None
+
+    def capabilities(self) -> Capabilities:
+        """From LiteLLM's model map, offline; everything for a model it does not know
+        (backends/litellm_models.py)."""
+        if self._capabilities is None:
+            self._capabilities = capabilities_of(_litellm(), self.litellm_model, self.api_base)
+        return self._capabilities
 
     def price(self) -> Price | None:
         """LiteLLM's price map for this model (the config overrides it)."""
