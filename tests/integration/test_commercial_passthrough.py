@@ -49,13 +49,16 @@ def test_reasoning_effort_reaches_a_reasoning_model(proxy):
     assert proxy.last_sent("reasoner")["reasoning_effort"] == "low"
 
 
-@pytest.mark.parametrize("model", ["gpt", "claude"])
-def test_reasoning_effort_to_a_model_without_reasoning_is_a_400_naming_it(proxy, model):
+@pytest.mark.parametrize(
+    ("model", "field", "value"),
+    [("gpt", "reasoning_effort", "low"), ("claude", "reasoning_effort", "low"), ("claude", "logprobs", True)],
+)
+def test_a_field_the_model_cannot_take_is_a_400_naming_it(proxy, model, field, value):
     num_sent = proxy.num_sent(model)
     with pytest.raises(openai.BadRequestError) as info:
-        proxy.sdk.chat.completions.create(model=model, messages=HI, max_tokens=10, reasoning_effort="low")
+        proxy.sdk.chat.completions.create(model=model, messages=HI, max_tokens=10, **{field: value})
     error = info.value.response.json()["error"]
-    assert (error["code"], error["param"]) == ("unsupported_parameter", "reasoning_effort")
+    assert (error["code"], error["param"]) == ("unsupported_parameter", field)
     assert f"'{model}'" in error["message"]
     assert proxy.num_sent(model) == num_sent  # refused before the provider was called
 
