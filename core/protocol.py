@@ -275,7 +275,8 @@ class RawJSON:
             return self
         upstream = orjson.loads(found.group(1))
         if upstream == model:
-            return type(self)(self.data, self._parsed, upstream)
+            self.upstream_model = upstream
+            return self
         start, end = found.span(1)
         data = self.data[:start] + orjson.dumps(model) + self.data[end:]
         parsed = {**self._parsed, "model": model} if self._parsed is not None else None

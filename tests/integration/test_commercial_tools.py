@@ -40,15 +40,15 @@ def test_a_tool_call(proxy, model):
     assert names == ["get_weather"]
 
 
-@pytest.mark.parametrize("model", ["gpt", "claude"])
-def test_streamed_tool_call_deltas_reassemble(proxy, model):
-    stream = proxy.sdk.chat.completions.create(model=model, messages=ASK, tools=[WEATHER], max_tokens=50, stream=True)
+def _reassembled(stream) -> tuple[dict[int, dict], list[str], int]:
+    """The tool calls of a stream put together by index, as an agent framework does."""
     calls: dict[int, dict] = {}
     finish_reasons = []
     num_argument_fragments = 0
     for chunk in stream:
         for choice in chunk.choices:
-            finish_reasons.append(choice.finish_reason)
+            if choice.finish_reason:
+                finish_reasons.append(choice.finish_reason)
             for delta in choice.delta.tool_calls or ():
                 call = calls.setdefault(delta.index, {"id": None, "name": "", "arguments": ""})
                 call["id"] = call["id"] or delta.id
@@ -56,11 +56,35 @@ def test_streamed_tool_call_deltas_reassemble(proxy, model):
                 fragment = (delta.function.arguments or "") if delta.function else ""
                 num_argument_fragments += bool(fragment)
                 call["arguments"] += fragment
+    return calls, finish_reasons, num_argument_fragments
+
+
+@pytest.mark.parametrize("model", ["gpt", "claude"])
+def test_streamed_tool_call_deltas_reassemble(proxy, model):
+    stream = proxy.sdk.chat.completions.create(model=model, messages=ASK, tools=[WEATHER], max_tokens=50, stream=True)
+    calls, finish_reasons, num_argument_fragments = _reassembled(stream)
     assert list(calls) == [0]
     assert calls[0]["id"] and calls[0]["name"] == "get_weather"
     assert json.loads(calls[0]["arguments"]) == {"city": "Paris"}
     assert num_argument_fragments > 1  # really streamed, not one piece
-    assert [r for r in finish_reasons if r] == ["tool_calls"]
+    assert finish_reasons == ["tool_calls"]
+
+
+@pytest.mark.parametrize("model", ["gpt", "claude"])
+def test_parallel_tool_calls_stream_apart_by_index(proxy, model):
+    time_tool = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+    proxy.gpt.behaviour.num_tool_calls = proxy.claude.num_tool_calls = 2
+    try:
+        stream = proxy.sdk.chat.completions.create(
+            model=model, messages=ASK, tools=[WEATHER, time_tool], max_tokens=50, stream=True
+        )
+        calls, finish_reasons, _ = _reassembled(stream)
+    finally:
+        proxy.gpt.behaviour.num_tool_calls = proxy.claude.num_tool_calls = 1
+    assert [calls[i]["name"] for i in sorted(calls)] == ["get_weather", "get_time"]
+    assert len({call["id"] for call in calls.values()}) == 2
+    assert all(json.loads(call["arguments"]) == {"city": "Paris"} for call in calls.values())
+    assert finish_reasons == ["tool_calls"]
 
 
 @pytest.mark.parametrize("model", ["gpt", "claude"])
