@@ -145,14 +145,11 @@ class CommercialBackend(Backend):
             return BackendTimeout(message, backend=self.name)
         if isinstance(exc, litellm.ServiceUnavailableError | litellm.APIConnectionError):
             return BackendUnavailable(message, backend=self.name, retry_after_s=_retry_after_s(exc))
-        if isinstance(
-            exc,
-            litellm.ContentPolicyViolationError
-            | litellm.BadRequestError
-            | litellm.AuthenticationError
-            | litellm.NotFoundError
-            | litellm.PermissionDeniedError,
-        ):
+        if isinstance(exc, litellm.AuthenticationError | litellm.PermissionDeniedError):
+            # the provider refused the configured key, not the client's: an upstream failure, as
+            # an `openai` backend reports it
+            return BackendError(message, backend=self.name)
+        if isinstance(exc, litellm.ContentPolicyViolationError | litellm.BadRequestError | litellm.NotFoundError):
             status = getattr(exc, "status_code", 400) or 400
             return BackendRejected(
                 message,

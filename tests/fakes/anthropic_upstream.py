@@ -19,7 +19,7 @@ import orjson
 @dataclass
 class AnthropicState:
     words: tuple[str, ...] = ("bonjour", "from", "claude")
-    failure: str | None = None  # "429" | "529" (overloaded) | "400"
+    failure: str | None = None  # "429" | "529" (overloaded) | "400" | "401" (a key it does not know)
     token_delay_s: float = 0.0
     num_tool_calls: int = 1
     tool_input: dict[str, Any] = field(default_factory=lambda: {"city": "Paris"})
@@ -106,6 +106,9 @@ class FakeAnthropicUpstream:
             await self._json(
                 send, 400, _error("invalid_request_error", "prompt is too long: 250000 tokens > 200000 maximum")
             )
+            return
+        if self.state.failure == "401":
+            await self._json(send, 401, _error("authentication_error", "invalid x-api-key"))
             return
         words = [w + " " for w in self.state.words][: body.get("max_tokens") or None]
         usage = {"input_tokens": 12, "output_tokens": len(words)}

@@ -67,3 +67,14 @@ def test_provider_refusals_never_open_the_breaker(proxy, model):
     assert httpx.get(base + "/health/ready").json()["breakers"][model] == "closed"
     openai_state.behaviour.failure, anthropic.failure = None, None
     assert sdk.chat.completions.create(model=model, messages=HI, max_tokens=10).choices[0].message.content
+
+
+def test_the_providers_refusal_of_our_key_is_not_the_clients_401(proxy):
+    """The client's key to the proxy is fine: a provider that refuses the configured key is an
+    upstream failure (502, as an `openai` backend says it), not an AuthenticationError for the client."""
+    sdk, _, _, anthropic = proxy
+    anthropic.failure = "401"
+    with pytest.raises(openai.APIStatusError) as info:
+        sdk.chat.completions.create(model="claude", messages=HI, max_tokens=10)
+    assert info.value.status_code == 502
+    assert "invalid x-api-key" in info.value.response.json()["error"]["message"]
