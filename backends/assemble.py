@@ -128,6 +128,7 @@ class AnswerAssembler:
         self.choices: dict[int, _Choice] = {}
         self.usage: dict[str, Any] | None = None
         self.is_chat = False
+        self.upstream_model: str | None = None
         self.num_chunks = 0  # without the upstream's usage, the answer is metered from this (a chunk a token)
 
     def add(self, chunk: StreamChunk) -> None:
@@ -139,6 +140,7 @@ class AnswerAssembler:
             self._fail(data["error"])
         if self.first is None:
             self.first, self.is_chat = data, str(data.get("object", "")).startswith("chat.")
+            self.upstream_model = chunk.upstream_model
         self.last = data
         choices, usage = data.get("choices"), data.get("usage")
         if not isinstance(choices, list | None) or not isinstance(usage, dict | None):
@@ -178,4 +180,4 @@ class AnswerAssembler:
         }
         if self.usage is not None:
             body["usage"] = self.usage
-        return CompletionResult.from_dict(body | head)
+        return CompletionResult.from_dict(body | head, self.upstream_model)

@@ -7,7 +7,8 @@
 Half-open admits exactly one trial request; the others are refused until it ends. Only the
 upstream's own trouble counts as a failure (5xx, timeouts, connection errors, a stream that
 breaks after its first byte): never a client's 4xx, never a 429, never a caller that went away,
-never a call cut by our own deadline (the request's or the attempt's).
+never a call cut by our own deadline (the request's or the attempt's), never a parameter the
+model cannot take (refused before the call).
 An upstream's 429 instead starts a cooldown, apart from the state: no request is admitted until
 its `Retry-After` (capped) has passed, and the cooldown never counts as a failure.
 
@@ -33,6 +34,7 @@ from switchyard.core.errors import (
     BackendTimeout,
     BackendUnavailable,
     SwitchyardError,
+    UnsupportedParameter,
 )
 from switchyard.core.protocol import StreamChunk
 
@@ -65,9 +67,12 @@ def is_breaker_failure(exc: BaseException) -> bool:
 
 
 def _is_answer(exc: BaseException) -> bool:
-    """The upstream answered, if with an error (a client's 4xx): not our refusal, our deadline, a
-    cancellation, nor an exception of our own (a bug says nothing about the upstream)."""
-    return isinstance(exc, SwitchyardError) and not isinstance(exc, CircuitOpen | CoolingDown | DeadlinePassed)
+    """The upstream answered, if with an error (a client's 4xx): not our refusal (an open circuit, a
+    parameter refused before the call), our deadline, a cancellation, nor an exception of our own
+    (a bug says nothing about the upstream)."""
+    return isinstance(exc, SwitchyardError) and not isinstance(
+        exc, CircuitOpen | CoolingDown | DeadlinePassed | UnsupportedParameter
+    )
 
 
 def is_upstream_rate_limit(exc: BaseException) -> bool:

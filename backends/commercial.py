@@ -8,12 +8,17 @@ in `_translate`, the one place that knows them. Prices come from LiteLLM's bundl
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
 from switchyard.backends.base import AnyRequest, Backend, BackendHealth, answered_by
+from switchyard.backends.litellm_models import capabilities_of
+from switchyard.backends.litellm_params import litellm_arguments
+from switchyard.core.capabilities import Capabilities
 from switchyard.core.errors import (
     BackendError,
     BackendRateLimited,
@@ -22,29 +27,11 @@ from switchyard.core.errors import (
     BackendUnavailable,
     ContextLengthExceeded,
     InvalidRequest,
+    UnsupportedParameter,
 )
 from switchyard.core.prices import Price
 from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
 from switchyard.core.urls import replica_label
-
-_PASSED_THROUGH = (
-    "frequency_penalty",
-    "logit_bias",
-    "logprobs",
-    "max_completion_tokens",
-    "max_tokens",
-    "n",
-    "presence_penalty",
-    "response_format",
-    "seed",
-    "stop",
-    "temperature",
-    "tool_choice",
-    "tools",
-    "top_logprobs",
-    "top_p",
-    "user",
-)
 
 
 def _litellm():
@@ -54,6 +41,13 @@ def _litellm():
     import litellm
 
     return litellm
+
+
+_UNSUPPORTED = re.compile(r"does not support parameters: \[['\"]?([^'\",\]]+)")
+
+
+def _text_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _retry_after_s(exc: Exception) -> float | None:
@@ -81,6 +75,14 @@ class CommercialBackend(Backend):
         self._api_key = api_key
         self.timeout_s = timeout_s
         self.label = replica_label("litellm", 0)
+        self._capabilities: Capabilities | None = None
+
+    def capabilities(self) -> Capabilities:
+        """From LiteLLM's model map, offline; everything for a model it does not know
+        (backends/litellm_models.py)."""
+        if self._capabilities is None:
+            self._capabilities = capabilities_of(_litellm(), self.litellm_model, self.api_base)
+        return self._capabilities
 
     def price(self) -> Price | None:
         """LiteLLM's price map for this model (the config overrides it)."""
@@ -93,7 +95,7 @@ class CommercialBackend(Backend):
         if not isinstance(request, ChatCompletionRequest):
             raise InvalidRequest(f"{self.name} answers chat completions only.", param="model")
         payload = request.wire_payload()
-        kwargs: dict[str, Any] = {k: payload[k] for k in _PASSED_THROUGH if k in payload}
+        kwargs = litellm_arguments(_litellm(), self.name, payload, is_openai_compatible=self.is_openai_compatible)
         kwargs.update(
             model=self.litellm_model,
             messages=payload["messages"],
@@ -108,6 +110,16 @@ class CommercialBackend(Backend):
             kwargs["stream_options"] = {"include_usage": True}
         return kwargs
 
+    @functools.cached_property
+    def is_openai_compatible(self) -> bool:
+        """LiteLLM sends this provider's requests through the `openai` SDK (which merges `extra_body`)."""
+        litellm = _litellm()
+        try:
+            provider = litellm.get_llm_provider(self.litellm_model, api_base=self.api_base)[1]
+        except Exception:  # LiteLLM cannot tell: its call will say why
+            return False
+        return provider == "openai" or provider in litellm.openai_compatible_providers
+
     def _without_address(self, text: object) -> str:
         """LiteLLM's messages may quote the api_base: clients hear the label instead."""
         text = str(text)
@@ -120,6 +132,11 @@ class CommercialBackend(Backend):
         """The one place where LiteLLM's exceptions become ours."""
         litellm = _litellm()
         message = f"{self.name} ({self.litellm_model}): {self._without_address(getattr(exc, 'message', None) or exc)}"
+        if isinstance(exc, litellm.UnsupportedParamsError):
+            found = _UNSUPPORTED.search(str(exc))
+            param = found.group(1) if found else None
+            what = param or "a parameter of this request"
+            return UnsupportedParameter(f"Model '{self.name}' does not support {what} ({what}).", param=param)
         if isinstance(exc, litellm.ContextWindowExceededError):
             return ContextLengthExceeded(message, param="messages")
         if isinstance(exc, litellm.RateLimitError):
@@ -128,16 +145,19 @@ class CommercialBackend(Backend):
             return BackendTimeout(message, backend=self.name)
         if isinstance(exc, litellm.ServiceUnavailableError | litellm.APIConnectionError):
             return BackendUnavailable(message, backend=self.name, retry_after_s=_retry_after_s(exc))
-        if isinstance(
-            exc,
-            litellm.ContentPolicyViolationError
-            | litellm.BadRequestError
-            | litellm.AuthenticationError
-            | litellm.NotFoundError
-            | litellm.PermissionDeniedError,
-        ):
+        if isinstance(exc, litellm.AuthenticationError | litellm.PermissionDeniedError):
+            # the provider refused the configured key, not the client's: an upstream failure, as
+            # an `openai` backend reports it
+            return BackendError(message, backend=self.name)
+        if isinstance(exc, litellm.ContentPolicyViolationError | litellm.BadRequestError | litellm.NotFoundError):
             status = getattr(exc, "status_code", 400) or 400
-            return BackendRejected(message, backend=self.name, status_code=status if 400 <= status < 500 else 400)
+            return BackendRejected(
+                message,
+                backend=self.name,
+                status_code=status if 400 <= status < 500 else 400,
+                code=_text_or_none(getattr(exc, "code", None)),  # the provider's own, when it has one
+                param=_text_or_none(getattr(exc, "param", None)),
+            )
         status = getattr(exc, "status_code", None)
         if status == 529 or "overloaded_error" in message:  # Anthropic's "overloaded"
             return BackendUnavailable(message, backend=self.name, retry_after_s=_retry_after_s(exc))
@@ -152,8 +172,9 @@ class CommercialBackend(Backend):
         except Exception as exc:  # the boundary: whatever LiteLLM raises becomes one of ours
             raise self._translate(exc) from exc
         body = response.model_dump(exclude_none=True)
+        upstream_model = body.get("model")
         body["model"] = self.name
-        return CompletionResult.from_dict(body)
+        return CompletionResult.from_dict(body, upstream_model)
 
     async def stream(self, request: AnyRequest) -> AsyncIterator[StreamChunk]:
         answered_by.set(self.label)
@@ -172,8 +193,9 @@ class CommercialBackend(Backend):
             except Exception as exc:
                 raise self._translate(exc) from exc
             body = chunk.model_dump(exclude_none=True)
+            upstream_model = body.get("model")
             body["model"] = self.name
-            yield StreamChunk.from_dict(body)
+            yield StreamChunk.from_dict(body, upstream_model)
 
     async def health(self) -> BackendHealth:
         return BackendHealth(True, "not probed (a commercial API; its breaker tracks it)")

@@ -73,14 +73,29 @@ def _retry_after_s(headers: Mapping[str, str]) -> float | None:
         return None
 
 
-def _upstream_message(body: bytes) -> str:
-    with contextlib.suppress(ValueError, AttributeError, TypeError):
-        error = orjson.loads(body).get("error")
-        if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])
-        if isinstance(error, str):
-            return error
-    return body[:200].decode("utf-8", "replace").strip() or "no body"
+@dataclass(frozen=True, slots=True)
+class UpstreamError:
+    """What an upstream's error body says, in OpenAI's shape where it has one."""
+
+    message: str
+    code: str | None = None
+    param: str | None = None
+
+    @classmethod
+    def parse(cls, body: bytes) -> UpstreamError:
+        with contextlib.suppress(ValueError, AttributeError, TypeError):
+            error = orjson.loads(body).get("error")
+            if isinstance(error, dict) and error.get("message"):
+                code, param = error.get("code"), error.get("param")
+                # vLLM's `code` is the HTTP status, a number: not a code a client could match on
+                return cls(
+                    str(error["message"]),
+                    code if isinstance(code, str) else None,
+                    param if isinstance(param, str) else None,
+                )
+            if isinstance(error, str):
+                return cls(error)
+        return cls(body[:200].decode("utf-8", "replace").strip() or "no body")
 
 
 class OpenAIHTTPBackend(Backend):
@@ -201,14 +216,19 @@ class OpenAIHTTPBackend(Backend):
         return BackendError(f"{where} failed ({type(exc).__name__})", backend=self.name, detail=detail)
 
     def _status_error(self, replica: Replica, status: int, headers: Mapping[str, str], body: bytes) -> SwitchyardError:
-        reason = f"upstream {self.name} ({replica.label}) returned {status}: {_upstream_message(body)}"
+        error = UpstreamError.parse(body)
+        reason = f"upstream {self.name} ({replica.label}) returned {status}: {error.message}"
         retry_after_s = _retry_after_s(headers)
         if status == 400 and b"context_length_exceeded" in body:
-            return ContextLengthExceeded(reason, param="messages")  # a model with a larger window may answer
+            # a model with a larger window may answer
+            return ContextLengthExceeded(reason, param=error.param or "messages")
         if status == 429:
             return BackendRateLimited(reason, backend=self.name, retry_after_s=retry_after_s)
         if status in (400, 404, 413, 422):
-            return BackendRejected(reason, backend=self.name, status_code=400 if status == 422 else status)
+            status_code = 400 if status == 422 else status
+            return BackendRejected(
+                reason, backend=self.name, status_code=status_code, code=error.code, param=error.param
+            )
         if status in (502, 503):
             return BackendUnavailable(reason, backend=self.name, retry_after_s=retry_after_s)
         if status == 504:
@@ -234,7 +254,7 @@ class OpenAIHTTPBackend(Backend):
         result = CompletionResult(data)
         if not result.looks_like_completion():
             raise BackendError(f"upstream {self.name} sent a malformed response", backend=self.name)
-        return result
+        return result.named(self.name)
 
     async def stream(self, request: AnyRequest) -> AsyncIterator[StreamChunk]:
         replica = self._pick(request)
@@ -249,7 +269,7 @@ class OpenAIHTTPBackend(Backend):
                 async for data in iter_sse_data(response.content.iter_any()):
                     if not (data.startswith(b"{") and data.endswith(b"}")):
                         raise SSEDecodeError(f"event data is not a JSON object: {data[:80]!r}")
-                    yield StreamChunk(data)
+                    yield StreamChunk(data).named(self.name)
                 is_complete = True
             except (TimeoutError, aiohttp.ClientError, SSEDecodeError) as exc:
                 raise self._fail(replica, exc) from exc

@@ -95,7 +95,7 @@ def for_client(obj: RawJSON, wanted: int | None):
             choice["logprobs"] = _trim(choice["logprobs"], wanted)
         trimmed.append(choice)
     payload["choices"] = trimmed
-    return type(obj).from_dict(payload)
+    return type(obj).from_dict(payload, obj.upstream_model)
 
 
 def _trim(logprobs: dict[str, Any], wanted: int) -> dict[str, Any]:

@@ -9,6 +9,7 @@ Fields that exist only in Switchyard sit under the banner at the end of this mod
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Annotated, Any, Literal
 
@@ -244,22 +245,44 @@ class ModelList(_Open):
 # ---------------------------------------------------------------------------------------------
 
 
+_MODEL_FIELD = re.compile(rb'"model"\s*:\s*("(?:[^"\\]|\\.)*"|null)')
+
+
 class RawJSON:
     """A JSON object an upstream sent, kept as its bytes; `parsed` decodes on first use and caches.
 
     Relaying needs no parsing: the bytes go to the client as they came unless something changed
-    them. Cascade confidence and metering read `parsed`.
+    them. Cascade confidence and metering read `parsed`. `upstream_model` is the name the upstream
+    gave its model, once `named()` has put the configured name in its place.
     """
 
-    __slots__ = ("data", "_parsed")
+    __slots__ = ("data", "_parsed", "upstream_model")
 
-    def __init__(self, data: bytes, parsed: dict[str, Any] | None = None) -> None:
+    def __init__(self, data: bytes, parsed: dict[str, Any] | None = None, upstream_model: str | None = None) -> None:
         self.data = data
         self._parsed = parsed
+        self.upstream_model = upstream_model
 
     @classmethod
-    def from_dict(cls, payload: dict[str, Any]):
-        return cls(orjson.dumps(payload), payload)
+    def from_dict(cls, payload: dict[str, Any], upstream_model: str | None = None):
+        return cls(orjson.dumps(payload), payload, upstream_model)
+
+    def named(self, model: str):
+        """This object with `model` set to `model` (the configured name a client can send again) and
+        the upstream's own name kept in `upstream_model`. The bytes are searched, not parsed: the
+        first `"model"` key is the top-level one in OpenAI's objects (a string's quotes are escaped),
+        and they change only when the name differs."""
+        found = _MODEL_FIELD.search(self.data)
+        if found is None:  # no model (an error event): nothing to rename
+            return self
+        upstream = orjson.loads(found.group(1))
+        if upstream == model:
+            self.upstream_model = upstream
+            return self
+        start, end = found.span(1)
+        data = self.data[:start] + orjson.dumps(model) + self.data[end:]
+        parsed = {**self._parsed, "model": model} if self._parsed is not None else None
+        return type(self)(data, parsed, upstream)
 
     @property
     def parsed(self) -> dict[str, Any]:

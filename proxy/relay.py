@@ -29,7 +29,7 @@ from switchyard.cascade.runtime import Plan
 from switchyard.core.capabilities import needs, unsupported
 from switchyard.core.errors import ModelNotAllowed, SwitchyardError
 from switchyard.core.estimates import estimated_prompt_tokens, worst_case_tokens
-from switchyard.core.protocol import StreamChunk
+from switchyard.core.protocol import RawJSON, StreamChunk
 from switchyard.proxy.access import saturation_priority
 from switchyard.proxy.answer_shape import PASS_THROUGH, AnswerShape
 from switchyard.proxy.routing import CASCADE_MODEL, auto_not_configured, cascade_not_configured
@@ -45,6 +45,15 @@ def _answer_headers(entry: ModelEntry, backend: str | None = None) -> dict[str, 
         "x-switchyard-model": entry.name,
         "x-switchyard-backend": backend or answered_by.get() or entry.backend_kind,
     }
+
+
+def _upstream_model_header(answer: RawJSON | None) -> dict[str, str]:
+    """The upstream's own name for the model that answered, when it gave one (for a stream: in its
+    first chunk, which has arrived before the headers go); left out rather than sent unsafe."""
+    name = answer.upstream_model if answer is not None else None
+    if not name or not name.isascii() or not name.isprintable():
+        return {}
+    return {"x-switchyard-upstream-model": name}
 
 
 def _cost_header(meter: RequestMeter) -> dict[str, str]:
@@ -225,7 +234,7 @@ async def execute(
         meter.finished(meter.current_entry or entry, "cancelled", None)
         raise
     meter.finished(entry, "completed", usage_of(result), meter.num_chunks)
-    headers = _answer_headers(entry) | route_headers | _cost_header(meter)
+    headers = _answer_headers(entry) | _upstream_model_header(result) | route_headers | _cost_header(meter)
     return Response(shape.whole(result.data), media_type="application/json", headers=headers)
 
 
@@ -236,6 +245,7 @@ async def _relay_cascade(
     outcome = await state.cascade.run(plan, parsed, ctx)
     headers = (
         _answer_headers(outcome.entry, outcome.meter.backend_label)
+        | _upstream_model_header(outcome.result if not parsed.stream else outcome.first)
         | route_headers
         | {"x-switchyard-cascade": outcome.header}
     )
@@ -284,7 +294,7 @@ async def _relay_stream(
     except asyncio.CancelledError:
         meter.finished(meter.current_entry or entry, "cancelled", None)
         raise
-    headers = _answer_headers(entry) | route_headers
+    headers = _answer_headers(entry) | _upstream_model_header(first) | route_headers
     return _sse_response(first, chunks, parsed, meter, entry, headers, state.streams, shape)
 
 

@@ -1,8 +1,15 @@
-"""A fake Anthropic Messages API server (POST /v1/messages), streaming events and error bodies included."""
+"""A fake Anthropic Messages API server (POST /v1/messages), streaming events and error bodies included.
+
+A request with `tools` is answered with `tool_use` content blocks (one per tool, up to
+`num_tool_calls`, each with `tool_input`) and stop_reason "tool_use"; streamed, each block is a
+`content_block_start` carrying the tool's id and name, then `input_json_delta` fragments. Once the
+last user message carries `tool_result` blocks, the answer is text again.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,14 +19,54 @@ import orjson
 @dataclass
 class AnthropicState:
     words: tuple[str, ...] = ("bonjour", "from", "claude")
-    failure: str | None = None  # "429" | "529" (overloaded) | "400"
+    failure: str | None = None  # "429" | "529" (overloaded) | "400" | "401" (a key it does not know)
     token_delay_s: float = 0.0
+    num_tool_calls: int = 1
+    tool_input: dict[str, Any] = field(default_factory=lambda: {"city": "Paris"})
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
 
 
 def _error(kind: str, message: str) -> bytes:
     return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
+
+
+def _has_tool_result(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and any(block.get("type") == "tool_result" for block in content)
+
+
+def _tool_uses(body: dict[str, Any], state: AnthropicState) -> list[dict[str, Any]]:
+    tools, messages = body.get("tools"), body.get("messages") or [{}]
+    if not tools or _has_tool_result(messages[-1]):
+        return []
+    return [
+        {"type": "tool_use", "id": f"toolu_fake_{i}", "name": tools[i % len(tools)]["name"], "input": state.tool_input}
+        for i in range(state.num_tool_calls)
+    ]
+
+
+def _tool_use_events(tool_uses: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    events: list[tuple[str, dict[str, Any]]] = []
+    for index, block in enumerate(tool_uses):
+        start = {"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}}
+        events.append(("content_block_start", start))
+        partial = json.dumps(block["input"])
+        for begin in range(0, len(partial), 5):
+            delta = {"type": "input_json_delta", "partial_json": partial[begin : begin + 5]}
+            events.append(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    return events
+
+
+def _text_events(words: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    text_block = {"type": "text", "text": ""}
+    events = [("content_block_start", {"type": "content_block_start", "index": 0, "content_block": text_block})]
+    for word in words:
+        delta = {"type": "text_delta", "text": word}
+        events.append(("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}))
+    events.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
+    return events
 
 
 class FakeAnthropicUpstream:
@@ -60,8 +107,13 @@ class FakeAnthropicUpstream:
                 send, 400, _error("invalid_request_error", "prompt is too long: 250000 tokens > 200000 maximum")
             )
             return
+        if self.state.failure == "401":
+            await self._json(send, 401, _error("authentication_error", "invalid x-api-key"))
+            return
         words = [w + " " for w in self.state.words][: body.get("max_tokens") or None]
         usage = {"input_tokens": 12, "output_tokens": len(words)}
+        tool_uses = _tool_uses(body, self.state)
+        stop_reason = "tool_use" if tool_uses else "end_turn"
         if not body.get("stream"):
             await self._json(
                 send,
@@ -72,8 +124,8 @@ class FakeAnthropicUpstream:
                         "type": "message",
                         "role": "assistant",
                         "model": body["model"],
-                        "content": [{"type": "text", "text": "".join(words)}],
-                        "stop_reason": "end_turn",
+                        "content": tool_uses or [{"type": "text", "text": "".join(words)}],
+                        "stop_reason": stop_reason,
                         "stop_sequence": None,
                         "usage": usage,
                     }
@@ -98,26 +150,15 @@ class FakeAnthropicUpstream:
                     },
                 },
             ),
-            (
-                "content_block_start",
-                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-            ),
             ("ping", {"type": "ping"}),
         ]
+        events += _tool_use_events(tool_uses) if tool_uses else _text_events(words)
         events += [
-            (
-                "content_block_delta",
-                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": w}},
-            )
-            for w in words
-        ]
-        events += [
-            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
             (
                 "message_delta",
                 {
                     "type": "message_delta",
-                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "delta": {"stop_reason": stop_reason, "stop_sequence": None},
                     "usage": {"output_tokens": len(words)},
                 },
             ),

@@ -5,7 +5,7 @@ Behaviour comes from `FakeBehaviour` on the server, and any request may override
 `"fake": {...}` body field (a client field the proxy forwards untouched); `POST /fake/behaviour`
 with the same fields changes it for every later request. Failure modes:
 
-    "400"        answer 400 content_policy_violation (a refusal no retry can fix)
+    "400"        answer 400 content_policy_violation (a refusal no retry can fix), `param` error_param
     "context"    answer 400 context_length_exceeded
     "500"        answer 500 with an OpenAI error body
     "429"        answer 429 with `Retry-After` (none when `retry_after_s` is None)
@@ -16,8 +16,10 @@ with the same fields changes it for every later request. Failure modes:
     "malformed"  stream one good chunk, then bytes that are not server-sent events
     "bad_shape"  stream one good chunk, then valid JSON that is not a chunk (a string `delta`)
 
-`tool_call` ({"name": ..., "arguments": "<json>"}) makes a chat answer that call instead of text,
-unless the last message is a tool's result (then it answers text, as an agent's model would).
+A chat request with `tools` (unless `tool_choice` is "none" or the last message is a tool's result)
+is answered with `num_tool_calls` calls of its tools in turn, each with `tool_arguments`, in OpenAI's
+format: `message.tool_calls`, or streamed `delta.tool_calls` (index, id and name first, then the
+arguments in fragments), and finish_reason "tool_calls".
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ class FakeBehaviour:
     fail_times: int | None = None  # the failure applies to this many requests, then the server recovers
     words: tuple[str, ...] = WORDS
     wait_for: threading.Event | None = None  # answer only once it is set (e.g. another fake's `arrived`)
-    tool_call: dict[str, str] | None = None  # {"name", "arguments"}: a chat answer calls it (see above)
+    error_param: str | None = None  # the `param` of the "400" failure's error
+    num_tool_calls: int = 1
+    tool_arguments: str = '{"city": "Paris"}'
 
     def updated(self, override: dict[str, Any] | None) -> FakeBehaviour:
         return dataclasses.replace(self, **override) if override else self
@@ -113,21 +117,44 @@ def _usage(body: dict[str, Any], behaviour: FakeBehaviour) -> dict[str, int]:
     }
 
 
-def _tool_call(body: dict[str, Any], behaviour: FakeBehaviour) -> dict[str, Any] | None:
-    """The call this chat request is answered with, if any."""
-    messages = body.get("messages") or [{}]
-    if behaviour.tool_call is None or messages[-1].get("role") == "tool":
-        return None
-    return {"id": "call_fake_0", "type": "function", "function": dict(behaviour.tool_call)}
-
-
 def _num_tokens(body: dict[str, Any], behaviour: FakeBehaviour) -> int:
     limit = body.get("max_tokens") or body.get("max_completion_tokens")
     return min(behaviour.num_tokens, limit) if limit else behaviour.num_tokens
 
 
-def _error(status: int, message: str, error_type: str, code: str | None) -> bytes:
-    return orjson.dumps({"error": {"message": message, "type": error_type, "param": None, "code": code}})
+def _tool_calls(body: dict[str, Any], behaviour: FakeBehaviour) -> list[dict[str, Any]]:
+    """The calls a chat request with tools is answered with (none once a tool has answered)."""
+    tools, messages = body.get("tools"), body.get("messages") or [{}]
+    if not tools or body.get("tool_choice") == "none" or messages[-1].get("role") == "tool":
+        return []
+    return [
+        {
+            "id": f"call_fake_{i}",
+            "type": "function",
+            "function": {"name": tools[i % len(tools)]["function"]["name"], "arguments": behaviour.tool_arguments},
+        }
+        for i in range(behaviour.num_tool_calls)
+    ]
+
+
+def _tool_call_deltas(calls: list[dict[str, Any]]):
+    """OpenAI's streamed tool calls: per call, its index, id and name with no arguments, then the
+    arguments in fragments that carry only the index."""
+    for index, call in enumerate(calls):
+        function = call["function"]
+        yield {
+            "index": index,
+            "id": call["id"],
+            "type": "function",
+            "function": {"name": function["name"], "arguments": ""},
+        }
+        arguments = function["arguments"]
+        for start in range(0, len(arguments), 4):
+            yield {"index": index, "function": {"arguments": arguments[start : start + 4]}}
+
+
+def _error(status: int, message: str, error_type: str, code: str | None, param: str | None = None) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": error_type, "param": param, "code": code}})
 
 
 async def _read_body(receive) -> bytes:
@@ -208,6 +235,7 @@ class FakeOpenAIUpstream:
                     "Your request was rejected by the safety system.",
                     "invalid_request_error",
                     "content_policy_violation",
+                    behaviour.error_param,
                 ),
             )
             return
@@ -262,10 +290,6 @@ class FakeOpenAIUpstream:
         text = "".join(_token(behaviour, i) for i in range(n))
         base = {"id": "cmpl-fake", "created": int(time.time()), "model": body.get("model", "")}
         base["system_fingerprint"] = "fp_fake"
-        if is_chat and (call := _tool_call(body, behaviour)) is not None:
-            message = {"role": "assistant", "content": None, "tool_calls": [call]}
-            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": "tool_calls"}
-            return {**base, "object": "chat.completion", "choices": [choice], "usage": _usage(body, behaviour)}
         if is_chat:
             choice = {
                 "index": 0,
@@ -273,6 +297,9 @@ class FakeOpenAIUpstream:
                 "logprobs": None,
                 "finish_reason": _finish_reason(body, behaviour),
             }
+            if calls := _tool_calls(body, behaviour):
+                choice["message"] = {"role": "assistant", "content": None, "tool_calls": calls}
+                choice["finish_reason"] = "tool_calls"
             if body.get("logprobs"):
                 num_top = body.get("top_logprobs") or 0
                 choice["logprobs"] = {"content": [_token_logprob(behaviour, i, num_top) for i in range(n)]}
@@ -296,9 +323,18 @@ class FakeOpenAIUpstream:
         obj = "chat.completion.chunk" if is_chat else "text_completion"
         num_top = body.get("top_logprobs") or 0
         offset = 0
-        if is_chat and (call := _tool_call(body, behaviour)) is not None:
-            yield from self._tool_call_chunks(body, behaviour, base, call)
-            return
+        calls = _tool_calls(body, behaviour) if is_chat else []
+        if calls:
+            for i, delta in enumerate(_tool_call_deltas(calls)):
+                delta = (
+                    {"role": "assistant", "content": None, "tool_calls": [delta]} if i == 0 else {"tool_calls": [delta]}
+                )
+                yield {
+                    **base,
+                    "object": obj,
+                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}],
+                }
+            n = 0
         for i in range(n):
             if is_chat:
                 delta = (
@@ -315,41 +351,13 @@ class FakeOpenAIUpstream:
                     choice["logprobs"] = _completion_logprob(behaviour, i, body["logprobs"], offset)
                 offset += len(_token(behaviour, i))
             yield {**base, "object": obj, "choices": [choice]}
-        last: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": _finish_reason(body, behaviour)}
+        finish_reason = "tool_calls" if calls else _finish_reason(body, behaviour)
+        last: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish_reason}
         if is_chat:
             last["delta"] = {}
         else:
             last["text"] = ""
         yield {**base, "object": obj, "choices": [last]}
-        if behaviour.sends_usage and (body.get("stream_options") or {}).get("include_usage"):
-            yield {**base, "object": obj, "choices": [], "usage": _usage(body, behaviour)}
-
-    def _tool_call_chunks(self, body, behaviour: FakeBehaviour, base: dict[str, Any], call: dict[str, Any]):
-        """The call's name first, then its arguments in two pieces, as OpenAI streams them."""
-        obj, arguments = "chat.completion.chunk", call["function"]["arguments"]
-        head = {
-            "index": 0,
-            "id": call["id"],
-            "type": "function",
-            "function": {"name": call["function"]["name"], "arguments": ""},
-        }
-        deltas = [{"role": "assistant", "content": None, "tool_calls": [head]}]
-        half = len(arguments) // 2
-        deltas += [
-            {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
-            for piece in (arguments[:half], arguments[half:])
-        ]
-        for delta in deltas:
-            yield {
-                **base,
-                "object": obj,
-                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}],
-            }
-        yield {
-            **base,
-            "object": obj,
-            "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "tool_calls"}],
-        }
         if behaviour.sends_usage and (body.get("stream_options") or {}).get("include_usage"):
             yield {**base, "object": obj, "choices": [], "usage": _usage(body, behaviour)}
 

@@ -110,6 +110,11 @@ def _text(raw) -> str:
     return raw.parse().choices[0].message.content
 
 
+def _called(raw) -> str:
+    """The tool the answer calls (the fake upstreams call a tool when given tools)."""
+    return raw.parse().choices[0].message.tool_calls[0].function.name
+
+
 # -- an explicit model -------------------------------------------------------------------------
 
 
@@ -129,7 +134,7 @@ def test_an_explicit_model_without_tools_is_a_400_naming_the_parameter(auto_prox
     assert image.value.param == "messages" and "vision" in image.value.message
     assert schema.value.param == "response_format" and "json_schema" in schema.value.message
     assert not states["small"].records  # refused before any call
-    assert _text(served).startswith("large")
+    assert _called(served) == TOOLS[0]["function"]["name"] and states["large"].records
 
 
 def test_refusals_never_open_the_breaker_nor_reach_the_ledger(auto_proxy):
@@ -158,7 +163,7 @@ def test_auto_escalates_past_a_tier_without_tools_and_says_so(auto_proxy):
         plain = _ask(sdk, "auto", "score=0.1")
     assert routed.headers["x-switchyard-model"] == "m-large"
     assert routed.headers["x-switchyard-route"] == "auto:classifier=0.100<0.300->large(small lacks tools)"
-    assert _text(routed).startswith("large")
+    assert _called(routed) == TOOLS[0]["function"]["name"] and states["large"].records[-1].body["tools"] == TOOLS
     assert plain.headers["x-switchyard-route"] == "auto:classifier=0.100<0.300->small"
 
 

@@ -151,7 +151,7 @@ def test_the_sdk_parse_helper_gets_its_schema_to_the_upstream_and_parses_the_ans
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_function_call_and_its_output_round_trip(proxy, stream):
     sdk, states, _ = proxy
-    states["large"].behaviour.tool_call = CALL
+    states["large"].behaviour.tool_arguments = CALL["arguments"]
     asked = {"model": "m-large", "input": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER_TOOL]}
     if stream:
         with sdk.responses.stream(**asked) as events:

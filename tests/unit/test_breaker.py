@@ -97,3 +97,15 @@ async def test_a_stream_settles_when_it_ends_however_it_ends():
     await anext(stream)
     await stream.aclose()  # the reader left mid-way
     assert breaker.state == "closed" and tickets.tickets[0].is_settled
+
+
+def test_a_parameter_refused_before_the_call_says_nothing_about_the_upstream():
+    """Neither a failure nor an answer: it does not reset a run of failures either."""
+    from switchyard.core.errors import UnsupportedParameter
+
+    breaker = _breaker(Clock(), fail_max=2)
+    _fail(breaker, BackendError("500"))
+    _fail(breaker, UnsupportedParameter("Model 'x' does not support logprobs (logprobs).", param="logprobs"))
+    assert breaker.num_failures == 1
+    _fail(breaker, BackendError("500"))
+    assert breaker.state == "open"

@@ -45,3 +45,27 @@ def test_completion_result_shape_check_and_typed_view():
     assert good.as_chat_completion().choices[0].message.content == "ok"
     assert not CompletionResult(b"<html>oops</html>").looks_like_completion()
     assert not CompletionResult(b'{"error": "x"}').looks_like_completion()
+
+
+@pytest.mark.parametrize(
+    ("upstream", "expected"),
+    [
+        ({"id": "x", "model": "vendor/big-v2", "choices": []}, "vendor/big-v2"),
+        # a "model" inside a string is escaped: only the real key is renamed
+        ({"choices": [{"delta": {"content": '{"model": "no"}'}}], "model": 'odd"name'}, 'odd"name'),
+        ({"model": None, "choices": []}, None),
+    ],
+)
+def test_named_puts_the_configured_name_in_place_of_the_upstreams(upstream, expected):
+    for data in (orjson.dumps(upstream), orjson.dumps(upstream, option=orjson.OPT_INDENT_2)):
+        named = StreamChunk(data).named("small")
+        assert named.upstream_model == expected
+        assert orjson.loads(named.data) == {**upstream, "model": "small"}
+        assert named.parsed["model"] == "small"
+
+
+def test_named_leaves_what_has_no_model_or_the_same_name():
+    error = StreamChunk(b'{"error": {"message": "x"}}')
+    assert error.named("small").data == error.data
+    same = CompletionResult(b'{"model":"small","choices":[]}').named("small")
+    assert same.data == b'{"model":"small","choices":[]}' and same.upstream_model == "small"
