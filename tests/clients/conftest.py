@@ -19,11 +19,13 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import httpx
 import numpy as np
 import openai
 import pytest
+from pydantic import BaseModel
 
 from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
@@ -38,7 +40,16 @@ API_KEY = "sk-client-test"
 UPSTREAM_MODEL = "gpt-4o-fake"
 GPT_TEXT = "alpha bravo charlie delta echo "  # what the fake OpenAI upstream says
 CLAUDE_TEXT = "bonjour from claude "  # what the fake Anthropic upstream says
-PROMPT = "the quick brown fox"  # the tiny model answers it with some text at temperature 0
+PROMPT = "the quick brown fox"
+# The tiny model says only special tokens at temperature 0; seeded sampling gives text, every time the same.
+SAMPLING = {"temperature": 1.0, "seed": 7, "max_tokens": 12}
+
+
+def sampling(model: str) -> dict:
+    """SAMPLING for the models the tiny one answers; Anthropic has no `seed` (LiteLLM says so in a 400)."""
+    return SAMPLING if model in ("tiny", "auto", "cascade") else {"max_tokens": 12}
+
+
 EXPLICIT = ("gpt", "gpt-litellm", "claude", "tiny")
 EVERY_MODEL = (*EXPLICIT, "auto", "cascade")
 
@@ -76,8 +87,20 @@ def switchyard(tiny_model_dir: Path) -> Iterator[Proxy]:
         engine = {"num_blocks": 64, "page_size": 16, "context_window": 512, "default_max_tokens": 16, "threads": 1}
         settings = Settings(
             models=[
-                {"name": "gpt", "base_url": openai_url, "api_key": "sk-up", "upstream_model": UPSTREAM_MODEL, "tier": "large"},
-                {"name": "gpt-litellm", "backend": "litellm", "litellm_model": "openai/gpt-4o", "base_url": openai_url, "api_key": "sk-up"},
+                {
+                    "name": "gpt",
+                    "base_url": openai_url,
+                    "api_key": "sk-up",
+                    "upstream_model": UPSTREAM_MODEL,
+                    "tier": "large",
+                },
+                {
+                    "name": "gpt-litellm",
+                    "backend": "litellm",
+                    "litellm_model": "openai/gpt-4o",
+                    "base_url": openai_url,
+                    "api_key": "sk-up",
+                },
                 {
                     "name": "claude",
                     "backend": "litellm",
@@ -85,9 +108,17 @@ def switchyard(tiny_model_dir: Path) -> Iterator[Proxy]:
                     "base_url": anthropic_url,
                     "api_key": "sk-ant-up",
                 },
-                {"name": "tiny", "backend": "embedded", "model": str(tiny_model_dir), "engine": engine, "tier": "small"},
+                {
+                    "name": "tiny",
+                    "backend": "embedded",
+                    "model": str(tiny_model_dir),
+                    "engine": engine,
+                    "tier": "small",
+                },
             ],
-            routing={"auto": {"tiers": ["small", "large"], "thresholds": [0.5], "warm_up": False, "deadline_ms": 10_000}},
+            routing={
+                "auto": {"tiers": ["small", "large"], "thresholds": [0.5], "warm_up": False, "deadline_ms": 10_000}
+            },
             cascade={"ladder": ["tiny", "gpt"], "scorer": "mean_logprob", "threshold": -1e9, "stream_tokens": 4},
             resilience={"max_attempts": 1},
             upstream={"health_interval_s": 0.2},
@@ -103,3 +134,32 @@ def switchyard(tiny_model_dir: Path) -> Iterator[Proxy]:
 def sdk(switchyard: Proxy) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(base_url=switchyard.base_url, api_key=API_KEY, max_retries=0) as client:
         yield client
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+WEATHER_ARGS = {"city": "paris"}  # what the fakes call it with (the schema's example)
+TOOL_RESULT_HISTORY = [
+    {"role": "user", "content": "What is the weather in Paris?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "paris"}'}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"},
+]
+
+
+class Verdict(BaseModel):
+    """Structured output small enough that a random model under constrained decoding finishes it."""
+
+    answer: Literal["yes", "no"]
+    sure: bool

@@ -130,7 +130,11 @@ class ToolingOpenAIUpstream:
         events = [self._chunk(base, delta) for delta in self._deltas(message)]
         events.append(self._chunk(base, {}, finish_reason))
         if (body.get("stream_options") or {}).get("include_usage"):
-            events.append(b"data: " + orjson.dumps({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage}) + b"\n\n")
+            events.append(
+                b"data: "
+                + orjson.dumps({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage})
+                + b"\n\n"
+            )
         await _send_events(send, [*events, b"data: [DONE]\n\n"])
 
     def _message(self, body: dict[str, Any]) -> dict[str, Any] | None:
@@ -139,7 +143,11 @@ class ToolingOpenAIUpstream:
         if tools and tool_choice != "none" and not _answers_a_tool_result(body.get("messages") or []):
             function = _chosen_tool(tools, tool_choice)["function"]
             arguments = orjson.dumps(example_of(function.get("parameters") or {})).decode()
-            call = {"id": TOOL_CALL_ID, "type": "function", "function": {"name": function["name"], "arguments": arguments}}
+            call = {
+                "id": TOOL_CALL_ID,
+                "type": "function",
+                "function": {"name": function["name"], "arguments": arguments},
+            }
             return {"role": "assistant", "content": None, "tool_calls": [call]}
         response_format = body.get("response_format") or {}
         if response_format.get("type") == "json_schema":
@@ -154,7 +162,12 @@ class ToolingOpenAIUpstream:
         if "tool_calls" not in message:
             return [{"role": "assistant", "content": ""}] + [{"content": p} for p in _pieces(message["content"])]
         call = message["tool_calls"][0]
-        first = {"index": 0, "id": call["id"], "type": "function", "function": {"name": call["function"]["name"], "arguments": ""}}
+        first = {
+            "index": 0,
+            "id": call["id"],
+            "type": "function",
+            "function": {"name": call["function"]["name"], "arguments": ""},
+        }
         rest = [{"index": 0, "function": {"arguments": p}} for p in _pieces(call["function"]["arguments"])]
         return [{"role": "assistant", "content": None, "tool_calls": [first]}] + [{"tool_calls": [r]} for r in rest]
 
@@ -184,13 +197,26 @@ class ToolingAnthropicUpstream:
         self.state.requests.append(body)
         self.state.headers.append({k.decode(): v.decode() for k, v in scope["headers"]})
         tool = _chosen_tool(tools, tool_choice)
-        block = {"type": "tool_use", "id": "toolu_fake_1", "name": tool["name"], "input": example_of(tool["input_schema"])}
+        block = {
+            "type": "tool_use",
+            "id": "toolu_fake_1",
+            "name": tool["name"],
+            "input": example_of(tool["input_schema"]),
+        }
         message = {"id": "msg_fake", "type": "message", "role": "assistant", "model": body["model"]}
         if not body.get("stream"):
             usage = {"input_tokens": 12, "output_tokens": 7}
-            await _send_json(send, {**message, "content": [block], "stop_reason": "tool_use", "stop_sequence": None, "usage": usage})
+            await _send_json(
+                send, {**message, "content": [block], "stop_reason": "tool_use", "stop_sequence": None, "usage": usage}
+            )
             return
-        started = {**message, "content": [], "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 12, "output_tokens": 1}}
+        started = {
+            **message,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 12, "output_tokens": 1},
+        }
         deltas = [
             {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": p}}
             for p in _pieces(orjson.dumps(block["input"]).decode())
@@ -200,7 +226,11 @@ class ToolingAnthropicUpstream:
             {"type": "content_block_start", "index": 0, "content_block": {**block, "input": {}}},
             *deltas,
             {"type": "content_block_stop", "index": 0},
-            {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None}, "usage": {"output_tokens": 7}},
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                "usage": {"output_tokens": 7},
+            },
             {"type": "message_stop"},
         ]
         await _send_events(send, [f"event: {e['type']}\ndata: ".encode() + orjson.dumps(e) + b"\n\n" for e in events])
