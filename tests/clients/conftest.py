@@ -14,6 +14,7 @@ xfail), and passes once the marker is removed after the merge.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -35,6 +36,10 @@ from tests.fakes.openai_upstream import FakeState
 from tests.fakes.server import serve_in_thread
 from tests.helpers import wait_until
 from tests.tiny_model import build_tiny_model
+
+# LiteLLM as a client would fetch its price map from the network at import (the proxy's backend sets
+# the same before it imports LiteLLM, but a test module may import it first).
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 API_KEY = "sk-client-test"
 UPSTREAM_MODEL = "gpt-4o-fake"
