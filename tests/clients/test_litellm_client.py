@@ -45,8 +45,14 @@ def event_loop_for_litellm(request) -> Iterator[None]:
 
 
 def complete(switchyard, model: str, **kwargs):
+    """`litellm.completion` as a team calls it (`api_base`, `api_key`), with an OpenAI client of the
+    test's own: LiteLLM otherwise builds and caches one per call site, and drops some unclosed."""
     options = {**sampling(model), **kwargs}
-    return litellm.completion(model=f"openai/{model}", api_base=switchyard.base_url, api_key=API_KEY, **options)
+    with openai.OpenAI(base_url=switchyard.base_url, api_key=API_KEY, max_retries=0) as client:
+        reply = litellm.completion(
+            model=f"openai/{model}", api_base=switchyard.base_url, api_key=API_KEY, client=client, **options
+        )
+        return list(reply) if options.get("stream") else reply
 
 
 @pytest.fixture(scope="module")
