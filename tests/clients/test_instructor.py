@@ -28,14 +28,14 @@ def client(switchyard):
 def test_response_model(client, model, mode):
     structured = instructor.from_openai(client, mode=getattr(instructor.Mode, mode))
     verdict = structured.chat.completions.create(model=model, messages=ASK, response_model=Verdict, max_retries=0)
-    assert verdict == Verdict(answer="yes", sure=True)
+    assert verdict.model_dump() == {"answer": "yes", "sure": True}  # a subclass instructor makes of Verdict
 
 
 @pytest.mark.needs_part("a", "b")
 def test_response_model_through_auto_reaches_a_model_that_calls_tools(client):
     structured = instructor.from_openai(client, mode=instructor.Mode.TOOLS)
     verdict = structured.chat.completions.create(model="auto", messages=ASK, response_model=Verdict, max_retries=0)
-    assert verdict == Verdict(answer="yes", sure=True)
+    assert verdict.model_dump() == {"answer": "yes", "sure": True}  # a subclass instructor makes of Verdict
 
 
 @pytest.mark.needs_part("b")
