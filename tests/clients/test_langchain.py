@@ -85,7 +85,7 @@ def test_a_tool_message_round_trip(switchyard, model):
     assert not answer.tool_calls
 
 
-@pytest.mark.needs_part("a", "b")
+@pytest.mark.needs_part("a", "b", "c")
 @pytest.mark.parametrize("model", ("auto", "cascade"))
 def test_bind_tools_through_auto_and_cascade(switchyard, model):
     message = chat(switchyard, model).bind_tools([WEATHER_TOOL], tool_choice="get_weather").invoke("Weather in Paris?")
