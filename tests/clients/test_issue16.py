@@ -198,10 +198,11 @@ def test_unknown_paths_and_methods_say_what_is_wrong(switchyard):
     missing = httpx.get(switchyard.url + "/v1/nope", headers={"authorization": f"Bearer {API_KEY}"})
     assert missing.status_code == 404
     assert "/v1/nope" in missing.json()["error"]["message"]
-    wrong_method = httpx.get(switchyard.url + "/v1/chat/completions")
-    assert wrong_method.status_code == 405
-    assert "POST" in wrong_method.headers["allow"]
-    assert set(wrong_method.json()["error"]) == {"message", "type", "param", "code"}
+    for method in ("GET", "OPTIONS"):  # OPTIONS without CORS configured
+        wrong_method = httpx.request(method, switchyard.url + "/v1/chat/completions")
+        assert wrong_method.status_code == 405
+        assert "POST" in wrong_method.headers["allow"]
+        assert set(wrong_method.json()["error"]) == {"message", "type", "param", "code"}
 
 
 @pytest.mark.needs_part("d")

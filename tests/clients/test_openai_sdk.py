@@ -152,6 +152,18 @@ def test_parse_into_a_pydantic_model(sdk, model):
     assert reply.choices[0].message.parsed == Verdict(answer="yes", sure=True)
 
 
+@pytest.mark.parametrize("model", ("gpt", "claude"))
+def test_beta_parse_and_the_structured_stream_helper(sdk, model):
+    assert sdk.beta.chat.completions.parse(model=model, messages=ASK, response_format=Verdict).choices[
+        0
+    ].message.parsed == Verdict(answer="yes", sure=True)
+    with sdk.chat.completions.stream(model=model, messages=ASK, response_format=Verdict) as stream:
+        kinds = {event.type for event in stream}
+        final = stream.get_final_completion()
+    assert "content.done" in kinds
+    assert final.choices[0].message.parsed == Verdict(answer="yes", sure=True)
+
+
 @pytest.mark.needs_part("b")
 @pytest.mark.parametrize("model", ("tiny", "auto", "cascade"))
 def test_parse_on_the_embedded_model_is_constrained_to_the_schema(sdk, model):
