@@ -1,7 +1,8 @@
 """llama-index through `OpenAILike` (llama-index-llms-openai-like): chat, stream_chat, tools.
 
 Skipped where it does not install: llama-index-llms-openai 0.8.3 (the newest) needs openai<3, and
-this project's openai SDK is 3.x (docs/clients.md says so too)."""
+this project's openai SDK is 3.x (docs/clients.md says so too). Installed with that pin ignored
+(`pip install --no-deps`), they pass against openai 3.57."""
 
 from __future__ import annotations
 
@@ -46,3 +47,18 @@ def test_auto_and_cascade_answer_as_the_model_they_route_to(switchyard, model):
     assert (
         llm(switchyard, model).chat(messages).message.content == llm(switchyard, "tiny").chat(messages).message.content
     )
+
+
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return "sunny"
+
+
+@pytest.mark.parametrize("model", ("gpt", "gpt-litellm", "claude"))
+def test_chat_with_tools(switchyard, model):
+    from llama_index.core.tools import FunctionTool
+
+    model_llm = llm(switchyard, model)
+    response = model_llm.chat_with_tools([FunctionTool.from_defaults(fn=get_weather)], user_msg="Weather in Paris?")
+    (call,) = model_llm.get_tool_calls_from_response(response, error_on_no_tool_call=True)
+    assert (call.tool_name, call.tool_kwargs) == ("get_weather", {"city": "paris"})
