@@ -116,3 +116,10 @@ def test_with_structured_output_on_the_embedded_model(switchyard):
 @pytest.mark.needs_part("c")
 def test_response_metadata_names_the_configured_model(switchyard):
     assert chat(switchyard, "gpt").invoke(PROMPT).response_metadata["model_name"] == "gpt"
+
+
+def test_default_headers_reach_the_proxy(switchyard):
+    llm = chat(switchyard, "auto", default_headers={"x-switchyard-quality": "cheapest"})  # not a quality mode
+    with pytest.raises(openai.BadRequestError) as info:
+        llm.invoke(PROMPT)
+    assert info.value.param == "x-switchyard-quality"
