@@ -49,19 +49,24 @@ def test_tool_calls_to_a_litellm_model_answer_and_never_open_its_breaker(sdk, mo
 
 
 @pytest.mark.needs_part("c")
-def test_litellm_forwards_metadata_reasoning_effort_and_extra_body(sdk, switchyard):
+def test_litellm_forwards_metadata_and_extra_body(sdk, switchyard):
     sdk.chat.completions.create(
         model="gpt-litellm",
         messages=ASK,
         metadata={"ticket": "T-1"},
-        reasoning_effort="low",
         extra_body={"top_k": 5, "fake": {"num_tokens": 3}},
     )
     sent = switchyard.openai_state.records[-1].body
     assert sent["metadata"] == {"ticket": "T-1"}
-    assert sent["reasoning_effort"] == "low"
     assert sent["top_k"] == 5
     assert sent["fake"] == {"num_tokens": 3}
+
+
+@pytest.mark.needs_part("c")
+def test_litellm_refuses_what_its_provider_lacks_instead_of_dropping_it(sdk):
+    with pytest.raises(openai.BadRequestError) as info:  # gpt-4o is no reasoning model
+        sdk.chat.completions.create(model="gpt-litellm", messages=ASK, reasoning_effort="low")
+    assert info.value.param == "reasoning_effort"
 
 
 # -- 2. models that answered what they cannot do ---------------------------------------------
@@ -165,11 +170,21 @@ def test_the_responses_api(sdk, model):
     if model in ("gpt", "claude"):  # auto and cascade: the tiny model's text, which may be only special tokens
         assert response.output_text == {"gpt": GPT_TEXT, "claude": CLAUDE_TEXT}[model]
     assert response.usage.output_tokens > 0
+    # The tiny model is cut by max_output_tokens: its stream ends in response.incomplete.
+    events = list(sdk.responses.create(model=model, input=PROMPT, max_output_tokens=12, stream=True))
+    assert events[0].type == "response.created"
+    assert events[-1].type == ("response.completed" if model in ("gpt", "claude") else "response.incomplete")
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == events[-1].response.output_text
+
+
+@pytest.mark.needs_part("d")
+@pytest.mark.parametrize(("model", "text"), [("gpt", GPT_TEXT), ("claude", CLAUDE_TEXT)])
+def test_the_responses_stream_helper(sdk, model, text):
     with sdk.responses.stream(model=model, input=PROMPT, max_output_tokens=12) as stream:
-        events = list(stream)
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
         final = stream.get_final_response()
-    assert events[0].type == "response.created" and events[-1].type == "response.completed"
-    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == final.output_text
+    assert "".join(deltas) == final.output_text == text
 
 
 @pytest.mark.needs_part("d")
