@@ -48,7 +48,6 @@ def test_tool_calls_to_a_litellm_model_answer_and_never_open_its_breaker(sdk, mo
     assert sdk.chat.completions.create(model=model, messages=ASK, max_tokens=12).choices[0].message.content
 
 
-@pytest.mark.needs_part("c")
 def test_litellm_forwards_metadata_and_extra_body(sdk, switchyard):
     sdk.chat.completions.create(
         model="gpt-litellm",
@@ -62,7 +61,6 @@ def test_litellm_forwards_metadata_and_extra_body(sdk, switchyard):
     assert sent["fake"] == {"num_tokens": 3}
 
 
-@pytest.mark.needs_part("c")
 def test_litellm_refuses_what_its_provider_lacks_instead_of_dropping_it(sdk):
     with pytest.raises(openai.BadRequestError) as info:  # gpt-4o is no reasoning model
         sdk.chat.completions.create(model="gpt-litellm", messages=ASK, reasoning_effort="low")
@@ -72,7 +70,7 @@ def test_litellm_refuses_what_its_provider_lacks_instead_of_dropping_it(sdk):
 # -- 2. models that answered what they cannot do ---------------------------------------------
 
 
-@pytest.mark.needs_part("a", "b")
+@pytest.mark.needs_part("b")
 @pytest.mark.parametrize(
     ("kwargs", "param"),
     [
@@ -106,7 +104,7 @@ def test_the_embedded_model_answers_json_schema_with_json_that_fits(sdk):
     assert answer["answer"] in ("yes", "no") and isinstance(answer["sure"], bool)
 
 
-@pytest.mark.needs_part("a", "b")
+@pytest.mark.needs_part("b")
 @pytest.mark.parametrize(
     "kwargs",
     [{"tools": [WEATHER_TOOL], "tool_choice": "required"}, {"messages": IMAGE}],
@@ -120,7 +118,6 @@ def test_auto_does_not_route_to_a_model_that_cannot_serve_the_request(sdk, kwarg
 # -- 3. errors that lost detail ----------------------------------------------------------------
 
 
-@pytest.mark.needs_part("c")
 @pytest.mark.parametrize("model", ("gpt", "gpt-litellm"))
 def test_the_providers_error_code_reaches_the_client(sdk, model):
     with pytest.raises(openai.BadRequestError) as info:
@@ -136,7 +133,6 @@ def test_provider_refusals_never_open_the_breaker(sdk):
     assert sdk.chat.completions.create(model="gpt", messages=ASK).choices[0].message.content == GPT_TEXT
 
 
-@pytest.mark.needs_part("c")
 def test_the_answer_names_the_configured_model_and_the_upstreams_in_a_header(sdk):
     raw = sdk.chat.completions.with_raw_response.create(model="gpt", messages=ASK)
     assert raw.parse().model == "gpt"
@@ -148,7 +144,7 @@ def test_the_answer_names_the_configured_model_and_the_upstreams_in_a_header(sdk
 # -- 4. endpoints users reach for --------------------------------------------------------------
 
 
-@pytest.mark.needs_part("a", "b")
+@pytest.mark.needs_part("b")
 def test_retrieve_a_model_and_its_capabilities(sdk):
     card = sdk.models.retrieve("gpt")
     assert (card.id, card.object) == ("gpt", "model")
@@ -161,7 +157,6 @@ def test_retrieve_a_model_and_its_capabilities(sdk):
     assert info.value.code == "model_not_found"
 
 
-@pytest.mark.needs_part("d")
 @pytest.mark.parametrize("model", ("gpt", "claude", "auto", "cascade"))
 def test_the_responses_api(sdk, model):
     response = sdk.responses.create(model=model, input=PROMPT, instructions="Be brief.", max_output_tokens=12)
@@ -178,7 +173,6 @@ def test_the_responses_api(sdk, model):
     assert text == events[-1].response.output_text
 
 
-@pytest.mark.needs_part("d")
 @pytest.mark.parametrize(("model", "text"), [("gpt", GPT_TEXT), ("claude", CLAUDE_TEXT)])
 def test_the_responses_stream_helper(sdk, model, text):
     with sdk.responses.stream(model=model, input=PROMPT, max_output_tokens=12) as stream:
@@ -187,7 +181,6 @@ def test_the_responses_stream_helper(sdk, model, text):
     assert "".join(deltas) == final.output_text == text
 
 
-@pytest.mark.needs_part("d")
 def test_the_responses_api_calls_tools_and_takes_their_output(sdk, switchyard):
     tool = {"type": "function", "name": "get_weather", "parameters": WEATHER_TOOL["function"]["parameters"]}
     first = sdk.responses.create(model="gpt", input="What is the weather in Paris?", tools=[tool])
@@ -208,7 +201,6 @@ def test_the_responses_api_calls_tools_and_takes_their_output(sdk, switchyard):
     assert sent[-2]["tool_calls"][0]["function"]["name"] == "get_weather"
 
 
-@pytest.mark.needs_part("d")
 def test_unknown_paths_and_methods_say_what_is_wrong(switchyard):
     missing = httpx.get(switchyard.url + "/v1/nope", headers={"authorization": f"Bearer {API_KEY}"})
     assert missing.status_code == 404
@@ -220,7 +212,6 @@ def test_unknown_paths_and_methods_say_what_is_wrong(switchyard):
         assert set(wrong_method.json()["error"]) == {"message", "type", "param", "code"}
 
 
-@pytest.mark.needs_part("d")
 def test_a_browser_app_may_call_the_proxy_with_cors():
     settings = Settings(
         models=[{"name": "gpt", "base_url": f"http://127.0.0.1:{closed_port()}/v1"}],

@@ -85,7 +85,7 @@ def test_a_tool_message_round_trip(switchyard, model):
     assert not answer.tool_calls
 
 
-@pytest.mark.needs_part("a", "b", "c")
+@pytest.mark.needs_part("b")
 @pytest.mark.parametrize("model", ("auto", "cascade"))
 def test_bind_tools_through_auto_and_cascade(switchyard, model):
     message = chat(switchyard, model).bind_tools([WEATHER_TOOL], tool_choice="get_weather").invoke("Weather in Paris?")
@@ -93,7 +93,7 @@ def test_bind_tools_through_auto_and_cascade(switchyard, model):
     assert message.response_metadata["model_name"] == "gpt"
 
 
-@pytest.mark.needs_part("a", "b")
+@pytest.mark.needs_part("b")
 def test_bind_tools_on_a_model_that_cannot_call_them_is_a_clear_400(switchyard):
     with pytest.raises(openai.BadRequestError) as info:
         chat(switchyard, "tiny").bind_tools([WEATHER_TOOL]).invoke("Weather in Paris?")
@@ -113,7 +113,6 @@ def test_with_structured_output_on_the_embedded_model(switchyard):
     assert isinstance(structured.invoke(PROMPT), Verdict)
 
 
-@pytest.mark.needs_part("c")
 def test_response_metadata_names_the_configured_model(switchyard):
     assert chat(switchyard, "gpt").invoke(PROMPT).response_metadata["model_name"] == "gpt"
 
