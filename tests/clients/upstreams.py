@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from tests.fakes.anthropic_upstream import AnthropicState, FakeAnthropicUpstream
-from tests.fakes.openai_upstream import FakeOpenAIUpstream, FakeRecord, FakeState
+from tests.fakes.openai_upstream import FakeOpenAIUpstream, FakeRecord, FakeState, _read_body
 
 TOOL_CALL_ID = "call_fake_1"
 
@@ -58,15 +58,6 @@ def _answers_a_tool_result(messages: list[dict[str, Any]]) -> bool:
     return last.get("role") == "tool" or (
         isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "tool_result" for p in content)
     )
-
-
-async def _read_body(receive) -> bytes:
-    raw = b""
-    while True:
-        message = await receive()
-        raw += message.get("body", b"")
-        if not message.get("more_body"):
-            return raw
 
 
 def _replaying(raw: bytes, receive):

@@ -3,49 +3,19 @@ the client is always the `openai` SDK and always sees OpenAI's format."""
 
 from __future__ import annotations
 
-from contextlib import ExitStack
-
 import openai
 import pytest
 
 from switchyard.core.settings import Settings
-from switchyard.proxy.app import create_app
-from tests.fakes.anthropic_upstream import AnthropicState, FakeAnthropicUpstream
-from tests.fakes.openai_upstream import FakeOpenAIUpstream, FakeState
-from tests.fakes.server import serve_in_thread
+from tests.integration.commercial_proxy import commercial_proxy
 
 HI = [{"role": "user", "content": "hi"}]
 
 
 @pytest.fixture
 def commercial():
-    anthropic, openai_state = AnthropicState(), FakeState()
-    with ExitStack() as stack:
-        anthropic_url = stack.enter_context(serve_in_thread(FakeAnthropicUpstream(anthropic)))
-        openai_url = stack.enter_context(serve_in_thread(FakeOpenAIUpstream(openai_state)))
-        settings = Settings(
-            models=[
-                {
-                    "name": "claude",
-                    "backend": "litellm",
-                    "litellm_model": "anthropic/claude-3-5-sonnet-20241022",
-                    "base_url": anthropic_url,
-                    "api_key": "sk-ant-test",
-                },
-                {
-                    "name": "gpt",
-                    "backend": "litellm",
-                    "litellm_model": "openai/gpt-4o",
-                    "base_url": openai_url + "/v1",
-                    "api_key": "sk-test",
-                },
-            ],
-            resilience={"max_attempts": 1},
-        )
-        app = create_app(settings)
-        base = stack.enter_context(serve_in_thread(app))
-        sdk = stack.enter_context(openai.OpenAI(base_url=base + "/v1", api_key="k", max_retries=0))
-        yield sdk, anthropic, openai_state, app
+    with commercial_proxy() as proxy:
+        yield proxy.sdk, proxy.claude, proxy.gpt, proxy.app
 
 
 def test_an_anthropic_upstream_answers_an_openai_request(commercial):
