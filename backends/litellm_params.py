@@ -4,13 +4,13 @@
   the provider (`parallel_tool_calls: false` becomes Anthropic's `disable_parallel_tool_use`,
   `reasoning_effort` a reasoning model's own form) and refuses one the model cannot take
   (`UnsupportedParamsError`, which the backend turns into a 400 naming it);
-- any other field is the provider's and goes as it came: as an argument, which LiteLLM passes on
-  untouched (its "provider-specific parameters": Anthropic's `top_k`, anything new);
-- but a field named like one of LiteLLM's own settings (`api_base`, `metadata`, `mock_response`,
-  `num_retries`, ...) must not steer LiteLLM: to an OpenAI-compatible provider it goes in
-  `extra_body`, which the provider's SDK merges into the body as it is; other providers cannot
-  take it, a 400. Except `metadata`: LiteLLM gives the provider what it accepts of it (Anthropic's
-  `metadata.user_id`).
+- any other field is the provider's and must not steer LiteLLM (`api_base`, `callbacks`,
+  `drop_params`, `aws_*`, `mock_response`... are read by LiteLLM itself): to an OpenAI-compatible
+  provider every such field goes in `extra_body`, which the provider's SDK merges into the body as
+  it is; to another provider it goes as an argument, which LiteLLM passes on untouched (its
+  "provider-specific parameters": Anthropic's `top_k`), unless it is named like one of LiteLLM's
+  settings: a 400. Except `metadata`: LiteLLM gives the provider what it accepts of it
+  (Anthropic's `metadata.user_id`).
 """
 
 from __future__ import annotations
@@ -70,8 +70,46 @@ def litellm_settings(litellm: Any) -> frozenset[str]:
     return frozenset(names - OPENAI_FIELDS - SET_BY_THE_BACKEND)
 
 
+# Names LiteLLM (or a provider's handler in it) reads out of its keyword arguments without declaring
+# them: callbacks, parameter dropping, cloud credentials and endpoints, mocks. Matched by pattern
+# as well, because a new LiteLLM adds more of them.
+_SETTING_NAMES = frozenset(
+    (
+        "additional_drop_params",
+        "base_url",
+        "cache",
+        "caching",
+        "custom_llm_provider",
+        "deployment_id",
+        "drop_params",
+        "extra_headers",
+        "model_list",
+        "organization",
+        "region_name",
+        "timeout",
+    )
+)
+_SETTING_PREFIXES = (
+    "litellm",
+    "_",
+    "api_",
+    "aws_",
+    "azure_",
+    "vertex_",
+    "watsonx_",
+    "mock_",
+    "input_cost",
+    "output_cost",
+)
+
+
 def is_litellm_setting(litellm: Any, name: str) -> bool:
-    return name in litellm_settings(litellm) or name.startswith(("litellm", "_"))
+    return (
+        name in litellm_settings(litellm)
+        or name in _SETTING_NAMES
+        or name.startswith(_SETTING_PREFIXES)
+        or "callback" in name
+    )
 
 
 def litellm_arguments(
@@ -83,10 +121,12 @@ def litellm_arguments(
     for name, value in payload.items():
         if name in SET_BY_THE_BACKEND:
             continue
-        if name in OPENAI_FIELDS or not is_litellm_setting(litellm, name):
+        if name in OPENAI_FIELDS:
             arguments[name] = value
-        elif is_openai_compatible:
+        elif is_openai_compatible:  # the SDK merges extra_body into the body; LiteLLM never reads it
             extra_body[name] = value
+        elif not is_litellm_setting(litellm, name):
+            arguments[name] = value
         elif name == "metadata":
             arguments[name] = copy.deepcopy(value)  # LiteLLM writes its own keys into it
         else:

@@ -95,3 +95,23 @@ def test_a_litellm_setting_cannot_be_set_by_a_client(proxy):
         )
     assert info.value.response.json()["error"]["param"] == "mock_response"
     assert proxy.num_sent("claude") == num_sent
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["callbacks", "success_callback", "drop_params", "aws_bedrock_runtime_endpoint", "vertex_project", "mock_delay"],
+)
+def test_litellm_reads_none_of_its_own_settings_from_a_client(proxy, field):
+    """Callbacks would be installed for the whole process (every team's prompts to a logging
+    service); drop_params would silently drop what a model cannot take; cloud settings would
+    redirect or bill elsewhere."""
+    import litellm
+
+    before = [list(litellm.callbacks), list(litellm.success_callback), list(litellm._async_success_callback)]
+    value = ["langsmith"] if "callback" in field else "x"
+    proxy.sdk.chat.completions.create(model="gpt", messages=HI, extra_body={field: value})
+    assert proxy.last_sent("gpt")[field] == value  # an OpenAI-compatible provider gets a plain body field
+    with pytest.raises(openai.BadRequestError) as info:
+        proxy.sdk.chat.completions.create(model="claude", messages=HI, max_tokens=10, extra_body={field: value})
+    assert info.value.code == "unsupported_parameter" and info.value.param == field
+    assert [list(litellm.callbacks), list(litellm.success_callback), list(litellm._async_success_callback)] == before
