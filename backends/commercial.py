@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import traceback
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -57,6 +58,28 @@ def _retry_after_s(exc: Exception) -> float | None:
         return float(value) if value is not None else None
     except ValueError:
         return None
+
+
+def _refused_before_sending(exc: BaseException) -> bool:
+    """LiteLLM reports its own validation of a request as an APIConnectionError wrapping a plain
+    exception raised in LiteLLM's code; a real connection failure wraps a transport error."""
+    import aiohttp
+    import httpx
+
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and len(chain) < 10:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    if len(chain) < 2 or any(
+        isinstance(e, OSError | TimeoutError | httpx.HTTPError | aiohttp.ClientError) for e in chain
+    ):
+        return False
+    innermost = chain[-1]
+    if type(innermost) not in (Exception, ValueError, TypeError, KeyError):
+        return False
+    frames = traceback.extract_tb(innermost.__traceback__)
+    return bool(frames) and "litellm" in frames[-1].filename and "custom_httpx" not in frames[-1].filename
 
 
 class CommercialBackend(Backend):
@@ -143,6 +166,13 @@ class CommercialBackend(Backend):
             return BackendRateLimited(message, backend=self.name, retry_after_s=_retry_after_s(exc))
         if isinstance(exc, litellm.Timeout):
             return BackendTimeout(message, backend=self.name)
+        if isinstance(exc, litellm.APIConnectionError) and _refused_before_sending(exc):
+            # LiteLLM's own check of the request (e.g. a content part it cannot translate): the
+            # client's error, a 400 that no breaker counts
+            text = self._without_address(getattr(exc, "message", None) or exc).removeprefix(
+                "litellm.APIConnectionError: "
+            )
+            return InvalidRequest(f"{self.name}: {text}", param="messages")
         if isinstance(exc, litellm.ServiceUnavailableError | litellm.APIConnectionError):
             return BackendUnavailable(message, backend=self.name, retry_after_s=_retry_after_s(exc))
         if isinstance(exc, litellm.AuthenticationError | litellm.PermissionDeniedError):

@@ -78,3 +78,17 @@ def test_the_providers_refusal_of_our_key_is_not_the_clients_401(proxy):
         sdk.chat.completions.create(model="claude", messages=HI, max_tokens=10)
     assert info.value.status_code == 502
     assert "invalid x-api-key" in info.value.response.json()["error"]["message"]
+
+
+def test_a_message_litellm_cannot_translate_is_a_400_that_never_opens_the_breaker(proxy):
+    """LiteLLM reports its own check of a message as a connection error: it was a 503 counted by
+    the breaker, so a few malformed requests shut the model for everyone."""
+    sdk, base, _, anthropic = proxy
+    bogus = [{"role": "user", "content": [{"type": "bogus"}]}]
+    for _ in range(3 * FAIL_MAX):
+        with pytest.raises(openai.BadRequestError) as info:
+            sdk.chat.completions.create(model="claude", messages=bogus, max_tokens=10)
+    assert info.value.param == "messages" and "Invalid user message" in info.value.message
+    assert not anthropic.requests  # nothing was sent
+    assert httpx.get(base + "/health/ready").json()["breakers"]["claude"] == "closed"
+    assert sdk.chat.completions.create(model="claude", messages=HI, max_tokens=10).choices[0].message.content
