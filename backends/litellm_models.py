@@ -31,5 +31,5 @@ def capabilities_of(litellm: Any, litellm_model: str, api_base: str | None = Non
         vision=bool(litellm.supports_vision(**where)),
         logprobs="logprobs" in supported,
         n="n" in supported,
-        context_window=info.get("max_input_tokens") or info.get("max_tokens"),
+        context_window=info.get("max_input_tokens"),  # LiteLLM's max_tokens is often the output limit
     )

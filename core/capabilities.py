@@ -55,21 +55,24 @@ def needs(request: Any) -> dict[str, str]:
     Works on a chat request, a legacy completion request (which needs `logprobs` and `n` only), or
     anything with the same attributes; unknown attributes count as absent."""
     found: dict[str, str] = {}
-    if getattr(request, "tools", None) or getattr(request, "tool_choice", None) not in (None, "none"):
-        found["tools"] = "tools" if getattr(request, "tools", None) else "tool_choice"
+    for param, unused in (("tools", None), ("tool_choice", "none"), ("functions", None), ("function_call", "none")):
+        value = getattr(request, param, None)  # functions / function_call: the legacy form of tools
+        if value and value != unused:
+            found["tools"] = param
+            break
     response_format = getattr(request, "response_format", None)
     kind = response_format.get("type") if isinstance(response_format, dict) else None
     if kind in ("json_object", "json_schema"):
         found[kind] = "response_format"
     for message in getattr(request, "messages", None) or ():
         data = message if isinstance(message, dict) else vars(message) | (getattr(message, "model_extra", None) or {})
-        if "tools" not in found and (data.get("role") == "tool" or data.get("tool_calls")):
+        if "tools" not in found and (data.get("role") in ("tool", "function") or data.get("tool_calls")):
             found["tools"] = "messages"
         if "vision" not in found and _has_image(data.get("content")):
             found["vision"] = "messages"
-    logprobs = getattr(request, "logprobs", None)
-    if logprobs not in (None, False) or getattr(request, "top_logprobs", None):
-        found["logprobs"] = "logprobs" if logprobs not in (None, False) else "top_logprobs"
+    logprobs = getattr(request, "logprobs", None)  # a legacy completion's 0 asks for them too
+    if (logprobs is not None and logprobs is not False) or getattr(request, "top_logprobs", None):
+        found["logprobs"] = "logprobs" if logprobs is not None and logprobs is not False else "top_logprobs"
     n = getattr(request, "n", None)
     if isinstance(n, int) and n > 1:
         found["n"] = "n"

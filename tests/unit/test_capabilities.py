@@ -45,3 +45,13 @@ def test_overrides_replace_key_by_key_and_lacks_names_the_parameter():
     needed = needs(_chat(tools=[{}], messages=[{"role": "user", "content": [{"type": "image_url"}]}]))
     assert caps.lacks(needed) == [("vision", "messages")]
     assert Capabilities(tools=False, vision=False).lacks(needed) == [("tools", "tools"), ("vision", "messages")]
+
+
+def test_the_legacy_function_fields_need_tools_and_a_logprobs_of_0_needs_logprobs():
+    assert needs(_chat(functions=[{"name": "f"}])) == {"tools": "functions"}
+    assert needs(_chat(function_call="auto")) == {"tools": "function_call"}
+    assert needs(_chat(function_call="none")) == {}
+    history = [{"role": "function", "name": "f", "content": "42"}]
+    assert needs(ChatCompletionRequest.model_validate({"model": "m", "messages": history})) == {"tools": "messages"}
+    request = CompletionRequest.model_validate({"model": "m", "prompt": "hi", "logprobs": 0})
+    assert needs(request) == {"logprobs": "logprobs"}
