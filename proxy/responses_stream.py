@@ -64,16 +64,16 @@ class ResponsesShape(AnswerShape):
         if self._is_started:
             return []
         self._is_started = True
-        response = self.draft.response("in_progress", [])
+        response = self._response("in_progress")  # the answering model's name, as in every later event
         return [
             self._event("response.created", response=response),
             self._event("response.in_progress", response=response),
         ]
 
     def events(self, chunk: StreamChunk) -> Iterable[bytes]:
-        out = self._start()
         parsed = chunk.parsed
         self._model = parsed.get("model") or self._model
+        out = self._start()
         if parsed.get("usage"):
             self._usage = parsed["usage"]
         for choice in parsed.get("choices") or ():

@@ -283,6 +283,10 @@ def test_auto_routes_a_responses_request(proxy, stream):
     assert headers["x-switchyard-route"] == "auto:classifier=0.900>=0.450->large"
     assert headers["x-switchyard-model"] == "m-large"
     assert b"large " in body
+    if stream:  # every event names the model that answers, from response.created on
+        events = [orjson.loads(line[6:]) for line in body.splitlines() if line.startswith(b"data: ")]
+        models = {e["response"]["model"] for e in events if "response" in e}
+        assert models == {"m-large"} and events[0]["type"] == "response.created"
     assert states["small"].num_requests == 0
     assert len(wait_for_records(app, 1, request_id=headers["x-request-id"])) == 1
 
