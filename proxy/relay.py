@@ -106,6 +106,7 @@ async def decide(request: Request, parsed: AnyRequest, ctx: RequestContext) -> D
     elif parsed.model == CASCADE_MODEL:
         if state.cascade is None:
             raise cascade_not_configured()
+        _allowed(team, state.cascade.rungs[0].entry, CASCADE_MODEL)  # the cascade is the team's if its first rung is
         first, notes = state.cascade.first_capable(needed)
         entry = _allowed(team, first, CASCADE_MODEL)
         headers["x-switchyard-route"] = f"cascade->{entry.name}" + "".join(notes)
