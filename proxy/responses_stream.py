@@ -2,8 +2,9 @@
 
     response.created, response.in_progress
     per output item, in order:
-      message:       output_item.added, content_part.added, output_text.delta..., output_text.done,
-                     content_part.done, output_item.done
+      message:       output_item.added, then per part (output_text or refusal) content_part.added,
+                     output_text.delta... (refusal.delta...), then per part output_text.done
+                     (refusal.done) and content_part.done, then output_item.done
       function_call: output_item.added, function_call_arguments.delta..., function_call_arguments.done,
                      output_item.done
     response.completed (or response.incomplete: the answer hit max_output_tokens)
@@ -83,52 +84,51 @@ class ResponsesShape(AnswerShape):
             if delta.get("content"):
                 out += self._text(delta["content"])
             if delta.get("refusal"):
-                out += self._text("", refusal=delta["refusal"])
+                out += self._refusal(delta["refusal"])
             for call in delta.get("tool_calls") or ():
                 out += self._call(call)
             if choice.get("finish_reason"):
                 self._finish_reason = choice["finish_reason"]
         return out
 
-    def _text(self, text: str, refusal: str | None = None) -> list[bytes]:
+    def _part(self, kind: str) -> tuple[dict[str, Any], int, list[bytes]]:
+        """The open message item and the index of its last part, of `kind` (output_text or refusal),
+        opening either when needed, with the events that announce them."""
         out: list[bytes] = []
         if self._open is None or self._items[self._open]["type"] != "message":
             out += self._close()
             self._open = len(self._items)
-            item = message_item(new_id("msg"), "", status="in_progress")
+            item = message_item(new_id("msg"), "", status="in_progress") | {"content": []}
             self._items.append(item)
-            part = item["content"][0]
             out.append(self._event("response.output_item.added", output_index=self._open, item={**item, "content": []}))
-            out.append(self._added_part(part))
         item = self._items[self._open]
-        if refusal is not None:
-            parts = item["content"]
-            if parts[-1]["type"] != "refusal":
-                parts.append({"type": "refusal", "refusal": ""})
-            parts[-1]["refusal"] += refusal
-            return out
-        item["content"][0]["text"] += text
-        out.append(
-            self._event(
-                "response.output_text.delta",
-                item_id=item["id"],
-                output_index=self._open,
-                content_index=0,
-                delta=text,
-                logprobs=[],
+        parts = item["content"]
+        if not parts or parts[-1]["type"] != kind:
+            parts.append(message_item("", "")["content"][0] if kind == "output_text" else {"type": kind, "refusal": ""})
+            out.append(
+                self._event(
+                    "response.content_part.added",
+                    item_id=item["id"],
+                    output_index=self._open,
+                    content_index=len(parts) - 1,
+                    part=dict(parts[-1]),
+                )
             )
-        )
+        return item, len(parts) - 1, out
+
+    def _text(self, text: str) -> list[bytes]:
+        item, index, out = self._part("output_text")
+        item["content"][index]["text"] += text
+        ids = {"item_id": item["id"], "output_index": self._open, "content_index": index}
+        out.append(self._event("response.output_text.delta", **ids, delta=text, logprobs=[]))
         return out
 
-    def _added_part(self, part: dict[str, Any]) -> bytes:
-        item = self._items[self._open]  # type: ignore[index]
-        return self._event(
-            "response.content_part.added",
-            item_id=item["id"],
-            output_index=self._open,
-            content_index=0,
-            part={**part, "text": ""},
-        )
+    def _refusal(self, text: str) -> list[bytes]:
+        item, index, out = self._part("refusal")
+        item["content"][index]["refusal"] += text
+        ids = {"item_id": item["id"], "output_index": self._open, "content_index": index}
+        out.append(self._event("response.refusal.delta", **ids, delta=text))
+        return out
 
     def _call(self, call: dict[str, Any]) -> list[bytes]:
         out: list[bytes] = []
@@ -165,10 +165,13 @@ class ResponsesShape(AnswerShape):
         item["status"] = status
         out: list[bytes] = []
         if item["type"] == "message":
-            part = item["content"][0]
-            ids = {"item_id": item["id"], "output_index": output_index, "content_index": 0}
-            out.append(self._event("response.output_text.done", **ids, text=part["text"], logprobs=[]))
-            out.append(self._event("response.content_part.done", **ids, part=part))
+            for index, part in enumerate(item["content"]):
+                ids = {"item_id": item["id"], "output_index": output_index, "content_index": index}
+                if part["type"] == "refusal":
+                    out.append(self._event("response.refusal.done", **ids, refusal=part["refusal"]))
+                else:
+                    out.append(self._event("response.output_text.done", **ids, text=part["text"], logprobs=[]))
+                out.append(self._event("response.content_part.done", **ids, part=part))
         else:
             out.append(
                 self._event(

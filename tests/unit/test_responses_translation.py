@@ -9,7 +9,7 @@ from switchyard.core.body_limits import BodyLimits
 from switchyard.core.errors import ArrayTooLong, InvalidRequest, UnsupportedParameter
 from switchyard.core.protocol import StreamChunk
 from switchyard.core.responses_wire import ResponsesRequest
-from switchyard.proxy.responses import draft_for, responses_param, to_chat_request
+from switchyard.proxy.responses import draft_for, message_item, responses_param, to_chat_request
 from switchyard.proxy.responses_stream import ResponsesShape
 
 LIMITS = BodyLimits(max_json_depth=64, max_messages=8, max_prompt_chars=10_000, max_prompt_token_ids=100)
@@ -129,6 +129,27 @@ def test_a_stream_cut_by_the_token_limit_ends_incomplete():
     assert events[-1]["type"] == "response.incomplete"
     assert events[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
     assert events[-1]["response"]["output"][0]["status"] == "incomplete"
+
+
+def test_a_streamed_refusal_is_its_own_part_with_its_events_as_when_not_streamed():
+    shape = ResponsesShape(draft_for(ResponsesRequest.from_payload({"model": "m", "input": "hi"})))
+    events = _events(shape, _delta({"role": "assistant", "refusal": "I can"}), _delta({"refusal": "not."}, "stop"))
+    assert [e["type"] for e in events] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.refusal.delta",
+        "response.refusal.delta",
+        "response.refusal.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert events[3]["part"] == {"type": "refusal", "refusal": ""}
+    assert events[6]["refusal"] == "I cannot." and events[6]["content_index"] == 0
+    streamed = events[-1]["response"]["output"][0]
+    assert streamed["content"] == message_item(streamed["id"], "", refusal="I cannot.")["content"]
 
 
 @pytest.mark.parametrize(
