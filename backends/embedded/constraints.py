@@ -1,0 +1,120 @@
+"""Constrained decoding: the tokens a request may produce next, so that its answer is valid JSON.
+
+`response_format` json_object / json_schema and forced tool calls (`tool_choice` "required" or a
+named function) are decoded under a JSON-schema grammar: lm-format-enforcer's character-level
+parser walked along the tokenizer's prefix tree gives, at each step, the tokens that keep the text
+a prefix of a valid document (EOS only once it is complete). The sampler masks every other token
+before it chooses (`sampler.choose_tokens`); logprobs stay those of the model's own distribution.
+
+The tokenizer's side (every token decoded, a prefix tree) takes a few seconds for a 49k vocabulary;
+it is built once per engine, on first use, off the event loop (`JsonGrammar.prepare`).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import torch
+
+# Whitespace a model may put between JSON tokens in a row: a random or small model would
+# otherwise fill max_tokens with newlines.
+MAX_CONSECUTIVE_WHITESPACES = 4
+
+
+class JsonConstraint:
+    """One request's grammar state: which tokens may come next, advanced by each chosen token."""
+
+    def __init__(self, enforcer: Any) -> None:
+        self._enforcer = enforcer
+        self._generated: tuple[int, ...] = ()
+        self._masks: dict[int, torch.Tensor] = {}  # id(token list) -> its ids as a tensor
+
+    def allowed_token_ids(self) -> torch.Tensor:
+        tokens = self._enforcer.get_allowed_tokens(list(self._generated))
+        # The enforcer hands back the same list for a repeated parser state (inside a string, say).
+        key = id(tokens)
+        cached = self._masks.get(key)
+        if cached is None or cached[1] is not tokens:
+            cached = (torch.tensor(tokens.allowed_tokens, dtype=torch.long), tokens)
+            self._masks[key] = cached
+        return cached[0]
+
+    def advance(self, token_id: int) -> None:
+        previous = self._generated
+        self._generated = (*previous, token_id)
+        # The enforcer keys its states by the whole sequence; only the last one is needed again.
+        self._enforcer.prefix_states = {
+            k: v for k, v in self._enforcer.prefix_states.items() if len(k) == len(previous)
+        }
+
+
+class JsonGrammar:
+    """The tokenizer's side of JSON-constrained decoding, shared by all the requests of an engine."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self._data: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def is_prepared(self) -> bool:
+        return self._data is not None
+
+    def prepare(self) -> None:
+        """Decode the vocabulary into a prefix tree (blocking, seconds; call it off the event loop)."""
+        with self._lock:
+            if self._data is None:
+                self._data = _tokenizer_data(self._tokenizer)
+
+    def constraint(self, schema: dict[str, Any] | None) -> JsonConstraint:
+        """A fresh constraint for one answer: any JSON object when `schema` is None."""
+        from lmformatenforcer import CharacterLevelParserConfig, JsonSchemaParser, TokenEnforcer
+
+        if self._data is None:
+            self.prepare()
+        parser = JsonSchemaParser(schema if schema is not None else ANY_OBJECT)
+        enforcer = TokenEnforcer(self._data, parser)
+        # TokenEnforcer gives the parser a config of the tokenizer's alphabet; bound it further.
+        parser.config = CharacterLevelParserConfig(
+            alphabet=parser.config.alphabet,
+            max_consecutive_whitespaces=MAX_CONSECUTIVE_WHITESPACES,
+            force_json_field_order=True,  # required keys first, in order: a small model finishes sooner
+        )
+        return JsonConstraint(enforcer)
+
+
+ANY_OBJECT: dict[str, Any] = {"type": "object"}
+
+
+def _may_appear_in_json(text: str) -> bool:
+    """Control characters are invalid in a JSON string, and out of one only whitespace may be there;
+    a lone byte of a multi-byte character (decoded as U+FFFD) could leave the answer invalid UTF-8.
+    So the grammar never offers such tokens (a character that only byte tokens spell cannot be
+    written in JSON mode)."""
+    return "\ufffd" not in text and all(ch >= " " or ch in "\n\r" for ch in text)
+
+
+def _tokenizer_data(tokenizer: Any) -> Any:
+    """lm-format-enforcer's view of an HF tokenizer. Its own transformers integration imports a
+    module transformers 5 no longer has, so this is that function, on the public tokenizer API."""
+    from lmformatenforcer import TokenEnforcerTokenizerData
+
+    special_ids = set(tokenizer.all_special_ids)
+    zero = tokenizer.encode("0", add_special_tokens=False)[-1]
+    vocab_size = len(tokenizer)
+    regular = []
+    for token_id in range(vocab_size):
+        if token_id in special_ids:
+            continue
+        # Decoded after a "0" and cut, a token that starts a word keeps its leading space.
+        after_zero = tokenizer.decode([zero, token_id])[1:]
+        if not _may_appear_in_json(after_zero):
+            continue
+        alone = tokenizer.decode([token_id])
+        regular.append((token_id, after_zero, len(after_zero) > len(alone)))
+
+    def decode(token_ids: list[int]) -> str:
+        return tokenizer.decode(token_ids).rstrip("\ufffd")
+
+    return TokenEnforcerTokenizerData(regular, decode, tokenizer.eos_token_id, False, vocab_size)
