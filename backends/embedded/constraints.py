@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-# Whitespace a model may put between JSON tokens in a row: a random or small model would
+# Whitespace a model may put in a row between JSON tokens (so no deep indentation): a small model would
 # otherwise fill max_tokens with newlines.
-MAX_CONSECUTIVE_WHITESPACES = 4
+MAX_CONSECUTIVE_WHITESPACES = 2
 
 
 class JsonConstraint:
