@@ -12,6 +12,7 @@ it is built once per engine, on first use, off the event loop (`JsonGrammar.prep
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
@@ -25,28 +26,59 @@ MAX_CONSECUTIVE_WHITESPACES = 2
 class JsonConstraint:
     """One request's grammar state: which tokens may come next, advanced by each chosen token."""
 
-    def __init__(self, enforcer: Any) -> None:
+    def __init__(self, enforcer: Any, grammar: JsonGrammar) -> None:
         self._enforcer = enforcer
+        self._grammar = grammar
         self._generated: tuple[int, ...] = ()
-        self._masks: dict[int, torch.Tensor] = {}  # id(token list) -> its ids as a tensor
+        self._masks: dict[int, tuple[torch.Tensor, Any]] = {}  # id(token list) -> (its ids, the list)
+        self._lexer = _Lexer()
 
     def allowed_token_ids(self) -> torch.Tensor:
         tokens = self._enforcer.get_allowed_tokens(list(self._generated))
         # The enforcer hands back the same list for a repeated parser state (inside a string, say).
-        key = id(tokens)
-        cached = self._masks.get(key)
+        cached = self._masks.get(id(tokens))
         if cached is None or cached[1] is not tokens:
             cached = (torch.tensor(tokens.allowed_tokens, dtype=torch.long), tokens)
-            self._masks[key] = cached
-        return cached[0]
+            self._masks[id(tokens)] = cached
+        allowed = cached[0]
+        # lm-format-enforcer 0.11 lets an object close right after a comma ({"a": 1,}).
+        if self._lexer.follows_comma:
+            allowed = allowed[~self._grammar.closes_object[allowed]]
+        elif not self._lexer.is_in_string:
+            allowed = allowed[~self._grammar.comma_closes_object[allowed]]
+        return allowed
 
     def advance(self, token_id: int) -> None:
         previous = self._generated
         self._generated = (*previous, token_id)
+        self._lexer.feed(self._grammar.token_strs.get(token_id, ""))
         # The enforcer keys its states by the whole sequence; only the last one is needed again.
         self._enforcer.prefix_states = {
             k: v for k, v in self._enforcer.prefix_states.items() if len(k) == len(previous)
         }
+
+
+class _Lexer:
+    """Just enough of JSON's lexing to know whether the text so far ends in a comma outside strings."""
+
+    __slots__ = ("is_in_string", "is_escaped", "follows_comma")
+
+    def __init__(self) -> None:
+        self.is_in_string = self.is_escaped = self.follows_comma = False
+
+    def feed(self, text: str) -> None:
+        for ch in text:
+            if self.is_in_string:
+                if self.is_escaped:
+                    self.is_escaped = False
+                elif ch == "\\":
+                    self.is_escaped = True
+                elif ch == '"':
+                    self.is_in_string = False
+            elif ch == '"':
+                self.is_in_string, self.follows_comma = True, False
+            elif not ch.isspace():
+                self.follows_comma = ch == ","
 
 
 class JsonGrammar:
@@ -56,6 +88,10 @@ class JsonGrammar:
         self._tokenizer = tokenizer
         self._data: Any = None
         self._lock = threading.Lock()
+        self.token_strs: dict[int, str] = {}
+        # by token id: its text starts with "}"; it holds a comma then "}" (outside a string)
+        self.closes_object = torch.zeros(0, dtype=torch.bool)
+        self.comma_closes_object = torch.zeros(0, dtype=torch.bool)
 
     @property
     def is_prepared(self) -> bool:
@@ -65,7 +101,14 @@ class JsonGrammar:
         """Decode the vocabulary into a prefix tree (blocking, seconds; call it off the event loop)."""
         with self._lock:
             if self._data is None:
-                self._data = _tokenizer_data(self._tokenizer)
+                data = _tokenizer_data(self._tokenizer)
+                self.token_strs = {token_id: text for token_id, text, _ in data.regular_tokens}
+                self.closes_object = torch.zeros(data.vocab_size + 1, dtype=torch.bool)
+                self.comma_closes_object = torch.zeros(data.vocab_size + 1, dtype=torch.bool)
+                for token_id, text in self.token_strs.items():
+                    self.closes_object[token_id] = text.lstrip().startswith("}")
+                    self.comma_closes_object[token_id] = _COMMA_CLOSE.match(text) is not None
+                self._data = data
 
     def constraint(self, schema: dict[str, Any] | None) -> JsonConstraint:
         """A fresh constraint for one answer: any JSON object when `schema` is None."""
@@ -81,10 +124,11 @@ class JsonGrammar:
             max_consecutive_whitespaces=MAX_CONSECUTIVE_WHITESPACES,
             force_json_field_order=True,  # required keys first, in order: a small model finishes sooner
         )
-        return JsonConstraint(enforcer)
+        return JsonConstraint(enforcer, self)
 
 
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
+_COMMA_CLOSE = re.compile(r'^[^"]*,\s*}')
 
 
 def _may_appear_in_json(text: str) -> bool:
@@ -101,6 +145,7 @@ def _tokenizer_data(tokenizer: Any) -> Any:
     from lmformatenforcer import TokenEnforcerTokenizerData
 
     special_ids = set(tokenizer.all_special_ids)
+    special_ids |= {token_id for token_id, added in tokenizer.added_tokens_decoder.items() if added.special}
     zero = tokenizer.encode("0", add_special_tokens=False)[-1]
     vocab_size = len(tokenizer)
     regular = []
