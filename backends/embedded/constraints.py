@@ -21,6 +21,7 @@ import torch
 # Whitespace a model may put in a row between JSON tokens (so no deep indentation): a small model would
 # otherwise fill max_tokens with newlines.
 MAX_CONSECUTIVE_WHITESPACES = 2
+MAX_CACHED_MASKS = 16  # allowed-token tensors kept per request (up to 8 bytes per vocabulary entry)
 
 
 class JsonConstraint:
@@ -39,6 +40,8 @@ class JsonConstraint:
         cached = self._masks.get(id(tokens))
         if cached is None or cached[1] is not tokens:
             cached = (torch.tensor(tokens.allowed_tokens, dtype=torch.long), tokens)
+            if len(self._masks) >= MAX_CACHED_MASKS:  # most states are new ones: keep a few
+                del self._masks[next(iter(self._masks))]
             self._masks[id(tokens)] = cached
         allowed = cached[0]
         # lm-format-enforcer 0.11 lets an object close right after a comma ({"a": 1,}).
