@@ -44,10 +44,20 @@ class JsonConstraint:
                 del self._masks[next(iter(self._masks))]
             self._masks[id(tokens)] = cached
         allowed = cached[0]
-        # lm-format-enforcer 0.11 lets an object close right after a comma ({"a": 1,}).
-        if self._lexer.follows_comma:
+        # Holes in lm-format-enforcer 0.11's JSON: an object may close right after a comma
+        # ({"a": 1,}), an exponent may follow a decimal point with no digit between (1.e5), a
+        # string may take a raw line break or end unclosed.
+        if self._lexer.is_in_string:
+            # The parser counts whitespace in strings too, but its fast path for free text does not
+            # check the count: a space past it would end the string unclosed.
+            grammar = self._grammar
+            fits = grammar.leading_spaces[allowed] + self._lexer.num_spaces <= MAX_CONSECUTIVE_WHITESPACES
+            allowed = allowed[fits & ~grammar.has_line_break[allowed] & ~grammar.has_long_space_run[allowed]]
+        elif self._lexer.last == ",":
             allowed = allowed[~self._grammar.closes_object[allowed]]
-        elif not self._lexer.is_in_string:
+        elif self._lexer.last == ".":
+            allowed = allowed[self._grammar.starts_with_digit[allowed]]
+        else:
             allowed = allowed[~self._grammar.comma_closes_object[allowed]]
         return allowed
 
@@ -62,15 +72,18 @@ class JsonConstraint:
 
 
 class _Lexer:
-    """Just enough of JSON's lexing to know whether the text so far ends in a comma outside strings."""
+    """Just enough of JSON's lexing to know the last character outside strings (and being in one)."""
 
-    __slots__ = ("is_in_string", "is_escaped", "follows_comma")
+    __slots__ = ("is_in_string", "is_escaped", "last", "num_spaces")
 
     def __init__(self) -> None:
-        self.is_in_string = self.is_escaped = self.follows_comma = False
+        self.is_in_string = self.is_escaped = False
+        self.last = ""  # the last non-whitespace character outside strings; "" in a string
+        self.num_spaces = 0  # whitespace characters at the end, in a row
 
     def feed(self, text: str) -> None:
         for ch in text:
+            self.num_spaces = self.num_spaces + 1 if ch in _WHITESPACE else 0
             if self.is_in_string:
                 if self.is_escaped:
                     self.is_escaped = False
@@ -79,9 +92,9 @@ class _Lexer:
                 elif ch == '"':
                     self.is_in_string = False
             elif ch == '"':
-                self.is_in_string, self.follows_comma = True, False
+                self.is_in_string, self.last = True, ""
             elif not ch.isspace():
-                self.follows_comma = ch == ","
+                self.last = ch
 
 
 class JsonGrammar:
@@ -92,9 +105,16 @@ class JsonGrammar:
         self._data: Any = None
         self._lock = threading.Lock()
         self.token_strs: dict[int, str] = {}
-        # by token id: its text starts with "}"; it holds a comma then "}" (outside a string)
+        self._alphabet = ""
+        # by token id: its text starts with "}"; it holds a comma then "}" (outside a string); it
+        # starts with a digit; it holds a line break; its whitespace at the start; it holds more
+        # whitespace in a row than allowed
         self.closes_object = torch.zeros(0, dtype=torch.bool)
+        self.has_line_break = torch.zeros(0, dtype=torch.bool)
+        self.leading_spaces = torch.zeros(0, dtype=torch.long)
+        self.has_long_space_run = torch.zeros(0, dtype=torch.bool)
         self.comma_closes_object = torch.zeros(0, dtype=torch.bool)
+        self.starts_with_digit = torch.zeros(0, dtype=torch.bool)
 
     @property
     def is_prepared(self) -> bool:
@@ -106,11 +126,21 @@ class JsonGrammar:
             if self._data is None:
                 data = _tokenizer_data(self._tokenizer)
                 self.token_strs = {token_id: text for token_id, text, _ in data.regular_tokens}
+                self._alphabet = "".join(sorted({ch for text in self.token_strs.values() for ch in text}))
                 self.closes_object = torch.zeros(data.vocab_size + 1, dtype=torch.bool)
                 self.comma_closes_object = torch.zeros(data.vocab_size + 1, dtype=torch.bool)
+                self.starts_with_digit = torch.zeros(data.vocab_size + 1, dtype=torch.bool)
+                self.has_line_break = torch.zeros(data.vocab_size + 1, dtype=torch.bool)
+                self.leading_spaces = torch.zeros(data.vocab_size + 1, dtype=torch.long)
+                self.has_long_space_run = torch.zeros(data.vocab_size + 1, dtype=torch.bool)
                 for token_id, text in self.token_strs.items():
                     self.closes_object[token_id] = text.lstrip().startswith("}")
                     self.comma_closes_object[token_id] = _COMMA_CLOSE.match(text) is not None
+                    self.starts_with_digit[token_id] = text[:1].isdigit()
+                    self.has_line_break[token_id] = "\n" in text or "\r" in text
+                    self.leading_spaces[token_id] = len(text) - len(text.lstrip(_WHITESPACE))
+                    runs = re.findall(f"[{_WHITESPACE}]+", text)
+                    self.has_long_space_run[token_id] = max(map(len, runs), default=0) > MAX_CONSECUTIVE_WHITESPACES
                 self._data = data
 
     def constraint(self, schema: dict[str, Any] | None) -> JsonConstraint:
@@ -119,18 +149,22 @@ class JsonGrammar:
 
         if self._data is None:
             self.prepare()
-        parser = JsonSchemaParser(schema if schema is not None else ANY_OBJECT)
-        enforcer = TokenEnforcer(self._data, parser)
-        # TokenEnforcer gives the parser a config of the tokenizer's alphabet; bound it further.
-        parser.config = CharacterLevelParserConfig(
-            alphabet=parser.config.alphabet,
+        # Every character any token holds: the parser's default alphabet (and the one TokenEnforcer
+        # sets, the characters tokens start with) lacks some, and its fast path for free text offers
+        # tokens with them anyway; a character outside the alphabet then ended the string unclosed.
+        config = CharacterLevelParserConfig(
+            alphabet=self._alphabet,
             max_consecutive_whitespaces=MAX_CONSECUTIVE_WHITESPACES,
             force_json_field_order=True,  # required keys first, in order: a small model finishes sooner
         )
+        parser = JsonSchemaParser(schema if schema is not None else ANY_OBJECT, config=config)
+        enforcer = TokenEnforcer(self._data, parser)
+        parser.config = config
         return JsonConstraint(enforcer, self)
 
 
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
+_WHITESPACE = " \t\n\r"  # JSON's, as the parser counts them
 _COMMA_CLOSE = re.compile(r'^[^"]*,\s*}')
 
 
