@@ -59,6 +59,8 @@ class JsonConstraint:
             allowed = allowed[self._grammar.starts_with_digit[allowed]]
         else:
             allowed = allowed[~self._grammar.comma_closes_object[allowed]]
+        if not len(allowed):  # never seen; an empty mask would leave the sampler nothing to choose
+            return torch.tensor(sorted(self._grammar.eos_token_ids), dtype=torch.long)
         return allowed
 
     def advance(self, token_id: int) -> None:
@@ -105,6 +107,8 @@ class JsonGrammar:
         self._data: Any = None
         self._lock = threading.Lock()
         self.token_strs: dict[int, str] = {}
+        eos = tokenizer.eos_token_id
+        self.eos_token_ids: set[int] = {eos} if isinstance(eos, int) else set(eos or ())
         self._alphabet = ""
         # by token id: its text starts with "}"; it holds a comma then "}" (outside a string); it
         # starts with a digit; it holds a line break; its whitespace at the start; it holds more
