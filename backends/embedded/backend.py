@@ -106,7 +106,7 @@ class EmbeddedBackend(Backend):
         400, never an answer that ignored part of it."""
         lacking = self.capabilities().lacks(needs(request))
         if lacking:
-            capability, param = lacking[0]
+            param = lacking[0][1]
             raise UnsupportedParameter(
                 f"Model '{self.name}' does not support {explain(lacking)} ({param}).", param=param
             )
