@@ -8,6 +8,20 @@ CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
+# A template that renders tools, assistant tool calls and tool results (the shape of Hermes-style
+# templates, with this tokenizer's special tokens).
+TOOLS_CHAT_TEMPLATE = (
+    "{% if tools %}<|system|>You may call these tools: {{ tools | tojson }}<|end|>{% endif %}"
+    "{% for m in messages %}"
+    "{% if m['role'] == 'assistant' and m.get('tool_calls') %}<|assistant|>"
+    "{% for call in m['tool_calls'] %}<tool_call>{{ {'name': call['function']['name'], "
+    "'arguments': call['function']['arguments']} | tojson }}</tool_call>{% endfor %}<|end|>"
+    "{% elif m['role'] == 'tool' %}<|user|><tool_response id={{ m['tool_call_id'] }}>{{ m['content'] }}"
+    "</tool_response><|end|>"
+    "{% else %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
 CORPUS = [
     "the quick brown fox jumps over the lazy dog",
     "a stitch in time saves nine and the early bird catches the worm",
@@ -16,7 +30,7 @@ CORPUS = [
 ] * 20
 
 
-def build_tiny_model(path: Path) -> Path:
+def build_tiny_model(path: Path, chat_template: str = CHAT_TEMPLATE) -> Path:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -30,7 +44,7 @@ def build_tiny_model(path: Path) -> Path:
     )
     tokenizer.train_from_iterator(CORPUS, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>", pad_token="<eos>")
-    fast.chat_template = CHAT_TEMPLATE
+    fast.chat_template = chat_template
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=tokenizer.get_vocab_size(),

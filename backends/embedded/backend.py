@@ -12,8 +12,11 @@ from typing import Any
 from switchyard.backends.assemble import AnswerAssembler
 from switchyard.backends.base import AnyRequest, Backend, BackendHealth, answered_by
 from switchyard.backends.embedded import openai_format as fmt
+from switchyard.backends.embedded import tool_calls
+from switchyard.backends.embedded.constraints import JsonGrammar
 from switchyard.backends.embedded.engine import EmbeddedEngine, EngineLimits
-from switchyard.core.errors import BackendUnavailable
+from switchyard.core.capabilities import Capabilities, explain, needs
+from switchyard.core.errors import BackendUnavailable, InvalidRequest, UnsupportedParameter
 from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
 from switchyard.core.urls import replica_label
 
@@ -40,6 +43,7 @@ class EmbeddedBackend(Backend):
         self._num_threads = num_threads
         self._cache_dir = cache_dir
         self.engine: EmbeddedEngine | None = None
+        self._grammar: JsonGrammar | None = None
         self._load_error: str | None = None
         self.label = replica_label("embedded", 0)
 
@@ -60,6 +64,7 @@ class EmbeddedBackend(Backend):
             logger.error("model %s (%s) failed to load: %s", self.name, self.model_spec, self._load_error)
             return
         self.engine = engine
+        self._grammar = JsonGrammar(tokenizer)
         logger.info("model %s (%s) is ready", self.name, self.model_spec)
 
     async def aclose(self) -> None:
@@ -81,6 +86,31 @@ class EmbeddedBackend(Backend):
             return BackendHealth(True, f"running; KV blocks reserved {used:.0%}; waiting {self.engine.num_waiting}")
         return BackendHealth(False, self._load_error or "loading")
 
+    def capabilities(self) -> Capabilities:
+        """What the engine really does. Tools only when the loaded model's chat template renders them
+        (until it is loaded: no tools), one call per answer, one choice per request, no images."""
+        tools = self.engine is not None and tool_calls.renders_tools(self.engine.tokenizer)
+        return Capabilities(
+            tools=tools,
+            parallel_tool_calls=False,
+            json_object=True,
+            json_schema=True,
+            vision=False,
+            logprobs=True,
+            n=False,
+            context_window=self.limits.context_window,
+        )
+
+    def _refuse_what_it_cannot_do(self, request: AnyRequest) -> None:
+        """The same check routing makes, here too: a request that reaches this backend anyway gets a
+        400, never an answer that ignored part of it."""
+        lacking = self.capabilities().lacks(needs(request))
+        if lacking:
+            param = lacking[0][1]
+            raise UnsupportedParameter(
+                f"Model '{self.name}' does not support {explain(lacking)} ({param}).", param=param
+            )
+
     def _engine(self) -> EmbeddedEngine:
         if self.engine is None:
             detail = self._load_error or "the model is still loading"
@@ -90,8 +120,9 @@ class EmbeddedBackend(Backend):
 
     # -- requests -------------------------------------------------------------------------------
 
-    def _prepare(self, request: AnyRequest):
+    async def _prepare(self, request: AnyRequest):
         engine = self._engine()
+        self._refuse_what_it_cannot_do(request)
         tokenizer = engine.tokenizer
         is_chat = isinstance(request, ChatCompletionRequest)
         prompt_ids = (
@@ -101,7 +132,26 @@ class EmbeddedBackend(Backend):
         if is_chat and not getattr(tokenizer, "chat_template", None) and len(params.stop) < 4:
             # A base model answering a plain transcript would go on to write the user's next turn.
             params.stop = (*params.stop, fmt.FALLBACK_TURN_STOP)
+        if is_chat:
+            params.constraint = await self._constraint(request)
         return engine, tokenizer, is_chat, prompt_ids, params
+
+    async def _constraint(self, request: ChatCompletionRequest):
+        """The JSON grammar the answer is decoded under: a forced tool call's, else response_format's."""
+        schema = tool_calls.call_schema(request) if tool_calls.uses_tools(request) else None
+        param = "tool_choice"
+        if schema is None:
+            is_json, schema = fmt.response_schema(request)
+            param = "response_format"
+            if not is_json:
+                return None
+        assert self._grammar is not None
+        if not self._grammar.is_prepared:
+            await asyncio.to_thread(self._grammar.prepare)
+        try:
+            return self._grammar.constraint(schema)
+        except Exception as exc:  # the schema parser's own errors: a schema it cannot follow
+            raise InvalidRequest(f"{self.name} cannot follow this JSON schema: {exc}", param=param) from exc
 
     async def complete(self, request: AnyRequest) -> CompletionResult:
         assembler = AnswerAssembler(self.name)
@@ -110,7 +160,7 @@ class EmbeddedBackend(Backend):
         return assembler.result()
 
     async def stream(self, request: AnyRequest) -> AsyncIterator[StreamChunk]:
-        engine, tokenizer, is_chat, prompt_ids, params = self._prepare(request)
+        engine, tokenizer, is_chat, prompt_ids, params = await self._prepare(request)
         base = {
             "id": ("chatcmpl-" if is_chat else "cmpl-") + uuid.uuid4().hex,
             "object": "chat.completion.chunk" if is_chat else "text_completion",
@@ -118,12 +168,18 @@ class EmbeddedBackend(Backend):
             "model": self.name,
         }
         wants_logprobs = bool(request.logprobs) if is_chat else request.logprobs is not None
+        # An answer that may be a tool call is held back until it is whole: only then is it known
+        # whether it is a call (sent as tool_calls) or text.
+        holds_back = is_chat and tool_calls.uses_tools(request)
+        held_text: list[str] = []
+        held_logprobs: list[dict] = []
         assembler = fmt.TextAssembler(tokenizer, params.stop)
         steps = engine.generate(prompt_ids, params)
         num_generated, finish_reason, offset = 0, "length", 0
         try:
             if is_chat:
-                yield self._chunk(base, {"role": "assistant", "content": ""}, None, None, is_chat)
+                head = {"role": "assistant"} if holds_back else {"role": "assistant", "content": ""}
+                yield self._chunk(base, head, None, None, is_chat)
             async for step in steps:
                 num_generated += 1
                 if step.token_id in engine.eos_token_ids:
@@ -139,7 +195,10 @@ class EmbeddedBackend(Backend):
                     else:
                         logprobs = fmt.completion_logprobs(tokenizer, [(step.token_id, step.logprob, step.top)], offset)
                 offset += len(text)
-                if text or logprobs:
+                if holds_back:
+                    held_text.append(text)
+                    held_logprobs += logprobs["content"] if logprobs else []
+                elif text or logprobs:
                     yield self._chunk(base, {"content": text} if is_chat else text, logprobs, None, is_chat)
                 if assembler.is_stopped:
                     finish_reason = "stop"
@@ -147,6 +206,17 @@ class EmbeddedBackend(Backend):
         finally:
             await steps.aclose()
         rest = assembler.flush()
+        if holds_back:
+            text = "".join(held_text) + rest
+            logprobs = {"content": held_logprobs} if wants_logprobs else None
+            calls = tool_calls.parse_tool_calls(text, request) if finish_reason == "stop" else []
+            if calls:
+                for index, call in enumerate(calls):
+                    yield self._chunk(base, _call_delta(index, call), logprobs if index == 0 else None, None, True)
+                finish_reason = "tool_calls"
+            elif text or logprobs:
+                yield self._chunk(base, {"content": text}, logprobs, None, True)
+            rest = ""
         yield self._chunk(base, ({"content": rest} if rest else {}) if is_chat else rest, None, finish_reason, is_chat)
         yield StreamChunk.from_dict({**base, "choices": [], "usage": fmt.usage(len(prompt_ids), num_generated)})
 
@@ -160,3 +230,9 @@ class EmbeddedBackend(Backend):
         choice["logprobs"] = logprobs
         choice["finish_reason"] = finish_reason
         return StreamChunk.from_dict({**base, "choices": [choice]})
+
+
+def _call_delta(index: int, call: dict[str, Any]) -> dict[str, Any]:
+    """One whole call as a stream delta: id, name and arguments at once (OpenAI may split the arguments
+    over several deltas; clients join them either way)."""
+    return {"tool_calls": [{"index": index, **call}]}

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from switchyard.backends.embedded import tool_calls
 from switchyard.backends.embedded.sampler import MAX_TOP_LOGPROBS, SamplingParams
 from switchyard.core.errors import InvalidRequest
 from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest, message_text
@@ -14,15 +15,36 @@ FALLBACK_TURN_STOP = "\nUser:"
 FALLBACK_TEMPLATE_ROLES = {"system": "System", "developer": "System", "user": "User", "assistant": "Assistant"}
 
 
+def chat_prompt(tokenizer, request: ChatCompletionRequest) -> str:
+    """The prompt text: the model's chat template over the messages (tool calls and results in the
+    history included) and, unless tool_choice is "none", the tools."""
+    messages = tool_calls.hf_messages(request)
+    tools = tool_calls.hf_tools(request) if tool_calls.uses_tools(request) else None
+    return tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True, tokenize=False)
+
+
 def chat_prompt_ids(tokenizer, request: ChatCompletionRequest) -> list[int]:
-    messages = [{"role": m.role, "content": message_text(m.content)} for m in request.messages]
     if getattr(tokenizer, "chat_template", None):
-        return list(
-            tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
-        )
+        # The template writes the special tokens itself.
+        return tokenizer.encode(chat_prompt(tokenizer, request), add_special_tokens=False)
+    messages = [{"role": m.role, "content": message_text(m.content)} for m in request.messages]
     # A base model has no template: a plain transcript that ends where the assistant speaks.
     lines = [f"{FALLBACK_TEMPLATE_ROLES.get(m['role'], m['role'].title())}: {m['content']}" for m in messages]
     return tokenizer.encode("\n".join(lines) + "\nAssistant:")
+
+
+def response_schema(request: ChatCompletionRequest) -> tuple[bool, dict[str, Any] | None]:
+    """(JSON asked for, its schema): `response_format` json_object is any object, json_schema its schema."""
+    response_format = request.response_format or {}
+    kind = response_format.get("type")
+    if kind == "json_object":
+        return True, None
+    if kind == "json_schema":
+        schema = (response_format.get("json_schema") or {}).get("schema")
+        if not isinstance(schema, dict):
+            raise InvalidRequest("response_format json_schema needs json_schema.schema.", param="response_format")
+        return True, schema
+    return False, None
 
 
 def completion_prompt_ids(tokenizer, request: CompletionRequest) -> list[int]:

@@ -8,10 +8,19 @@ distribution (before temperature), with the top alternatives when asked.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
 MAX_TOP_LOGPROBS = 20
+
+
+class TokenConstraint(Protocol):
+    """What a request's tokens must follow (a JSON grammar, `constraints.py`)."""
+
+    def allowed_token_ids(self) -> torch.Tensor: ...
+
+    def advance(self, token_id: int) -> None: ...
 
 
 @dataclass(slots=True)
@@ -23,6 +32,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     top_logprobs: int = 0  # alternatives to keep per token (0..20)
     generator: torch.Generator | None = field(default=None, repr=False)
+    constraint: TokenConstraint | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.temperature > 0 and self.seed is not None:
@@ -47,10 +57,13 @@ def choose_tokens(logits: torch.Tensor, params: list[SamplingParams]) -> list[To
     max_top = max((p.top_logprobs for p in params), default=0)
     top_values, top_ids = torch.topk(logprobs, k=max_top, dim=-1) if max_top else (None, None)
     for row, p in enumerate(params):
+        row_logits = logits[row] if p.constraint is None else _masked(logits[row], p.constraint.allowed_token_ids())
         if p.is_greedy:
-            token_id = int(torch.argmax(logprobs[row]))
+            token_id = int(torch.argmax(row_logits))
         else:
-            token_id = _sample(logits[row], p)
+            token_id = _sample(row_logits, p)
+        if p.constraint is not None:
+            p.constraint.advance(token_id)
         top: list[tuple[int, float]] = []
         if p.top_logprobs and top_ids is not None:
             top = list(
@@ -58,6 +71,12 @@ def choose_tokens(logits: torch.Tensor, params: list[SamplingParams]) -> list[To
             )
         choices.append(TokenChoice(token_id, float(logprobs[row, token_id]), top))
     return choices
+
+
+def _masked(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    masked = torch.full_like(logits, float("-inf"))
+    masked[allowed] = logits[allowed]
+    return masked
 
 
 def _sample(logits: torch.Tensor, params: SamplingParams) -> int:
