@@ -15,8 +15,8 @@ from switchyard.backends.embedded import openai_format as fmt
 from switchyard.backends.embedded import tool_calls
 from switchyard.backends.embedded.constraints import JsonGrammar
 from switchyard.backends.embedded.engine import EmbeddedEngine, EngineLimits
-from switchyard.core.capabilities import Capabilities, explain, needs
-from switchyard.core.errors import BackendUnavailable, InvalidRequest, UnsupportedParameter
+from switchyard.core.capabilities import Capabilities, needs, unsupported
+from switchyard.core.errors import BackendUnavailable, InvalidRequest
 from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
 from switchyard.core.urls import replica_label
 
@@ -106,10 +106,7 @@ class EmbeddedBackend(Backend):
         400, never an answer that ignored part of it."""
         lacking = self.capabilities().lacks(needs(request))
         if lacking:
-            param = lacking[0][1]
-            raise UnsupportedParameter(
-                f"Model '{self.name}' does not support {explain(lacking)} ({param}).", param=param
-            )
+            raise unsupported(self.name, lacking)
 
     def _engine(self) -> EmbeddedEngine:
         if self.engine is None:

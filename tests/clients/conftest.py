@@ -7,9 +7,7 @@
     auto         tiers small, large: the score is read out of the prompt ("score=0.9"), else 0
     cascade      tiny, then gpt; tiny's answers are always accepted
 
-The fakes answer tools and JSON modes (tests/clients/upstreams.py). `@pytest.mark.needs_part("a")`
-marks a test whose behaviour another part of issue 16 brings: it must fail until then (strict
-xfail), and passes once the marker is removed after the merge.
+The fakes answer tools and JSON modes (tests/clients/upstreams.py).
 """
 
 from __future__ import annotations
@@ -57,12 +55,6 @@ def sampling(model: str) -> dict:
 
 EXPLICIT = ("gpt", "gpt-litellm", "claude", "tiny")
 EVERY_MODEL = (*EXPLICIT, "auto", "cascade")
-
-
-def pytest_collection_modifyitems(config, items) -> None:
-    for item in items:
-        for marker in item.iter_markers("needs_part"):
-            item.add_marker(pytest.mark.xfail(strict=True, reason=f"needs part {', '.join(marker.args)} of issue 16"))
 
 
 @dataclass

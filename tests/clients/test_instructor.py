@@ -31,14 +31,12 @@ def test_response_model(client, model, mode):
     assert verdict.model_dump() == {"answer": "yes", "sure": True}  # a subclass instructor makes of Verdict
 
 
-@pytest.mark.needs_part("b")
 def test_response_model_through_auto_reaches_a_model_that_calls_tools(client):
     structured = instructor.from_openai(client, mode=instructor.Mode.TOOLS)
     verdict = structured.chat.completions.create(model="auto", messages=ASK, response_model=Verdict, max_retries=0)
     assert verdict.model_dump() == {"answer": "yes", "sure": True}  # a subclass instructor makes of Verdict
 
 
-@pytest.mark.needs_part("b")
 def test_response_model_on_the_embedded_model_in_json_schema_mode(client):
     structured = instructor.from_openai(client, mode=instructor.Mode.JSON_SCHEMA)
     verdict = structured.chat.completions.create(

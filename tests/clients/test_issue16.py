@@ -70,7 +70,6 @@ def test_litellm_refuses_what_its_provider_lacks_instead_of_dropping_it(sdk):
 # -- 2. models that answered what they cannot do ---------------------------------------------
 
 
-@pytest.mark.needs_part("b")
 @pytest.mark.parametrize(
     ("kwargs", "param"),
     [
@@ -86,7 +85,6 @@ def test_the_embedded_model_refuses_what_it_cannot_do(sdk, kwargs, param):
     assert "'tiny'" in info.value.message
 
 
-@pytest.mark.needs_part("b")
 def test_the_embedded_model_answers_json_schema_with_json_that_fits(sdk):
     schema = {
         "type": "object",
@@ -104,7 +102,6 @@ def test_the_embedded_model_answers_json_schema_with_json_that_fits(sdk):
     assert answer["answer"] in ("yes", "no") and isinstance(answer["sure"], bool)
 
 
-@pytest.mark.needs_part("b")
 @pytest.mark.parametrize(
     "kwargs",
     [{"tools": [WEATHER_TOOL], "tool_choice": "required"}, {"messages": IMAGE}],
@@ -144,7 +141,6 @@ def test_the_answer_names_the_configured_model_and_the_upstreams_in_a_header(sdk
 # -- 4. endpoints users reach for --------------------------------------------------------------
 
 
-@pytest.mark.needs_part("b")
 def test_retrieve_a_model_and_its_capabilities(sdk):
     card = sdk.models.retrieve("gpt")
     assert (card.id, card.object) == ("gpt", "model")

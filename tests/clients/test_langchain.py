@@ -85,7 +85,6 @@ def test_a_tool_message_round_trip(switchyard, model):
     assert not answer.tool_calls
 
 
-@pytest.mark.needs_part("b")
 @pytest.mark.parametrize("model", ("auto", "cascade"))
 def test_bind_tools_through_auto_and_cascade(switchyard, model):
     message = chat(switchyard, model).bind_tools([WEATHER_TOOL], tool_choice="get_weather").invoke("Weather in Paris?")
@@ -93,7 +92,6 @@ def test_bind_tools_through_auto_and_cascade(switchyard, model):
     assert message.response_metadata["model_name"] == "gpt"
 
 
-@pytest.mark.needs_part("b")
 def test_bind_tools_on_a_model_that_cannot_call_them_is_a_clear_400(switchyard):
     with pytest.raises(openai.BadRequestError) as info:
         chat(switchyard, "tiny").bind_tools([WEATHER_TOOL]).invoke("Weather in Paris?")
@@ -107,7 +105,6 @@ def test_with_structured_output(switchyard, model, method):
     assert structured.invoke("Is Paris the capital of France?") == Verdict(answer="yes", sure=True)
 
 
-@pytest.mark.needs_part("b")
 def test_with_structured_output_on_the_embedded_model(switchyard):
     structured = chat(switchyard, "tiny", max_tokens=64).with_structured_output(Verdict, method="json_schema")
     assert isinstance(structured.invoke(PROMPT), Verdict)

@@ -91,13 +91,11 @@ def test_a_tool_result_round_trip(switchyard, model):
     assert reply.choices[0].message.content == (CLAUDE_TEXT if model == "claude" else GPT_TEXT)
 
 
-@pytest.mark.needs_part("b")
 def test_tools_through_auto_reach_a_model_that_can_call_them(switchyard):
     reply = complete(switchyard, "auto", messages=TOOL_RESULT_HISTORY[:1], tools=[WEATHER_TOOL], tool_choice="required")
     assert reply.choices[0].message.tool_calls[0].function.name == "get_weather"
 
 
-@pytest.mark.needs_part("b")
 def test_tools_to_the_embedded_model_are_a_400_naming_the_parameter(switchyard):
     with pytest.raises(litellm.BadRequestError, match=r"tiny.*tools"):
         complete(switchyard, "tiny", messages=ASK, tools=[WEATHER_TOOL], tool_choice="required")

@@ -123,7 +123,6 @@ def test_a_tool_result_round_trip_reaches_the_provider(sdk, switchyard, model):
         assert sent[-1] == {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"}
 
 
-@pytest.mark.needs_part("b")
 @pytest.mark.parametrize("model", ("auto", "cascade"))
 def test_auto_and_cascade_pass_tools_to_a_model_that_can_call_them(sdk, model):
     raw = sdk.chat.completions.with_raw_response.create(
@@ -135,7 +134,6 @@ def test_auto_and_cascade_pass_tools_to_a_model_that_can_call_them(sdk, model):
     assert raw.parse().choices[0].message.tool_calls[0].function.name == "get_weather"
 
 
-@pytest.mark.needs_part("b")
 def test_tools_to_a_model_whose_template_cannot_render_them_are_a_400(sdk):
     with pytest.raises(openai.BadRequestError) as info:
         sdk.chat.completions.create(model="tiny", messages=ASK, tools=[WEATHER_TOOL], tool_choice="required")
@@ -164,7 +162,6 @@ def test_beta_parse_and_the_structured_stream_helper(sdk, model):
     assert final.choices[0].message.parsed == Verdict(answer="yes", sure=True)
 
 
-@pytest.mark.needs_part("b")
 @pytest.mark.parametrize("model", ("tiny", "auto", "cascade"))
 def test_parse_on_the_embedded_model_is_constrained_to_the_schema(sdk, model):
     reply = sdk.chat.completions.parse(model=model, messages=ASK, response_format=Verdict, max_tokens=64)
@@ -177,7 +174,6 @@ def test_json_object_mode(sdk, model):
     assert isinstance(json.loads(reply.choices[0].message.content), dict)
 
 
-@pytest.mark.needs_part("b")
 def test_json_object_mode_on_the_embedded_model(sdk):
     reply = sdk.chat.completions.create(
         model="tiny", messages=ASK, response_format={"type": "json_object"}, max_tokens=64
