@@ -65,6 +65,7 @@ bench: $(STAMP) .venv-litellm-proxy/.installed
 	$(BIN)/python bench/classifier.py --artifact classifier/artifacts/minilm-logreg
 	$(BIN)/python bench/cascade.py
 	$(BIN)/python bench/assemble.py
+	$(BIN)/python bench/constrained.py
 	$(BIN)/python bench/slow_clients.py
 	$(BIN)/python bench/faults.py
 
