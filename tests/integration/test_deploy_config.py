@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,25 @@ def test_compose_mounts_files_that_exist() -> None:
 
 def load(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
+
+
+def test_the_dashboard_reads_the_provisioned_data_source() -> None:
+    provisioned = load(DOCKER / "grafana" / "provisioning" / "datasources" / "prometheus.yaml")
+    uid = provisioned["datasources"][0]["uid"]
+    dashboard = json.loads((DOCKER / "grafana" / "dashboards" / "switchyard.json").read_text())
+    assert {panel["datasource"]["uid"] for panel in dashboard["panels"]} == {uid}
+    provider = load(DOCKER / "grafana" / "provisioning" / "dashboards" / "switchyard.yaml")
+    mounted = {v.split(":")[1] for v in load(DOCKER / "compose.yaml")["services"]["grafana"]["volumes"]}
+    assert provider["providers"][0]["options"]["path"] in mounted
+
+
+def test_the_image_copies_every_package_folder() -> None:
+    """The build installs from a copy of the tree: a package folder it misses breaks the image only."""
+    pyproject = tomllib.loads((DOCKER.parent / "pyproject.toml").read_text())
+    folders = set(pyproject["tool"]["setuptools"]["package-dir"].values())
+    dockerfile = (DOCKER / "Dockerfile").read_text()
+    copied = set(re.findall(r"^COPY (\S+) \./\S+$", dockerfile, flags=re.MULTILINE))
+    assert folders <= copied, folders - copied
+    assert re.search(r"^USER switchyard$", dockerfile, flags=re.MULTILINE)
+    assert '"/health/live"' in dockerfile or "/health/live'" in dockerfile
+    assert 'ENTRYPOINT ["switchyard", "serve"]' in dockerfile
