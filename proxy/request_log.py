@@ -110,8 +110,10 @@ def render(fields: dict[str, Any], form: str) -> str:
 
 
 def _text_value(value: Any) -> str:
-    text = value if isinstance(value, str) else orjson.dumps(value).decode()
-    return text if text and not any(c.isspace() or c in "\"=" for c in text) else orjson.dumps(text).decode()
+    """A string as it is when it needs no quoting, else JSON (strings with spaces, lists, numbers)."""
+    if isinstance(value, str) and value and not any(c.isspace() or c in "\"=" for c in value):
+        return value
+    return orjson.dumps(value).decode()
 
 
 def line_of(scope: Scope) -> RequestLine | None:
