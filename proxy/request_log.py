@@ -111,7 +111,7 @@ def render(fields: dict[str, Any], form: str) -> str:
 
 def _text_value(value: Any) -> str:
     """A string as it is when it needs no quoting, else JSON (strings with spaces, lists, numbers)."""
-    if isinstance(value, str) and value and not any(c.isspace() or c in "\"=" for c in value):
+    if isinstance(value, str) and value and not any(c.isspace() or c in '"=' for c in value):
         return value
     return orjson.dumps(value).decode()
 
