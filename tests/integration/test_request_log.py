@@ -175,6 +175,39 @@ def test_the_text_format_and_the_switch(upstreams, caplog):
     assert len(proxy.lines()) == 1
 
 
+def test_a_client_that_leaves_gets_its_line_too(upstreams, caplog):
+    """Mid-stream: the status was 200, the answer was cancelled; before the first byte: 499."""
+    states, urls = upstreams
+    with ExitStack() as stack:
+        proxy = _proxy(stack, urls, caplog)
+        states["cheap"].behaviour.num_tokens = 200
+        states["cheap"].behaviour.token_delay_s = 0.05
+        body = {"model": "cheap", "messages": HI, "stream": True}
+        headers = {"authorization": f"Bearer {TEAM_KEY}", "x-request-id": "left-mid-stream"}
+        with httpx.stream("POST", proxy.base + "/v1/chat/completions", json=body, headers=headers) as response:
+            lines = response.iter_lines()
+            [next(lines) for _ in range(3)]
+        line = proxy.line_of(response)
+        assert (line["status"], line["outcome"], line["client_request_id"]) == (200, "cancelled", "left-mid-stream")
+        assert line["attempts"] == ["cheap:cancelled"] and 0 < line["completion_tokens"] < 200
+
+        states["strong"].behaviour.latency_s = 5.0
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(
+                proxy.base + "/v1/chat/completions",
+                json={"model": "strong", "messages": HI},
+                headers={"authorization": f"Bearer {TEAM_KEY}", "x-request-id": "left-early"},
+                timeout=0.5,
+            )
+
+        def early() -> list[dict]:
+            return [x for x in map(orjson.loads, proxy.lines()) if x["client_request_id"] == "left-early"]
+
+        assert wait_until(early, timeout_s=5)
+        [line] = early()
+        assert line["status"] == 499 and line["attempts"] == ["strong:cancelled"]
+
+
 def test_credentials_in_a_url_are_masked_in_the_line():
     line = render({"route": "to http://bob:s3cret@10.0.0.1/v1", "attempts": []}, "json")
     assert "s3cret" not in line and "bob:***@" in line
