@@ -32,7 +32,7 @@ from switchyard.core.estimates import estimated_prompt_tokens, worst_case_tokens
 from switchyard.core.protocol import RawJSON, StreamChunk
 from switchyard.proxy.access import saturation_priority
 from switchyard.proxy.answer_shape import PASS_THROUGH, AnswerShape
-from switchyard.proxy.request_log import note_request
+from switchyard.proxy.request_log import CLIENT_CLOSED_REQUEST, note_request
 from switchyard.proxy.routing import CASCADE_MODEL, auto_not_configured, cascade_not_configured
 from switchyard.proxy.streams import LiveStreams, ShuttingDown
 
@@ -149,9 +149,6 @@ def _tags(request: Request, parsed: AnyRequest, decision: Decision, principal: P
         score=decision.score,
         ceiling_model=decision.ceiling,
     )
-
-
-CLIENT_CLOSED_REQUEST = 499  # nginx's code; nobody reads it, the access log does
 
 
 async def relay(

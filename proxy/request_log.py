@@ -41,7 +41,7 @@ _HEADERS = {  # response header -> field
     b"x-switchyard-route": "route",
     b"x-switchyard-cascade": "cascade",
 }
-CLIENT_CLOSED_REQUEST = 499
+CLIENT_CLOSED_REQUEST = 499  # nginx's code: the client left before the answer; only the logs read it
 
 
 @dataclass(slots=True)
