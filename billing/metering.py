@@ -51,6 +51,20 @@ class RequestTags:
     ceiling_model: str | None = None  # the strongest model the route could have reached
 
 
+@dataclass(slots=True)
+class RequestTotals:
+    """What every attempt of one request adds up to, shared by its forks (rungs, hedges)."""
+
+    num_attempts: int = 0
+    cost_usd: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    attempts: list[str] = field(default_factory=list)  # "model:status", in the order they were metered
+    answer_model: str | None = None  # the attempt that answered: the completed one, else the last one closed
+    answer_status: str | None = None
+    ttft_s: float | None = None  # the answering attempt's time to its first chunk (streams)
+
+
 _USAGE = re.compile(rb'"usage"\s*:\s*(\{[^{}]*\})')
 
 
@@ -84,16 +98,16 @@ class RequestMeter:
     # upstream's usage, its tokens are estimated from them, as a stream's are
     num_chunks: int = 0
     is_closed: bool = False
-    _shared: list = field(default_factory=lambda: [0, 0.0])  # shared by forks: attempts made, cost so far
+    totals: RequestTotals = field(default_factory=RequestTotals)  # shared by forks
 
     @property
     def num_attempts(self) -> int:
-        return self._shared[0]
+        return self.totals.num_attempts
 
     @property
     def total_cost_usd(self) -> float:
         """What the whole request has cost so far, every attempt of every fork."""
-        return self._shared[1]
+        return self.totals.cost_usd
 
     def fork(self, *, escalated_from: str | None = None, is_hedge: bool = False) -> RequestMeter:
         """A meter for an attempt that runs beside this one (a rung, a hedge): same request, same numbering."""
@@ -108,7 +122,7 @@ class RequestMeter:
             tags=self.tags,
             escalated_from=escalated_from,
             is_hedge=is_hedge,
-            _shared=self._shared,
+            totals=self.totals,
         )
 
     def begin_attempt(self) -> None:
@@ -135,6 +149,10 @@ class RequestMeter:
         if self.is_closed:
             return
         self.is_closed = True
+        totals = self.totals
+        if status != "escalated" and totals.answer_status != "completed":
+            totals.answer_model, totals.answer_status = entry.name, status
+            totals.ttft_s = self.first_token_at - self.attempt_started_at if self.first_token_at is not None else None
         self._write(entry, status, usage, num_chunks, error)
 
     def tokens(self, usage: dict | None, num_chunks: int) -> tuple[int, int]:
@@ -148,12 +166,16 @@ class RequestMeter:
         return price.cost_usd(prompt, completion) if price is not None else 0.0
 
     def _write(self, entry: ModelEntry, status: str, usage: dict | None, num_chunks: int, error: str | None = None):
-        self._shared[0] += 1
+        totals = self.totals
+        totals.num_attempts += 1
         if self.counts is not None:
             self.counts[(entry.name, status)] += 1
         prompt, completion = self.tokens(usage, num_chunks)
         cost = self.cost_of(entry.name, prompt, completion)
-        self._shared[1] += cost
+        totals.cost_usd += cost
+        totals.prompt_tokens += prompt
+        totals.completion_tokens += completion
+        totals.attempts.append(f"{entry.name}:{status}")
         if self.spending is not None:
             self.spending.charge(cost)
         if self.ledger is not None:

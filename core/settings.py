@@ -117,6 +117,14 @@ class AuthSettings(_Strict):
     admin_key: SecretStr | None = None  # enables /admin; null: /admin answers 401 to everyone
 
 
+class LoggingSettings(_Strict):
+    """The request log: one line per API request, written when it ends (`switchyard.requests`)."""
+
+    requests: bool = True  # false: no request log
+    format: Literal["json", "text"] = "json"  # json: one object a line; text: key=value pairs
+    prompts: bool = False  # true: the line carries the request's messages or prompt (they may be private)
+
+
 class PriorityTierSettings(_Strict):
     """A named priority: how its requests meet saturation, and caps on what they may ask."""
 
@@ -399,6 +407,7 @@ class Settings(BaseSettings):
     resilience: ResilienceSettings = Field(default_factory=ResilienceSettings)
     billing: BillingSettings = Field(default_factory=BillingSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)
     cascade: CascadeSettings = Field(default_factory=CascadeSettings)
     models: list[ModelSettings] = Field(default_factory=list)
     teams: dict[str, TeamSettings] = Field(default_factory=dict)  # empty: any key, every model

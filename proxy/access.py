@@ -21,6 +21,7 @@ from switchyard.core.errors import AuthenticationFailed, InvalidRequest, RateLim
 from switchyard.core.estimates import answer_budget, estimated_tokens
 from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
 from switchyard.core.settings import PriorityTierSettings
+from switchyard.proxy.request_log import note_caller
 
 BUILT_IN_TIERS = {
     "interactive": PriorityTierSettings(saturation="standard"),
@@ -31,9 +32,11 @@ BUILT_IN_TIERS = {
 def authenticate(request: Request) -> Principal | None:
     """The caller (None when no team exists anywhere)."""
     try:
-        return request.app.state.services.directory.authenticate(request.headers.get("authorization"))
+        principal = request.app.state.services.directory.authenticate(request.headers.get("authorization"))
     except UnknownKey as exc:
         raise AuthenticationFailed(str(exc)) from None
+    note_caller(request.scope, principal)
+    return principal
 
 
 def is_admin(request: Request) -> bool:

@@ -15,6 +15,7 @@ from switchyard.proxy.cors import OpenAICORSMiddleware
 from switchyard.proxy.error_handlers import install_error_handlers
 from switchyard.proxy.middleware import InFlight, RequestIdMiddleware, TrailingSlashMiddleware
 from switchyard.proxy.openapi import install_openapi
+from switchyard.proxy.request_log import RequestLogMiddleware
 from switchyard.proxy.routes import ROUTERS
 from switchyard.proxy.services import ScoreBatch, build_services, check_startup
 
@@ -56,6 +57,8 @@ def create_app(
     for router in ROUTERS:
         app.include_router(router)
     app.add_middleware(TrailingSlashMiddleware)
+    if settings.logging.requests:
+        app.add_middleware(RequestLogMiddleware, settings=settings.logging)
     app.add_middleware(RequestIdMiddleware, in_flight=in_flight)
     if settings.server.cors_origins:  # outermost: every answer carries CORS headers, its last-resort 500 too
         app.add_middleware(OpenAICORSMiddleware, origins=settings.server.cors_origins)

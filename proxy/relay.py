@@ -32,6 +32,7 @@ from switchyard.core.estimates import estimated_prompt_tokens, worst_case_tokens
 from switchyard.core.protocol import RawJSON, StreamChunk
 from switchyard.proxy.access import saturation_priority
 from switchyard.proxy.answer_shape import PASS_THROUGH, AnswerShape
+from switchyard.proxy.request_log import CLIENT_CLOSED_REQUEST, note_request
 from switchyard.proxy.routing import CASCADE_MODEL, auto_not_configured, cascade_not_configured
 from switchyard.proxy.streams import LiveStreams, ShuttingDown
 
@@ -150,9 +151,6 @@ def _tags(request: Request, parsed: AnyRequest, decision: Decision, principal: P
     )
 
 
-CLIENT_CLOSED_REQUEST = 499  # nginx's code; nobody reads it, the access log does
-
-
 async def relay(
     request: Request, principal: Principal | None, parsed: AnyRequest, shape: AnswerShape = PASS_THROUGH
 ) -> Response:
@@ -201,6 +199,7 @@ async def _respond(request: Request, parsed: AnyRequest, principal: Principal | 
         team=team.name if team is not None else None,
         spending=spending,
     )
+    note_request(request.scope, meter, parsed)
     started_at = asyncio.get_running_loop().time()
     deadline = _deadline(started_at, state.settings.resilience.request_timeout_s)
     ctx = RequestContext(meter.request_id, meter, principal, deadline)

@@ -66,6 +66,7 @@ def _run(settings) -> None:
     from switchyard.proxy.app import create_app
     from switchyard.proxy.edge import raise_nofile_limit, uvicorn_config
     from switchyard.proxy.log_limits import install_repeat_filter
+    from switchyard.proxy.request_log import install_request_log_handler
     from switchyard.proxy.streams import GracefulServer
 
     try:
@@ -75,6 +76,7 @@ def _run(settings) -> None:
     raise_nofile_limit()
     config = uvicorn_config(app_, settings.server)
     install_repeat_filter()  # after the Config, which sets up uvicorn's loggers
+    install_request_log_handler(settings.logging)
     GracefulServer(config).run()
 
 
