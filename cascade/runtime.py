@@ -44,8 +44,8 @@ from switchyard.cascade.confidence import Scorer, score
 from switchyard.cascade.thrash import ThrashGuard
 from switchyard.core.capabilities import explain, needs, unsupported_by_any
 from switchyard.core.errors import BackendError, BackendRejected, BudgetExceeded, InvalidRequest
-from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
 from switchyard.core.metrics import Metrics
+from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
 
 logger = logging.getLogger("switchyard.cascade")
 

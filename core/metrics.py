@@ -93,9 +93,7 @@ class Metrics:
             registry=r,
         )
 
-    def request_done(
-        self, *, model: str, backend: str, tier: str, route: str, status: int, duration_s: float
-    ) -> None:
+    def request_done(self, *, model: str, backend: str, tier: str, route: str, status: int, duration_s: float) -> None:
         self.requests.labels(model, backend, tier, route, str(status)).inc()
         self.duration.labels(model).observe(duration_s)
 

@@ -111,13 +111,17 @@ def _cascade_families(cascade) -> Iterator:
         "Times a route's escalation rate passed the limit and it started one rung higher.",
         ("route",),
     )
-    active = _gauge("switchyard_cascade_thrash_active", "1 while the thrash guard starts the route one rung higher.", ("route",))
+    active = _gauge(
+        "switchyard_cascade_thrash_active", "1 while the thrash guard starts the route one rung higher.", ("route",)
+    )
     moved = _counter("switchyard_cascade_moved_up", "Requests the thrash guard started one rung higher.", ("route",))
     for route in routes:
         trips.add_metric([route], guard.trips[route])
         active.add_metric([route], float(route in cooling))
         moved.add_metric([route], cascade.moved_up[route])
-    hedges = _counter("switchyard_cascade_hedge_wins", "Hedged requests, by the rung whose answer was used.", ("model",))
+    hedges = _counter(
+        "switchyard_cascade_hedge_wins", "Hedged requests, by the rung whose answer was used.", ("model",)
+    )
     for model, n in sorted(cascade.hedges.items()):
         hedges.add_metric([model], n)
     yield from (judged, trips, active, moved, hedges)

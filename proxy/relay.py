@@ -28,8 +28,8 @@ from switchyard.billing.teams import Principal, Team
 from switchyard.cascade.runtime import Plan
 from switchyard.core.capabilities import needs, unsupported
 from switchyard.core.errors import ModelNotAllowed, SwitchyardError
-from switchyard.core.metrics import route_of
 from switchyard.core.estimates import estimated_prompt_tokens, worst_case_tokens
+from switchyard.core.metrics import route_of
 from switchyard.core.protocol import RawJSON, StreamChunk
 from switchyard.proxy.access import saturation_priority
 from switchyard.proxy.answer_shape import PASS_THROUGH, AnswerShape

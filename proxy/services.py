@@ -44,8 +44,8 @@ from switchyard.core.settings import Settings
 from switchyard.core.supervision import SupervisedTask
 from switchyard.core.thresholds import ThresholdsError, ThresholdsFile, read_thresholds
 from switchyard.proxy.access import TierSlots
-from switchyard.proxy.routing import AutoRouter, resolve_thresholds
 from switchyard.proxy.metrics import LiveGauges
+from switchyard.proxy.routing import AutoRouter, resolve_thresholds
 from switchyard.proxy.saturation import SaturationGate
 from switchyard.proxy.streams import LiveStreams
 

@@ -133,7 +133,11 @@ def test_traffic_is_counted_once_per_request_with_its_route_and_status(proxy):
     assert _value(families, "switchyard_request_duration_seconds_count") == 6
     # the auto request at 0.2 and the cascade's both started on m-small and were not sure enough
     escalations = _value(
-        families, "switchyard_cascade_escalations_total", from_rung="m-small", to_rung="m-large", reason="low-confidence"
+        families,
+        "switchyard_cascade_escalations_total",
+        from_rung="m-small",
+        to_rung="m-large",
+        reason="low-confidence",
     )
     assert escalations == 2
     assert _value(families, "switchyard_classifier_decision_seconds_count") == 2
