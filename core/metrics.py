@@ -31,9 +31,10 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         # Gauges read at scrape time whose sources live elsewhere: model -> tokens waiting at its
-        # backend, team -> share of its tightest budget spent. Whoever knows them sets them.
+        # backend (whoever knows it sets a reader); team -> share of its tightest budget spent
+        # (read from the limiter, which may be Valkey, just before each scrape).
         self.queue_depth_tokens: dict[str, Callable[[], float]] = {}
-        self.budget_used_ratio: dict[str, Callable[[], float]] = {}
+        self.budget_used_ratio: dict[str, float] = {}
         r = self.registry
         self.requests = Counter(
             "switchyard_requests",

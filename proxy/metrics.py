@@ -11,6 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from switchyard.billing.limits import LimitsUnavailable
 from switchyard.proxy.saturation import is_saturated
 
 BREAKER_STATES = {"closed": 0, "half-open": 1, "open": 2}
@@ -18,7 +19,12 @@ BREAKER_STATES = {"closed": 0, "half-open": 1, "open": 2}
 __all__ = ["CONTENT_TYPE_LATEST", "LiveGauges", "exposition"]
 
 
-def exposition(services) -> bytes:
+async def exposition(services) -> bytes:
+    """The text of one scrape; the budgets are read first (a shared limiter is awaited)."""
+    try:
+        services.metrics.budget_used_ratio = await services.budgets.used_ratios(services.directory.teams.values())
+    except LimitsUnavailable:
+        services.metrics.budget_used_ratio = {}  # Valkey is down: no value rather than a stale one
     return generate_latest(services.metrics.registry)
 
 
@@ -79,8 +85,8 @@ class LiveGauges(Collector):
         for model, read in sorted(metrics.queue_depth_tokens.items()):
             queue.add_metric([model], read())
         budget = _gauge("switchyard_budget_used_ratio", "Share of the team's tightest budget spent.", ("team",))
-        for team, read in sorted(metrics.budget_used_ratio.items()):
-            budget.add_metric([team], read())
+        for team, ratio in sorted(metrics.budget_used_ratio.items()):
+            budget.add_metric([team], ratio)
         yield queue
         yield budget
         scorer = state.auto_router.scorer if state.auto_router is not None else None

@@ -11,4 +11,4 @@ router = APIRouter()
 
 @router.get("/metrics", response_class=PlainTextResponse, openapi_extra=NO_KEY)
 async def metrics(request: Request) -> Response:
-    return Response(exposition(request.app.state.services), media_type=CONTENT_TYPE_LATEST)
+    return Response(await exposition(request.app.state.services), media_type=CONTENT_TYPE_LATEST)

@@ -167,3 +167,24 @@ def test_no_request_id_key_or_prompt_in_any_label(proxy):
         for sample in family.samples:
             for value in sample.labels.values():
                 assert secret_prompt not in value and request_id not in value and key not in value
+
+
+def test_a_teams_cost_tokens_and_budget_share_are_by_team():
+    with ExitStack() as stack:
+        url = stack.enter_context(serve_in_thread(FakeOpenAIUpstream(FakeState()))) + "/v1"
+        settings = Settings(
+            models=[{"name": "m", "base_url": url, "price": {"input_usd_per_mtok": 1000, "output_usd_per_mtok": 1000}}],
+            teams={"research": {"api_keys": ["sk-research"], "budget_usd_per_day": 1.0}},
+            billing={"ledger_path": None},
+        )
+        base = stack.enter_context(serve_in_thread(create_app(settings)))
+        assert _value(_families(base), "switchyard_budget_used_ratio", team="research") == 0
+        reply = _chat(base, "m", authorization="Bearer sk-research")
+        assert reply.status_code == 200
+        cost = float(reply.headers["x-switchyard-cost-usd"])
+        assert cost > 0
+        assert wait_until(lambda: _value(_families(base), "switchyard_budget_used_ratio", team="research") > 0)
+        families = _families(base)
+        assert _value(families, "switchyard_budget_used_ratio", team="research") == pytest.approx(cost / 1.0)
+        assert _value(families, "switchyard_cost_usd_total", team="research", model="m") == pytest.approx(cost)
+        assert _value(families, "switchyard_tokens_total", team="research", model="m", kind="completion") == 5
