@@ -9,8 +9,6 @@ Labels carry model, backend, tier, team and route names only: never a request id
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 LLM_LATENCY_BUCKETS_S = (0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -30,10 +28,8 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        # Gauges read at scrape time whose sources live elsewhere: model -> tokens waiting at its
-        # backend (whoever knows it sets a reader); team -> share of its tightest budget spent
-        # (read from the limiter, which may be Valkey, just before each scrape).
-        self.queue_depth_tokens: dict[str, Callable[[], float]] = {}
+        # team -> share of its tightest budget spent: read from the limiter (Valkey, maybe) just
+        # before each scrape, since a collector cannot wait on it
         self.budget_used_ratio: dict[str, float] = {}
         r = self.registry
         self.requests = Counter(

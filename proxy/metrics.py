@@ -82,8 +82,10 @@ class LiveGauges(Collector):
         yield waiting
         metrics = state.metrics
         queue = _gauge("switchyard_queue_depth_tokens", "Tokens waiting at the model's backend.", ("model",))
-        for model, read in sorted(metrics.queue_depth_tokens.items()):
-            queue.add_metric([model], read())
+        for e in entries:
+            queued_tokens = getattr(e.backend, "queued_tokens", None)  # the backends that know it
+            if queued_tokens is not None:
+                queue.add_metric([e.name], queued_tokens())
         budget = _gauge("switchyard_budget_used_ratio", "Share of the team's tightest budget spent.", ("team",))
         for team, ratio in sorted(metrics.budget_used_ratio.items()):
             budget.add_metric([team], ratio)
