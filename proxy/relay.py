@@ -15,6 +15,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
@@ -35,6 +36,9 @@ from switchyard.proxy.access import saturation_priority
 from switchyard.proxy.answer_shape import PASS_THROUGH, AnswerShape
 from switchyard.proxy.routing import CASCADE_MODEL, auto_not_configured, cascade_not_configured
 from switchyard.proxy.streams import LiveStreams, ShuttingDown
+
+if TYPE_CHECKING:
+    from switchyard.proxy.services import Services
 
 logger = logging.getLogger("switchyard")
 
@@ -236,7 +240,7 @@ async def _respond(request: Request, parsed: AnyRequest, principal: Principal | 
 class RequestDone:
     """Counts one request in the app's metrics, once, when it has ended (a stream: at its end)."""
 
-    state: object
+    state: Services
     parsed: AnyRequest
     decision: Decision | None
     response: Response | None
