@@ -41,6 +41,7 @@ def proxy():
         "small": FakeState(behaviour=FakeBehaviour(words=("small",), logprobs=[-3.0])),
         "large": FakeState(behaviour=FakeBehaviour(words=("large",))),
         "broken": FakeState(behaviour=FakeBehaviour(failure="500")),
+        "slow": FakeState(behaviour=FakeBehaviour(num_tokens=500, token_delay_s=0.02)),
     }
     with ExitStack() as stack:
         urls = {name: stack.enter_context(serve_in_thread(FakeOpenAIUpstream(s))) + "/v1" for name, s in states.items()}
@@ -50,6 +51,7 @@ def proxy():
                 {"name": "m-large", "base_url": urls["large"], "tier": "large", "price": PRICE},
                 {"name": "broken", "base_url": urls["broken"]},
                 {"name": ODD_NAME, "base_url": urls["large"]},
+                {"name": "slow", "base_url": urls["slow"]},
             ],
             routing={
                 "auto": {
@@ -147,6 +149,18 @@ def test_traffic_is_counted_once_per_request_with_its_route_and_status(proxy):
     assert _value(families, "switchyard_tokens_total", team="", model="m-large", kind="completion") >= 5 * 5
     assert _value(families, "switchyard_tokens_total", model="m-small", kind="completion") >= 2
     assert _value(families, "switchyard_cost_usd_total", model="m-large") > 0
+
+
+def test_a_stream_the_client_leaves_is_counted_once_when_it_ends(proxy):
+    body = {"model": "slow", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    with httpx.stream("POST", proxy + "/v1/chat/completions", json=body, timeout=20) as streamed:
+        assert streamed.status_code == 200
+        next(streamed.iter_lines())  # one event, then the client hangs up
+    assert wait_until(lambda: _value(_families(proxy), "switchyard_requests_total") == 1)
+    families = _families(proxy)
+    assert _value(families, "switchyard_requests_total", model="slow", route="explicit", status="200") == 1
+    assert _value(families, "switchyard_attempts_total", model="slow", status="cancelled") == 1
+    assert _value(families, "switchyard_request_duration_seconds_count", model="slow") == 1
 
 
 def test_a_label_with_a_quote_and_a_backslash_is_escaped(proxy):
