@@ -15,14 +15,15 @@ A replica is saturated when its waiting queue or its KV-cache usage passes the c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 
 from switchyard.backends.base import AnyRequest, BackendHealth
 from switchyard.backends.openai_http import OpenAIHTTPBackend, Replica
@@ -31,26 +32,29 @@ from switchyard.core.supervision import SupervisedTask
 
 logger = logging.getLogger("switchyard.vllm")
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 KV_USAGE_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
-    """Metric name -> value, summed over label sets; comments and malformed lines are skipped."""
+    """Sample name -> value, summed over label sets (prometheus_client's parser); non-finite values
+    are skipped. A text the parser rejects is read again line by line, skipping the bad lines."""
     values: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
-        if match is None:
-            continue
-        try:
-            value = float(match.group(3))
-        except ValueError:
-            continue
-        if math.isfinite(value):
-            values[match.group(1)] = values.get(match.group(1), 0.0) + value
+    try:
+        _add_samples(values, text)
+    except ValueError:
+        values.clear()
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                with contextlib.suppress(ValueError):
+                    _add_samples(values, line)
     return values
+
+
+def _add_samples(values: dict[str, float], text: str) -> None:
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if math.isfinite(sample.value):
+                values[sample.name] = values.get(sample.name, 0.0) + sample.value
 
 
 @dataclass(eq=False, slots=True)

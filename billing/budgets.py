@@ -17,10 +17,10 @@ import datetime as dt
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from switchyard.billing.limits import BudgetScope, Limiter, LimitsUnavailable, RateScope, RateStatus
-from switchyard.billing.teams import Principal
+from switchyard.billing.teams import Principal, Team
 from switchyard.core.errors import BudgetExceeded
 
 logger = logging.getLogger("switchyard.budgets")
@@ -129,6 +129,16 @@ class Budgets:
             f"in what {whose} may still spend (${max(left, 0.0):.6f}); ask for fewer max_tokens or a cheaper model.",
             retry_after_s=1,
         )
+
+    async def used_ratios(self, teams: Iterable[Team]) -> dict[str, float]:
+        """Team -> the largest share it has spent of its day and month budgets (teams with one)."""
+        ratios: dict[str, float] = {}
+        for team in teams:
+            for period, limit in (("day", team.budget_usd_per_day), ("month", team.budget_usd_per_month)):
+                if limit:
+                    spent, _ = await self.limiter.spent(BudgetScope(f"team:{team.name}", period, limit))
+                    ratios[team.name] = max(ratios.get(team.name, 0.0), spent / limit)
+        return ratios
 
     def open(self, principal: Principal | None, started_at: float | None = None) -> Spending:
         """One request's spending: reserve before each call, settle once at the end."""

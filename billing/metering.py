@@ -20,6 +20,7 @@ from switchyard.billing.ledger import Ledger
 from switchyard.billing.records import UsageRecord
 from switchyard.core.context import answered_by
 from switchyard.core.errors import SwitchyardError
+from switchyard.core.metrics import Metrics
 from switchyard.core.prices import Price
 from switchyard.core.protocol import CompletionResult
 
@@ -99,6 +100,8 @@ class RequestMeter:
     num_chunks: int = 0
     is_closed: bool = False
     totals: RequestTotals = field(default_factory=RequestTotals)  # shared by forks
+    metrics: Metrics | None = None  # the app's Prometheus metrics: tokens, cost, time to first token
+    upstream_s: float = 0.0  # seconds spent in this meter's attempts (the proxy overhead is the rest)
 
     @property
     def num_attempts(self) -> int:
@@ -123,6 +126,7 @@ class RequestMeter:
             escalated_from=escalated_from,
             is_hedge=is_hedge,
             totals=self.totals,
+            metrics=self.metrics,
         )
 
     def begin_attempt(self) -> None:
@@ -178,6 +182,13 @@ class RequestMeter:
         totals.attempts.append(f"{entry.name}:{status}")
         if self.spending is not None:
             self.spending.charge(cost)
+        now = time.time()
+        self.upstream_s += now - self.attempt_started_at
+        if self.metrics is not None:
+            ttft_s = self.first_token_at - self.attempt_started_at if self.first_token_at is not None else None
+            self.metrics.attempt_done(
+                team=self.team, model=entry.name, prompt=prompt, completion=completion, cost_usd=cost, ttft_s=ttft_s
+            )
         if self.ledger is not None:
             tags = self.tags
             is_routed = tags.ceiling_model is not None and status == "completed"

@@ -44,6 +44,7 @@ from switchyard.cascade.confidence import Scorer, score
 from switchyard.cascade.thrash import ThrashGuard
 from switchyard.core.capabilities import explain, needs, unsupported_by_any
 from switchyard.core.errors import BackendError, BackendRejected, BudgetExceeded, InvalidRequest
+from switchyard.core.metrics import Metrics
 from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
 
 logger = logging.getLogger("switchyard.cascade")
@@ -104,6 +105,7 @@ class Cascade:
         self.judged: Counter[tuple[str, str]] = Counter()  # (model, accepted|escalated|no-logprobs|error)
         self.moved_up: Counter[str] = Counter()
         self.hedges: Counter[str] = Counter()  # winner rung
+        self.metrics: Metrics | None = None  # the app's, set when the services are built
 
     # -- deciding what to do ---------------------------------------------------------------------
 
@@ -180,10 +182,17 @@ class Cascade:
             sign = ">=" if accepted else "<"
             step = f"{answered.name}({confidence:.2f}{sign}{rung.threshold:.2f})"
         self.judged[(answered.name, verdict)] += 1
+        if not accepted:
+            self._count_escalation(plan, rung, "low-confidence" if verdict == "escalated" else verdict)
         plan.steps.append(step)
         if is_first and not plan.is_moved_up:
             self.guard.record(plan.route, escalated=not accepted)
         return accepted
+
+    def _count_escalation(self, plan: Plan, rung: Rung, reason: str) -> None:
+        index = plan.rungs.index(rung)
+        if self.metrics is not None and index + 1 < len(plan.rungs):
+            self.metrics.escalated(rung.entry.name, plan.rungs[index + 1].entry.name, reason)
 
     def _climb_past(self, plan: Plan, rung: Rung, exc: BackendError, index: int, is_last: bool) -> None:
         """A failed rung: the last rung's failure, or the client's own mistake, is the answer."""
@@ -194,6 +203,7 @@ class Cascade:
     def _failed(self, plan: Plan, rung: Rung, exc: BaseException, is_first: bool) -> None:
         logger.info("cascade: %s failed, climbing: %s", rung.entry.name, getattr(exc, "message", exc))
         self.judged[(rung.entry.name, "error")] += 1
+        self._count_escalation(plan, rung, "error")
         plan.steps.append(f"{rung.entry.name}(error)")
         if is_first and not plan.is_moved_up:
             self.guard.record(plan.route, escalated=True)

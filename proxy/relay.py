@@ -15,6 +15,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
@@ -29,12 +30,16 @@ from switchyard.cascade.runtime import Plan
 from switchyard.core.capabilities import needs, unsupported
 from switchyard.core.errors import ModelNotAllowed, SwitchyardError
 from switchyard.core.estimates import estimated_prompt_tokens, worst_case_tokens
+from switchyard.core.metrics import route_of
 from switchyard.core.protocol import RawJSON, StreamChunk
 from switchyard.proxy.access import saturation_priority
 from switchyard.proxy.answer_shape import PASS_THROUGH, AnswerShape
 from switchyard.proxy.request_log import CLIENT_CLOSED_REQUEST, note_request
 from switchyard.proxy.routing import CASCADE_MODEL, auto_not_configured, cascade_not_configured
 from switchyard.proxy.streams import LiveStreams, ShuttingDown
+
+if TYPE_CHECKING:
+    from switchyard.proxy.services import Services
 
 logger = logging.getLogger("switchyard")
 
@@ -198,22 +203,82 @@ async def _respond(request: Request, parsed: AnyRequest, principal: Principal | 
         prompt_tokens_estimate=estimated_prompt_tokens(parsed),
         team=team.name if team is not None else None,
         spending=spending,
+        metrics=state.metrics,
     )
     note_request(request.scope, meter, parsed)
     started_at = asyncio.get_running_loop().time()
     deadline = _deadline(started_at, state.settings.resilience.request_timeout_s)
     ctx = RequestContext(meter.request_id, meter, principal, deadline)
     response: Response | None = None
+    decision: Decision | None = None
+    status = 500
     try:
         decision = await decide(request, parsed, ctx)
         # the model that answers first may have a deadline of its own
         ctx = replace(ctx, deadline=_deadline(started_at, state.executor.request_timeout_s(decision.entry)))
         meter.tags = _tags(request, parsed, decision, principal)
         response = await execute(state, decision, parsed, ctx, shape)
+        status = response.status_code
         return response
+    except asyncio.CancelledError:
+        status = CLIENT_CLOSED_REQUEST
+        raise
+    except Exception as exc:
+        status = getattr(exc, "status_code", 500)
+        raise
     finally:
-        if not isinstance(response, StreamingResponse):  # a stream settles when it ends
+        done = RequestDone(state, parsed, decision, response, status, started_at, meter)
+        if isinstance(response, StreamingResponse):  # a stream settles, and is counted, when it ends
+            response.background = BackgroundTask(done.after, response.background)
+        else:
             spending.settle()
+            done.record()
+
+
+@dataclass(slots=True)
+class RequestDone:
+    """Counts one request in the app's metrics, once, when it has ended (a stream: at its end)."""
+
+    state: Services
+    parsed: AnyRequest
+    decision: Decision | None
+    response: Response | None
+    status: int
+    started_at: float
+    meter: RequestMeter
+
+    async def after(self, background: BackgroundTask | None) -> None:
+        try:
+            if background is not None:
+                await background()
+        finally:
+            self.record()
+
+    def record(self) -> None:
+        metrics = self.state.metrics
+        duration_s = asyncio.get_running_loop().time() - self.started_at
+        headers = self.response.headers if self.response is not None else {}
+        entry = self.decision.entry if self.decision is not None else None
+        if "x-switchyard-model" in headers:
+            model = headers["x-switchyard-model"]
+            backend = headers.get("x-switchyard-backend", "")
+        elif entry is not None:
+            model, backend = entry.name, entry.backend_kind
+        else:  # refused before routing: a configured name (or auto, cascade), never a client's free text
+            known = {e.name for e in self.state.registry} | {"auto", CASCADE_MODEL}
+            model, backend = (self.parsed.model if self.parsed.model in known else ""), ""
+        tier = next((e.tier or "" for e in self.state.registry if e.name == model), "")
+        metrics.request_done(
+            model=model,
+            backend=backend,
+            tier=tier,
+            route=route_of(self.parsed.model),
+            status=self.status,
+            duration_s=duration_s,
+        )
+        is_plain = self.response is not None and not isinstance(self.response, StreamingResponse)
+        if is_plain and (self.decision is None or self.decision.plan is None) and self.meter.upstream_s > 0:
+            metrics.overhead.observe(max(duration_s - self.meter.upstream_s, 0.0))
 
 
 def _deadline(started_at: float, timeout_s: float | None) -> float | None:
@@ -341,10 +406,17 @@ async def _sse_body(
     usage, num_chunks, status, error = None, 0, "cancelled", None  # unless the loop below ends otherwise
     this = asyncio.current_task()
     streams.add(this)
+    loop = asyncio.get_running_loop()
+    gaps = meter.metrics.inter_token.labels(entry.name) if meter.metrics is not None else None
+    last_at: float | None = None
     try:
         chunk: StreamChunk | None = first
         while chunk is not None:
             num_chunks += 1
+            now = loop.time()
+            if gaps is not None and last_at is not None:
+                gaps.observe(now - last_at)
+            last_at = now
             if chunk.has_usage:
                 usage = chunk.parsed["usage"]
                 chunk = _with_cost(chunk, meter, entry) if include_usage else _without_usage(chunk)

@@ -26,6 +26,7 @@ The decision is explained in `x-switchyard-route` (ASCII, as headers must be), e
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from switchyard.backends.registry import ModelEntry, ModelRegistry
@@ -34,6 +35,7 @@ from switchyard.classifier.runtime import MicroBatcher, ScoreUnavailable
 from switchyard.core.capabilities import explain, needs, unsupported_by_any
 from switchyard.core.errors import InvalidRequest, ModelNotAllowed, ModelNotFound
 from switchyard.core.estimates import estimated_cost_usd, estimated_tokens, routing_text
+from switchyard.core.metrics import Metrics
 from switchyard.core.prices import Price
 from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
 from switchyard.core.thresholds import ThresholdsFile
@@ -66,6 +68,7 @@ class AutoRouter:
         self.tiers = tiers
         self.thresholds = thresholds  # quality mode -> ascending thresholds, len(tiers) - 1 each
         self.scorer = scorer
+        self.metrics: Metrics | None = None  # the app's, set when the services are built
         self.router_name = router_name
         self.default_tier = default_tier
         self.deadline_s = deadline_ms / 1000
@@ -93,6 +96,7 @@ class AutoRouter:
         if self.scorer is None:
             index, reason = self.tiers.index(self.default_tier), f"auto:no-{self.router_name}"
         else:
+            started_at = time.perf_counter()
             try:
                 score = await self.scorer.score(routing_text(request), self.deadline_s)
             except ScoreUnavailable as exc:
@@ -104,6 +108,9 @@ class AutoRouter:
                 )
                 if mode != "balanced":
                     reason += f"({mode})"
+            finally:
+                if self.metrics is not None:
+                    self.metrics.classifier_decision.observe(time.perf_counter() - started_at)
         entry, notes = self._constrain(index, request, team, headroom_usd)
         margin = min(abs(score - t) for t in thresholds) if score is not None and thresholds else None
         return RouteDecision(entry, reason + "->" + entry.tier + "".join(notes), score, margin)

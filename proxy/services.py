@@ -38,11 +38,13 @@ from switchyard.cascade.build import RungSpec, build_cascade, rung_specs
 from switchyard.cascade.runtime import Cascade
 from switchyard.classifier.model import DEFAULT_ARTIFACT, ArtifactError, ComplexityClassifier
 from switchyard.classifier.runtime import MicroBatcher
+from switchyard.core.metrics import Metrics
 from switchyard.core.prices import Price
 from switchyard.core.settings import Settings
 from switchyard.core.supervision import SupervisedTask
 from switchyard.core.thresholds import ThresholdsError, ThresholdsFile, read_thresholds
 from switchyard.proxy.access import TierSlots
+from switchyard.proxy.metrics import LiveGauges
 from switchyard.proxy.routing import AutoRouter, resolve_thresholds
 from switchyard.proxy.saturation import SaturationGate
 from switchyard.proxy.streams import LiveStreams
@@ -97,6 +99,7 @@ class Services:
     saturation: SaturationGate
     auto_router: AutoRouter | None
     cascade: Cascade | None
+    metrics: Metrics = field(default_factory=Metrics)
     streams: LiveStreams = field(default_factory=LiveStreams)
     background: list[SupervisedTask] = field(default_factory=list)
 
@@ -186,6 +189,10 @@ async def build_services(
             auto_router=auto_router,
             cascade=cascade,
         )
+        services.metrics.registry.register(LiveGauges(services))
+        for user in (auto_router, cascade):
+            if user is not None:
+                user.metrics = services.metrics
         if is_offline:
             for entry in registry:
                 await entry.backend.start()

@@ -79,6 +79,10 @@ class EmbeddedBackend(Backend):
         """Requests are waiting for KV blocks: a new one would queue behind them."""
         return self.engine is not None and self.engine.num_waiting > 0
 
+    def queued_tokens(self) -> int:
+        """Tokens (prompt plus max_tokens) of the requests waiting for KV blocks."""
+        return self.engine.num_waiting_tokens if self.engine is not None else 0
+
     async def health(self) -> BackendHealth:
         if self.is_ready():
             assert self.engine is not None

@@ -87,6 +87,7 @@ class EmbeddedEngine:
         self._ids = itertools.count()
         self._num_reserved_blocks = 0
         self._num_waiting = 0
+        self._num_waiting_tokens = 0  # the prompt plus max_tokens of each request waiting for blocks
         self._blocks_freed = asyncio.Event()  # set (and replaced) whenever blocks are given back
         self._manager: _Manager | None = None
 
@@ -144,6 +145,10 @@ class EmbeddedEngine:
     def num_waiting(self) -> int:
         return self._num_waiting
 
+    @property
+    def num_waiting_tokens(self) -> int:
+        return self._num_waiting_tokens
+
     def blocks_for(self, num_tokens: int) -> int:
         return math.ceil(num_tokens / self.limits.page_size)
 
@@ -164,7 +169,7 @@ class EmbeddedEngine:
                 param="messages",
             )
 
-    async def _reserve(self, num_blocks: int) -> None:
+    async def _reserve(self, num_blocks: int, num_tokens: int = 0) -> None:
         fits = lambda: self._num_reserved_blocks + num_blocks <= self.num_total_blocks  # noqa: E731
         if not fits():
             if self._num_waiting >= self.limits.max_queue:
@@ -174,6 +179,7 @@ class EmbeddedEngine:
                     retry_after_s=1,
                 )
             self._num_waiting += 1
+            self._num_waiting_tokens += num_tokens
             try:
                 loop = asyncio.get_running_loop()
                 deadline = loop.time() + self.limits.queue_timeout_s
@@ -188,6 +194,7 @@ class EmbeddedEngine:
                         ) from None
             finally:
                 self._num_waiting -= 1
+                self._num_waiting_tokens -= num_tokens
         self._num_reserved_blocks += num_blocks
 
     def _release(self, num_blocks: int) -> None:
@@ -207,8 +214,9 @@ class EmbeddedEngine:
         if self._manager is None:
             raise BackendUnavailable(f"{self.name} is not started", backend=self.name, retry_after_s=5)
         self.check_fits(len(prompt_ids), params.max_tokens)
-        num_blocks = self.blocks_for(len(prompt_ids) + params.max_tokens)
-        await self._reserve(num_blocks)
+        num_tokens = len(prompt_ids) + params.max_tokens
+        num_blocks = self.blocks_for(num_tokens)
+        await self._reserve(num_blocks, num_tokens)
         request_id = f"{self.name}-{next(self._ids)}"
         outputs: asyncio.Queue = asyncio.Queue()
         self._params[request_id] = params

@@ -101,9 +101,11 @@ async def test_when_blocks_are_taken_requests_queue_then_run(make_engine, tiny_m
     second = asyncio.create_task(_run(engine, prompt, max_tokens=100, **GREEDY))
     await asyncio.sleep(0.05)
     assert engine.num_waiting == 1
+    assert engine.num_waiting_tokens == len(prompt) + 100  # what /metrics shows as its queue depth
     a, b = await asyncio.gather(first, second)
     assert [s.token_id for s in a] == [s.token_id for s in b]
     assert engine.num_reserved_blocks == 0
+    assert engine.num_waiting_tokens == 0
 
 
 async def test_a_full_queue_is_refused_with_retry_after(make_engine, tiny_model):

@@ -1,0 +1,108 @@
+"""The proxy's Prometheus metrics: one `CollectorRegistry` per app, never the global default one
+(tests build many apps in one process).
+
+Every family of the metric contract is registered when `Metrics()` is built, so a scrape lists it
+(HELP and TYPE) before its first sample. Gauges that describe the present (readiness, breaker
+state, in-flight, ...) are not kept here: `switchyard.proxy.metrics` reads them at scrape time.
+Labels carry model, backend, tier, team and route names only: never a request id, key or prompt.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+LLM_LATENCY_BUCKETS_S = (0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+TOKEN_GAP_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+OVERHEAD_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
+
+ROUTES = ("explicit", "auto", "cascade")
+
+
+def route_of(requested_model: str) -> str:
+    """explicit | auto | cascade: how the request named its model."""
+    return requested_model if requested_model in ("auto", "cascade") else "explicit"
+
+
+class Metrics:
+    """The counters and histograms recorded as requests run."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        # team -> share of its tightest budget spent: read from the limiter (Valkey, maybe) just
+        # before each scrape, since a collector cannot wait on it
+        self.budget_used_ratio: dict[str, float] = {}
+        r = self.registry
+        self.requests = Counter(
+            "switchyard_requests",
+            "Requests that reached a model, by the model that answered last and the HTTP status.",
+            ("model", "backend", "tier", "route", "status"),
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "switchyard_time_to_first_token_seconds",
+            "Time from an attempt's start to its answer's first token (streams; whole answers when known).",
+            ("model",),
+            buckets=LLM_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.inter_token = Histogram(
+            "switchyard_inter_token_latency_seconds",
+            "Time between two chunks of a stream sent to the client.",
+            ("model",),
+            buckets=TOKEN_GAP_BUCKETS_S,
+            registry=r,
+        )
+        self.duration = Histogram(
+            "switchyard_request_duration_seconds",
+            "Time from the request reaching the relay to its last byte (a stream's end).",
+            ("model",),
+            buckets=LLM_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.overhead = Histogram(
+            "switchyard_proxy_overhead_seconds",
+            "Time a whole (non-stream) request spent in the proxy: its duration minus the attempts' time.",
+            buckets=OVERHEAD_BUCKETS_S,
+            registry=r,
+        )
+        self.classifier_decision = Histogram(
+            "switchyard_classifier_decision_seconds",
+            "Time the auto route waited on the classifier's score (batching and cache included).",
+            buckets=OVERHEAD_BUCKETS_S,
+            registry=r,
+        )
+        self.escalations = Counter(
+            "switchyard_cascade_escalations",
+            "Cascade climbs from one rung to the next, by reason (low-confidence, no-logprobs, error).",
+            ("from_rung", "to_rung", "reason"),
+            registry=r,
+        )
+        self.cost = Counter(
+            "switchyard_cost_usd",
+            "What attempts cost, by team ('' without teams) and model.",
+            ("team", "model"),
+            registry=r,
+        )
+        self.tokens = Counter(
+            "switchyard_tokens",
+            "Tokens of attempts (the upstream's usage, else estimated), by team, model and kind.",
+            ("team", "model", "kind"),
+            registry=r,
+        )
+
+    def request_done(self, *, model: str, backend: str, tier: str, route: str, status: int, duration_s: float) -> None:
+        self.requests.labels(model, backend, tier, route, str(status)).inc()
+        self.duration.labels(model).observe(duration_s)
+
+    def attempt_done(
+        self, *, team: str | None, model: str, prompt: int, completion: int, cost_usd: float, ttft_s: float | None
+    ) -> None:
+        team = team or ""
+        self.tokens.labels(team, model, "prompt").inc(prompt)
+        self.tokens.labels(team, model, "completion").inc(completion)
+        self.cost.labels(team, model).inc(cost_usd)
+        if ttft_s is not None:
+            self.ttft.labels(model).observe(max(ttft_s, 0.0))
+
+    def escalated(self, from_rung: str, to_rung: str, reason: str) -> None:
+        self.escalations.labels(from_rung, to_rung, reason).inc()
