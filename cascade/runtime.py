@@ -41,11 +41,11 @@ from switchyard.billing.context import RequestContext
 from switchyard.billing.metering import RequestMeter
 from switchyard.cascade import wire
 from switchyard.cascade.confidence import Scorer, score
-from switchyard.core.tracing import child_span
 from switchyard.cascade.thrash import ThrashGuard
 from switchyard.core.capabilities import explain, needs, unsupported_by_any
 from switchyard.core.errors import BackendError, BackendRejected, BudgetExceeded, InvalidRequest
 from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
+from switchyard.core.tracing import child_span
 
 logger = logging.getLogger("switchyard.cascade")
 

@@ -25,7 +25,15 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from switchyard.core.settings import TracingSettings
 
-__all__ = ["SpanExporter", "Tracing", "annotate_request", "build_tracing", "child_span", "request_span", "traceparent_headers"]
+__all__ = [
+    "SpanExporter",
+    "Tracing",
+    "annotate_request",
+    "build_tracing",
+    "child_span",
+    "request_span",
+    "traceparent_headers",
+]
 
 _current_tracer: ContextVar[Tracer | None] = ContextVar("switchyard_tracer", default=None)
 _request_span: ContextVar[Span | None] = ContextVar("switchyard_request_span", default=None)

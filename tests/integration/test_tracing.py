@@ -36,9 +36,7 @@ def _proxy(stack: ExitStack, exporter: InMemorySpanExporter | None):
         models=[
             {"name": f"m-{tier}", "base_url": url, "tier": tier, "api_key": UPSTREAM_KEY} for tier, url in urls.items()
         ],
-        routing={
-            "auto": {"tiers": ["small", "large"], "thresholds": [0.45], "warm_up": False, "deadline_ms": 10_000}
-        },
+        routing={"auto": {"tiers": ["small", "large"], "thresholds": [0.45], "warm_up": False, "deadline_ms": 10_000}},
         cascade={"ladder": ["m-small", "m-large"], "scorer": "mean_logprob", "threshold": -1.0},
         teams={"alpha": {"api_keys": [TEAM_KEY]}},
         billing={"ledger_path": None},
