@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from switchyard.core.settings import Settings, TracingSettings
 from switchyard.core.tracing import build_tracing
 from switchyard.proxy.app import create_app
+from tests.fakes.anthropic_upstream import AnthropicState, FakeAnthropicUpstream
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
 
@@ -157,3 +158,25 @@ def test_an_endpoint_turns_tracing_on():
     assert tracing is not None
     assert tracing.provider.resource.attributes["service.name"] == "switchyard"
     tracing.shutdown()
+
+
+@pytest.mark.slow  # importing LiteLLM takes seconds
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_litellm_sends_the_traceparent(provider):
+    exporter = InMemorySpanExporter()
+    openai_state, anthropic_state = FakeState(), AnthropicState()
+    with ExitStack() as stack:
+        if provider == "openai":
+            base_url = stack.enter_context(serve_in_thread(FakeOpenAIUpstream(openai_state))) + "/v1"
+            litellm_model = "openai/gpt-4o"
+        else:
+            base_url = stack.enter_context(serve_in_thread(FakeAnthropicUpstream(anthropic_state)))
+            litellm_model = "anthropic/claude-3-5-sonnet-20241022"
+        model = {"name": "m", "backend": "litellm", "litellm_model": litellm_model, "base_url": base_url}
+        settings = Settings(models=[{**model, "api_key": UPSTREAM_KEY}], billing={"ledger_path": None})
+        url = stack.enter_context(serve_in_thread(create_app(settings, span_exporter=exporter)))
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        assert httpx.post(url + "/v1/chat/completions", json=body, timeout=30).status_code == 200
+    (request,) = _request_spans(exporter, 1)
+    sent = openai_state.records[-1].headers if provider == "openai" else anthropic_state.headers[-1]
+    assert int(sent["traceparent"].split("-")[1], 16) == request.context.trace_id
