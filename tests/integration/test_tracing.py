@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from switchyard.core.settings import Settings, TracingSettings
 from switchyard.core.tracing import build_tracing
 from switchyard.proxy.app import create_app
+from switchyard.proxy.request_tracing import RequestTracingMiddleware
 from tests.fakes.anthropic_upstream import AnthropicState, FakeAnthropicUpstream
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
@@ -48,14 +49,14 @@ def _proxy(stack: ExitStack, exporter: InMemorySpanExporter | None):
         score_batch=lambda texts: np.array([float(t.rsplit("=", 1)[-1]) for t in texts]),
         span_exporter=exporter,
     )
-    return stack.enter_context(serve_in_thread(app)), states
+    return stack.enter_context(serve_in_thread(app)), states, app
 
 
 @pytest.fixture
 def traced():
     exporter = InMemorySpanExporter()
     with ExitStack() as stack:
-        url, states = _proxy(stack, exporter)
+        url, states, _ = _proxy(stack, exporter)
         yield url, states, exporter
 
 
@@ -144,7 +145,8 @@ def test_a_malformed_traceparent_starts_a_new_trace(traced):
 def test_with_tracing_off_nothing_is_traced_or_sent():
     assert build_tracing(TracingSettings()) is None  # no endpoint: no provider at all
     with ExitStack() as stack:
-        url, states = _proxy(stack, None)
+        url, states, app = _proxy(stack, None)
+        assert RequestTracingMiddleware not in [middleware.cls for middleware in app.user_middleware]
         traceparent = f"00-{CLIENT_TRACE_ID}-{CLIENT_SPAN_ID}-01"
         assert _ask(url, 0.2, headers={"traceparent": traceparent}).status_code == 200
         assert _ask(url, 0.2, stream=True).status_code == 200
