@@ -16,6 +16,7 @@ from switchyard.core.tracing import Tracing, annotate_request, request_span
 from switchyard.proxy.request_log import CLIENT_CLOSED_REQUEST
 
 _TRACED_PREFIX = "/v1/"
+_TRACE_CONTEXT = (b"traceparent", b"tracestate")
 _HEADERS = {  # response header -> attribute (switchyard.<name>)
     b"x-switchyard-model": "model",
     b"x-switchyard-backend": "backend",
@@ -35,7 +36,11 @@ class RequestTracingMiddleware:
         if scope["type"] != "http" or not scope.get("path", "").startswith(_TRACED_PREFIX):
             await self.app(scope, receive, send)
             return
-        headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
+        headers = {  # only the trace context: the span never sees the other headers (a key among them)
+            name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in scope["headers"]
+            if name.lower() in _TRACE_CONTEXT
+        }
         name = f"{scope.get('method', '')} {scope['path']}"
         with request_span(self.tracing, name, headers) as span:
             state = scope.get("state", {})
