@@ -32,6 +32,7 @@ from switchyard.core.errors import (
 )
 from switchyard.core.prices import Price
 from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
+from switchyard.core.tracing import traceparent_headers
 from switchyard.core.urls import replica_label
 
 
@@ -131,6 +132,9 @@ class CommercialBackend(Backend):
         )
         if stream:
             kwargs["stream_options"] = {"include_usage": True}
+        trace = traceparent_headers()
+        if trace:
+            kwargs["extra_headers"] = {**(kwargs.get("extra_headers") or {}), **trace}
         return kwargs
 
     @functools.cached_property

@@ -31,6 +31,7 @@ from switchyard.core.errors import (
     SwitchyardError,
 )
 from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
+from switchyard.core.tracing import traceparent_headers
 from switchyard.core.urls import replica_label, split_credentials
 
 
@@ -193,10 +194,12 @@ class OpenAIHTTPBackend(Backend):
         """
         url, body = replica.base_url + self._path(request), self._body(request, stream=stream)
         timeout = self._stream_timeout if stream else self._timeout
+        trace = traceparent_headers()
+        headers = {**replica.headers, **trace} if trace else replica.headers
         try:
-            return await self._session.post(url, data=body, headers=replica.headers, timeout=timeout)
+            return await self._session.post(url, data=body, headers=headers, timeout=timeout)
         except aiohttp.ServerDisconnectedError:
-            return await self._session.post(url, data=body, headers=replica.headers, timeout=timeout)
+            return await self._session.post(url, data=body, headers=headers, timeout=timeout)
 
     def _fail(self, replica: Replica, exc: Exception) -> BackendError:
         """The one place where transport exceptions become ours.

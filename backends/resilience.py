@@ -69,6 +69,7 @@ from switchyard.core.errors import (
     SwitchyardError,
 )
 from switchyard.core.protocol import CompletionResult, StreamChunk
+from switchyard.core.tracing import child_span
 
 logger = logging.getLogger("switchyard.resilience")
 
@@ -370,7 +371,8 @@ class ResilientExecutor:
                     calling.append(entry)
                     try:
                         try:
-                            result = await call(entry, first_token_s)
+                            with child_span("backend attempt", model=entry.name, attempt=number + 1):
+                                result = await call(entry, first_token_s)
                         except BaseException as exc:
                             tickets.settle(exc)  # the deadline's cancellation: neutral for the breakers
                             if not isinstance(exc, asyncio.CancelledError):

@@ -46,6 +46,7 @@ from switchyard.core.capabilities import explain, needs, unsupported_by_any
 from switchyard.core.errors import BackendError, BackendRejected, BudgetExceeded, InvalidRequest
 from switchyard.core.metrics import Metrics
 from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
+from switchyard.core.tracing import child_span
 
 logger = logging.getLogger("switchyard.cascade")
 
@@ -342,13 +343,14 @@ async def _attempt(method, entry: ModelEntry, request: AnyRequest, ctx: RequestC
     """One rung through the resilience layer, in its own task: a cancellation is metered here.
     Its fallbacks must serve what the client's request needs (`needed`), whatever the rung is asked."""
     meter = ctx.meter
-    try:
-        result = await method(entry, request, ctx, needed)
-        meter.backend_label = answered_by.get()  # set in this task; the relay reads it from the meter
-        return result
-    except asyncio.CancelledError:
-        meter.finished(meter.current_entry or entry, "cancelled", None)
-        raise
+    with child_span("cascade rung", rung=entry.name):
+        try:
+            result = await method(entry, request, ctx, needed)
+            meter.backend_label = answered_by.get()  # set in this task; the relay reads it from the meter
+            return result
+        except asyncio.CancelledError:
+            meter.finished(meter.current_entry or entry, "cancelled", None)
+            raise
 
 
 class _Attempts:

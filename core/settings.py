@@ -125,6 +125,14 @@ class LoggingSettings(_Strict):
     prompts: bool = False  # true: the line carries the request's messages or prompt (they may be private)
 
 
+class TracingSettings(_Strict):
+    """OpenTelemetry spans (core/tracing.py): off unless `otlp_endpoint` is set."""
+
+    otlp_endpoint: str | None = None  # OTLP/HTTP traces URL, e.g. http://127.0.0.1:4318/v1/traces
+    service_name: str = "switchyard"
+    sample_ratio: float = Field(default=1.0, ge=0, le=1)  # of traces started here; a client's sampled flag wins
+
+
 class PriorityTierSettings(_Strict):
     """A named priority: how its requests meet saturation, and caps on what they may ask."""
 
@@ -408,6 +416,7 @@ class Settings(BaseSettings):
     billing: BillingSettings = Field(default_factory=BillingSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
     cascade: CascadeSettings = Field(default_factory=CascadeSettings)
     models: list[ModelSettings] = Field(default_factory=list)
     teams: dict[str, TeamSettings] = Field(default_factory=dict)  # empty: any key, every model

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -11,11 +12,13 @@ from fastapi import FastAPI
 from switchyard.backends.base import Backend
 from switchyard.backends.defaults import load_settings
 from switchyard.core.settings import Settings
+from switchyard.core.tracing import SpanExporter, build_tracing
 from switchyard.proxy.cors import OpenAICORSMiddleware
 from switchyard.proxy.error_handlers import install_error_handlers
 from switchyard.proxy.middleware import InFlight, RequestIdMiddleware, TrailingSlashMiddleware
 from switchyard.proxy.openapi import install_openapi
 from switchyard.proxy.request_log import RequestLogMiddleware
+from switchyard.proxy.request_tracing import RequestTracingMiddleware
 from switchyard.proxy.routes import ROUTERS
 from switchyard.proxy.services import ScoreBatch, build_services, check_startup
 
@@ -29,14 +32,18 @@ def create_app(
     *,
     backends: Mapping[str, Backend] | None = None,
     score_batch: ScoreBatch | None = None,
+    span_exporter: SpanExporter | None = None,
 ) -> FastAPI:
     """Build the app. A thresholds file is read here, so a bad one stops the start (ThresholdsError).
 
-    `backends` and `score_batch` replace what the settings would build (see `build_services`).
+    `backends` and `score_batch` replace what the settings would build (see `build_services`);
+    `span_exporter` receives the request spans in place of `tracing.otlp_endpoint` (and turns
+    tracing on).
     """
     settings = settings if settings is not None else load_settings(None)
     check = check_startup(settings)
     in_flight = InFlight()
+    tracing = build_tracing(settings.tracing, span_exporter)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -48,6 +55,8 @@ def create_app(
                 # The server has stopped accepting; requests still running (or being cancelled)
                 # meter themselves as they end, so let them end before the ledger's last flush.
                 await in_flight.drain(DRAIN_TIMEOUT_S)
+                if tracing is not None:
+                    await asyncio.to_thread(tracing.shutdown)  # sends the spans still batched (blocking I/O)
 
     app = FastAPI(title="Switchyard", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.in_flight = in_flight
@@ -57,6 +66,8 @@ def create_app(
     for router in ROUTERS:
         app.include_router(router)
     app.add_middleware(TrailingSlashMiddleware)
+    if tracing is not None:
+        app.add_middleware(RequestTracingMiddleware, tracing=tracing)
     if settings.logging.requests:
         app.add_middleware(RequestLogMiddleware, settings=settings.logging)
     app.add_middleware(RequestIdMiddleware, in_flight=in_flight)

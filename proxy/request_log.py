@@ -28,6 +28,7 @@ from switchyard.backends.base import AnyRequest
 from switchyard.billing.metering import RequestMeter
 from switchyard.billing.teams import Principal
 from switchyard.core.settings import LoggingSettings
+from switchyard.core.tracing import annotate_request
 from switchyard.core.urls import redact_credentials
 
 LOGGER_NAME = "switchyard.requests"
@@ -122,6 +123,8 @@ def line_of(scope: Scope) -> RequestLine | None:
 
 def note_caller(scope: Scope, principal: Principal | None) -> None:
     """The authenticated caller: its team and key id (never the key)."""
+    if principal is not None:
+        annotate_request(team=principal.team.name)
     line = line_of(scope)
     if line is not None and principal is not None:
         line.team, line.key_id = principal.team.name, principal.key.id
@@ -129,6 +132,7 @@ def note_caller(scope: Scope, principal: Principal | None) -> None:
 
 def note_request(scope: Scope, meter: RequestMeter, parsed: AnyRequest) -> None:
     """The parsed request and its meter; its messages or prompt only if `logging.prompts` is on."""
+    annotate_request(requested_model=parsed.model, stream=bool(parsed.stream))
     line = line_of(scope)
     if line is None:
         return

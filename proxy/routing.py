@@ -39,6 +39,7 @@ from switchyard.core.metrics import Metrics
 from switchyard.core.prices import Price
 from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
 from switchyard.core.thresholds import ThresholdsFile
+from switchyard.core.tracing import child_span
 
 QUALITY_MODES = ("economy", "balanced", "max")
 
@@ -98,7 +99,10 @@ class AutoRouter:
         else:
             started_at = time.perf_counter()
             try:
-                score = await self.scorer.score(routing_text(request), self.deadline_s)
+                with child_span("classify", router=self.router_name) as span:
+                    score = await self.scorer.score(routing_text(request), self.deadline_s)
+                    if span is not None:
+                        span.set_attribute("switchyard.score", score)
             except ScoreUnavailable as exc:
                 index, reason = self.tiers.index(self.default_tier), f"auto:{exc.reason}"
             else:
