@@ -124,6 +124,7 @@ def prometheus(proxy, tmp_path):
     }
     config_path = tmp_path / "prometheus.yml"
     config_path.write_text(yaml.safe_dump(config))
+    log = (tmp_path / "prometheus.log").open("w")
     process = subprocess.Popen(
         [
             PROMETHEUS,
@@ -132,7 +133,7 @@ def prometheus(proxy, tmp_path):
             f"--web.listen-address=127.0.0.1:{port}",
         ],
         stdout=subprocess.DEVNULL,
-        stderr=(tmp_path / "prometheus.log").open("w"),
+        stderr=log,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -152,6 +153,7 @@ def prometheus(proxy, tmp_path):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        log.close()
 
 
 def _chat(base: str, model: str, content: str = "hi", stream: bool = False) -> httpx.Response:
