@@ -38,7 +38,7 @@ EXCEPTIONS: dict[str, str] = {}
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(PROMETHEUS is None, reason="the `prometheus` binary is not installed (apt-get install prometheus)"),
+    pytest.mark.skipif(PROMETHEUS is None, reason="no `prometheus` binary (apt-get install prometheus)"),
 ]
 
 
