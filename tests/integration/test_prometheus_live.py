@@ -6,6 +6,7 @@ Skipped when the `prometheus` binary is not installed (Debian/Ubuntu: `apt-get i
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import socket
 import subprocess
@@ -181,19 +182,31 @@ def _query(url: str, expr: str) -> list:
     return reply["data"]["result"]
 
 
+def _scrapes(url: str) -> float:
+    result = _query(url, "count_over_time(up[10m])")
+    return float(result[0]["value"][1]) if result else 0.0
+
+
+def _wait_for_scrapes(url: str, n: int) -> None:
+    """Until Prometheus has scraped the proxy `n` more times (bounded)."""
+    start = _scrapes(url)
+    assert wait_until(lambda: _scrapes(url) >= start + n, timeout_s=30, interval_s=0.25), "prometheus stopped scraping"
+
+
+def _finite(result: list) -> bool:
+    """At least one series with a number (histogram_quantile over no rise is NaN)."""
+    return any(math.isfinite(float(series["value"][1])) for series in result)
+
+
 def test_every_dashboard_query_returns_data_and_the_alert_rules_load(proxy, prometheus):
     queries = dashboard_queries()
     assert len(queries) >= 10
-    _traffic(proxy)
-
-    # wait for enough scrapes after the traffic that rate()/increase() have >= 2 samples
-    assert wait_until(lambda: _query(prometheus, "count_over_time(up[1m])")[:1], timeout_s=30, interval_s=0.5)
-    first = float(_query(prometheus, "count_over_time(up[1m])")[0]["value"][1])
-    assert wait_until(
-        lambda: float(_query(prometheus, "count_over_time(up[1m])")[0]["value"][1]) >= first + 3,
-        timeout_s=30,
-        interval_s=0.5,
-    )
+    # Two waves of traffic with scrapes between them: a labelled counter first shows up already
+    # incremented, so only a second wave gives rate() and increase() a rise to see (a non-zero
+    # rate, a finite quantile) rather than a flat line.
+    for _ in range(2):
+        _traffic(proxy)
+        _wait_for_scrapes(prometheus, 3)
     assert _query(prometheus, "up")[0]["value"][1] == "1"
 
     empty = []
@@ -201,9 +214,9 @@ def test_every_dashboard_query_returns_data_and_the_alert_rules_load(proxy, prom
         if expr in EXCEPTIONS:
             continue
         expr = concrete(expr)
-        if not wait_until(lambda e=expr: _query(prometheus, e), timeout_s=10, interval_s=0.5):
-            empty.append((title, expr))
-    assert not empty, f"dashboard queries with no data: {empty}"
+        if not wait_until(lambda e=expr: _finite(_query(prometheus, e)), timeout_s=10, interval_s=0.5):
+            empty.append((title, expr, _query(prometheus, expr)))
+    assert not empty, f"dashboard queries with no data (or only NaN): {empty}"
 
     def rules() -> list:
         groups = httpx.get(prometheus + "/api/v1/rules", timeout=10).json()["data"]["groups"]
