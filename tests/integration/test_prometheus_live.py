@@ -218,6 +218,21 @@ def test_every_dashboard_query_returns_data_and_the_alert_rules_load(proxy, prom
             empty.append((title, expr, _query(prometheus, expr)))
     assert not empty, f"dashboard queries with no data (or only NaN): {empty}"
 
+    # and the panels whose numbers this traffic pins down show them
+    values = {title: _query(prometheus, concrete(expr)) for title, expr in queries}
+
+    def value(title: str, **labels: str) -> float:
+        return sum(
+            float(s["value"][1]) for s in values[title] if all(s["metric"].get(k) == v for k, v in labels.items())
+        )
+
+    # one escalation for the cascade request and one for the low-scored auto request, out of 3
+    assert 0 < value("Escalation rate (15 min)") <= 1
+    assert value("Error ratio (5xx)") > 0
+    assert value("Cost by team (USD/hour)", team="research") > 0
+    assert value("Route mix", route="cascade") > 0 and value("Route mix", route="auto") > 0
+    assert 0 < value("Budget used", team="research") < 1
+
     def rules() -> list:
         groups = httpx.get(prometheus + "/api/v1/rules", timeout=10).json()["data"]["groups"]
         return [rule for group in groups for rule in group["rules"]]
