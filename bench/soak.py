@@ -107,7 +107,8 @@ def config_yaml(logs: Path, small: Server, large: Server) -> str:
         "server:\n  log_level: warning\n"
         "logging:\n  requests: false\n"
         "routing:\n  auto:\n    tiers: [small, large]\n    thresholds: [0.5]\n"
-        "cascade:\n  ladder: [small, large]\n"
+        # the thrash guard never trips (limit 1): every judged request climbs
+        "cascade:\n  ladder: [small, large]\n  thrash: {limit: 1}\n"
         "models:\n"
         + fake_model_yaml("small", small, "    tier: small\n" + price)
         + fake_model_yaml("large", large, "    tier: large\n" + price)
@@ -177,10 +178,11 @@ def summarize(index: int, pid: int, finished: list[tuple[float, float, str | Non
 
 
 def ledger_counts(db: Path) -> tuple[int, int, int]:
-    """(requests: distinct soak request ids, first attempts, all attempt rows) in the ledger."""
+    """(distinct soak request ids, first attempts, requests with a second attempt) in the ledger."""
     with sqlite3.connect(db) as conn:
         row = conn.execute(
-            "SELECT COUNT(DISTINCT client_request_id), SUM(attempt = 1), COUNT(*) FROM usage "
+            "SELECT COUNT(DISTINCT client_request_id), SUM(attempt = 1), "
+            "COUNT(DISTINCT CASE WHEN attempt > 1 THEN client_request_id END) FROM usage "
             "WHERE client_request_id LIKE 'soak-%'"
         ).fetchone()
     return int(row[0] or 0), int(row[1] or 0), int(row[2] or 0)
@@ -250,7 +252,7 @@ async def main() -> None:
         small.stop()
         large.stop()
 
-    num_requests, num_first, num_rows = ledger_counts(logs / "usage.db")
+    num_requests, num_first, num_climbed = ledger_counts(logs / "usage.db")
     base = minutes[1] if len(minutes) >= 2 else minutes[0]
     last = minutes[-1]
     rss_change = (last.rss_mib - base.rss_mib) / base.rss_mib
@@ -262,7 +264,7 @@ async def main() -> None:
         f"open fds at minute {last.index} vs minute {base.index}: {base.num_fds} → {last.num_fds} "
         f"({fd_growth:+d}; target no growth: {'met' if fd_growth <= 0 else 'MISSED'})",
         f"ledger: {load.num_sent} requests sent, {num_requests} distinct request ids and {num_first} first "
-        f"attempts in the ledger ({num_rows} attempt rows, escalations included): "
+        f"attempts in the ledger ({num_climbed} of them with a second attempt, the cascade's climb): "
         f"{'exactly one record per request' if ledger_ok else 'MISMATCH'}",
         f"errors: {sum(load.errors.values())}"
         + (" (" + ", ".join(f"{n} × {e}" for e, n in load.errors.most_common()) + ")" if load.errors else ""),
@@ -282,10 +284,10 @@ async def main() -> None:
         "Notes: minute 1 includes the warm-up (the classifier, connection pools, the SQLite file growing), "
         "so memory is compared from minute 2 on. The ledger is counted after the proxy stopped (SIGINT "
         "flushes its writer): one row per attempt, so a request the cascade escalated has two rows and "
-        "counts once by its `x-request-id`. The fake upstreams' logprobs put every cascade request "
-        "below the default threshold, so each `cascade` request climbs to the second rung."
-        + (f" {args.note}" if args.note else "")
-        + "\n"
+        "counts once by its `x-request-id`. The fake upstreams' logprobs put every judged answer below "
+        "the default threshold and the thrash guard is off (`limit: 1`), so every `cascade` request, "
+        "and every `auto` one routed to small, climbs to large: a stream's cheap rung is cancelled "
+        "after 16 tokens each time, the path most likely to leak." + (f" {args.note}" if args.note else "") + "\n"
     )
     print(section)
     if not args.no_write:
