@@ -293,7 +293,9 @@ async def main() -> None:
         "counts once by its `x-request-id`. The fake upstreams' logprobs put every judged answer below "
         "the default threshold and the thrash guard is off (`limit: 1`), so every `cascade` request, "
         "and every `auto` one routed to small, climbs to large: a stream's cheap rung is cancelled "
-        "after 16 tokens each time, the path most likely to leak." + (f" {args.note}" if args.note else "") + "\n"
+        "after 16 tokens each time, the path most likely to leak. Open fds move by a few between minutes "
+        "as pooled upstream connections expire and reopen (keep-alive 4 s), hence the fd target compares "
+        "the last minute with the first half's highest." + (f" {args.note}" if args.note else "") + "\n"
     )
     print(section)
     if not args.no_write:
