@@ -68,6 +68,7 @@ bench: $(STAMP) .venv-litellm-proxy/.installed
 	$(BIN)/python bench/constrained.py
 	$(BIN)/python bench/slow_clients.py
 	$(BIN)/python bench/faults.py
+	$(BIN)/python bench/soak.py
 
 clean:
 	rm -rf $(VENV) .venv-litellm-proxy .pytest_cache build *.egg-info
