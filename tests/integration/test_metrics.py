@@ -243,6 +243,7 @@ def test_every_model_request_is_counted_once_whatever_refuses_it(gated):
     assert _post(gated, chat, {"model": "m", "messages": hi}, key="sk-once") == 200
     assert _post(gated, chat, {"model": "m", "messages": hi}, key="sk-once") == 429  # rpm, before routing
     assert _post(gated, chat, {"model": "no-such-model-xyz", "messages": hi}) == 404
+    assert _post(gated, "/v1/responses", {"model": "m", "input": "hi"}) == 200
     # refused before the relay
     assert _post(gated, chat, {"model": "m", "messages": hi}, key=None) == 401
     assert _post(gated, chat, {"model": "m", "messages": hi}, key="sk-wrong") == 401
@@ -257,9 +258,9 @@ def test_every_model_request_is_counted_once_whatever_refuses_it(gated):
     assert httpx.get(gated + chat, headers={"authorization": "Bearer sk-capped"}).status_code == 405
     assert httpx.get(gated + "/v1/models", headers={"authorization": "Bearer sk-capped"}).status_code == 200
 
-    assert wait_until(lambda: _value(_families(gated), total) == 15)
+    assert wait_until(lambda: _value(_families(gated), total) == 16)
     families = _families(gated)
-    assert _value(families, total, model="m", backend="openai#0", tier="small", status="200") == 2
+    assert _value(families, total, model="m", backend="openai#0", tier="small", status="200") == 3
     assert _value(families, total, model="m", backend="", tier="small", route="explicit", status="429") == 1
     assert _value(families, total, model="", backend="", tier="", route="explicit", status="404") == 1
     assert _value(families, total, model="", route="explicit", status="401") == 2  # the body was never read
@@ -272,7 +273,7 @@ def test_every_model_request_is_counted_once_whatever_refuses_it(gated):
         "secret-name" in value for s in families["switchyard_requests"].samples for value in s.labels.values()
     )
     # a refusal before the relay never ran: no duration
-    assert _value(families, "switchyard_request_duration_seconds_count") == 4
+    assert _value(families, "switchyard_request_duration_seconds_count") == 5
 
 
 @pytest.fixture
