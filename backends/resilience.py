@@ -55,6 +55,7 @@ from switchyard.backends.breaker import (
     current_attempt,
 )
 from switchyard.backends.registry import ModelEntry, ModelRegistry
+from switchyard.backends.waiting import Held, WaitingTokens
 from switchyard.billing.context import RequestContext
 from switchyard.billing.metering import RequestMeter
 from switchyard.core.capabilities import needs
@@ -68,6 +69,7 @@ from switchyard.core.errors import (
     ContextLengthExceeded,
     SwitchyardError,
 )
+from switchyard.core.estimates import worst_case_tokens
 from switchyard.core.protocol import CompletionResult, StreamChunk
 from switchyard.core.tracing import child_span
 
@@ -189,6 +191,7 @@ class ResilientExecutor:
             policy.breaker_fail_max, policy.breaker_reset_s, policy.max_cooldown_s, policy.default_cooldown_s
         )
         self.guards: dict[str, Guard] = {}
+        self.waiting = WaitingTokens()  # tokens sent to each model that have no first token yet
         for entry in registry:
             self.guard(entry)
 
@@ -230,23 +233,34 @@ class ResilientExecutor:
         cascade passes the client's needs, not those of the logprobs it asks a judged rung for)."""
 
         async def call(entry: ModelEntry, first_token_s: float | None) -> CompletionResult:
-            if entry.assemble_from_stream and _can_stream(request):
-                answer = self._assembled(entry, request, first_token_s, ctx.meter if ctx is not None else None)
-            else:
-                answer = entry.backend.complete(request)
-            return await _within(answer, self.policy.attempt_timeout_s, entry.name, "answer")
+            with self.waiting.hold(entry.name, worst_case_tokens(request)) as held:
+                if entry.assemble_from_stream and _can_stream(request):
+                    meter = ctx.meter if ctx is not None else None
+                    answer = self._assembled(entry, request, first_token_s, meter, held)
+                else:
+                    answer = entry.backend.complete(request)
+                return await _within(answer, self.policy.attempt_timeout_s, entry.name, "answer")
 
         entry, result, _ = await self._run(first, call, ctx, request, self._deadline(first, ctx), needed)
         return entry, result
 
     async def _assembled(
-        self, entry: ModelEntry, request: AnyRequest, first_token_s: float | None, meter: RequestMeter | None
+        self,
+        entry: ModelEntry,
+        request: AnyRequest,
+        first_token_s: float | None,
+        meter: RequestMeter | None,
+        held: Held,
     ) -> CompletionResult:
-        """The meter counts the chunks: an answer without usage (or cut short) is estimated from them."""
+        """The meter counts the chunks (an answer without usage, or cut short, is estimated from
+        them) and notes the first one's time: a whole answer assembled has a time to first token."""
         chunks = entry.backend.stream(request)
         assembler = AnswerAssembler(entry.name)
         try:
             chunk = await _first_chunk(chunks, first_token_s, entry.name)
+            held.release()
+            if meter is not None and chunk is not None:
+                meter.first_token()
             while chunk is not None:
                 assembler.add(chunk)
                 if meter is not None:
@@ -270,7 +284,8 @@ class ResilientExecutor:
         async def call(entry: ModelEntry, first_token_s: float | None):
             chunks = entry.backend.stream(request)
             try:
-                first_chunk = await _first_chunk(chunks, first_token_s, entry.name)
+                with self.waiting.hold(entry.name, worst_case_tokens(request)):
+                    first_chunk = await _first_chunk(chunks, first_token_s, entry.name)
             except BaseException:
                 await chunks.aclose()
                 raise

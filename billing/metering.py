@@ -63,7 +63,7 @@ class RequestTotals:
     attempts: list[str] = field(default_factory=list)  # "model:status", in the order they were metered
     answer_model: str | None = None  # the attempt that answered: the completed one, else the last one closed
     answer_status: str | None = None
-    ttft_s: float | None = None  # the answering attempt's time to its first chunk (streams)
+    ttft_s: float | None = None  # the answering attempt's time to its first chunk (streams, assembled answers)
 
 
 _USAGE = re.compile(rb'"usage"\s*:\s*(\{[^{}]*\})')
@@ -94,7 +94,7 @@ class RequestMeter:
     tags: RequestTags = field(default_factory=RequestTags)
     escalated_from: str | None = None  # this fork's rung climbed from that model
     is_hedge: bool = False
-    first_token_at: float | None = None  # unix seconds, when a stream's first chunk arrived
+    first_token_at: float | None = None  # unix seconds, when a stream's first chunk arrived (assembled too)
     # chunks of this attempt's answer assembled so far (backends/assemble.py): without the
     # upstream's usage, its tokens are estimated from them, as a stream's are
     num_chunks: int = 0

@@ -30,7 +30,7 @@ class UsageRecord:
     route: str | None = None  # x-switchyard-route: why this model
     score: float | None = None  # the classifier's score (auto)
     escalated_from: str | None = None  # the cascade rung this attempt climbed from
-    ttft_ms: float | None = None  # time to the first token (streams)
+    ttft_ms: float | None = None  # time to the first token (streams, and whole answers assembled from one)
     is_hedge: bool = False  # started beside another attempt (a cascade hedge)
     is_shadow: bool = False  # a shadow call, never answered the client
     hosting: str | None = None  # self-hosted | commercial

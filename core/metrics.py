@@ -34,7 +34,8 @@ class Metrics:
         r = self.registry
         self.requests = Counter(
             "switchyard_requests",
-            "Requests that reached a model, by the model that answered last and the HTTP status.",
+            "Requests for a model, each once when it ended (refusals before routing too), by the model that "
+            "answered last (else the configured one named, else ''), backend, tier, route and HTTP status.",
             ("model", "backend", "tier", "route", "status"),
             registry=r,
         )
@@ -93,6 +94,10 @@ class Metrics:
     def request_done(self, *, model: str, backend: str, tier: str, route: str, status: int, duration_s: float) -> None:
         self.requests.labels(model, backend, tier, route, str(status)).inc()
         self.duration.labels(model).observe(duration_s)
+
+    def request_refused(self, *, model: str, tier: str, route: str, status: int) -> None:
+        """A request that ended before the relay took it: counted, but no duration (it never ran)."""
+        self.requests.labels(model, "", tier, route, str(status)).inc()
 
     def attempt_done(
         self, *, team: str | None, model: str, prompt: int, completion: int, cost_usd: float, ttft_s: float | None

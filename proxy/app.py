@@ -17,6 +17,7 @@ from switchyard.proxy.cors import OpenAICORSMiddleware
 from switchyard.proxy.error_handlers import install_error_handlers
 from switchyard.proxy.middleware import InFlight, RequestIdMiddleware, TrailingSlashMiddleware
 from switchyard.proxy.openapi import install_openapi
+from switchyard.proxy.request_count import RequestCountMiddleware
 from switchyard.proxy.request_log import RequestLogMiddleware
 from switchyard.proxy.request_tracing import RequestTracingMiddleware
 from switchyard.proxy.routes import ROUTERS
@@ -68,6 +69,7 @@ def create_app(
     app.add_middleware(TrailingSlashMiddleware)
     if tracing is not None:
         app.add_middleware(RequestTracingMiddleware, tracing=tracing)
+    app.add_middleware(RequestCountMiddleware)
     if settings.logging.requests:
         app.add_middleware(RequestLogMiddleware, settings=settings.logging)
     app.add_middleware(RequestIdMiddleware, in_flight=in_flight)

@@ -16,7 +16,7 @@ import asyncio
 import gc
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from switchyard.core.body_limits import BodyLimits, check_body_limits, too_deep_error
 from switchyard.core.errors import InvalidRequest, InvalidType, MalformedJSON, RequestTooLarge
 from switchyard.core.protocol import WireRequest
+from switchyard.proxy.request_count import note_requested_model
 
 M = TypeVar("M", bound=WireRequest)
 
@@ -98,7 +99,10 @@ class _CollectorPause:
 _COLLECTOR = _CollectorPause()
 
 
-def parse_request(model: type[M], body: bytes, limits: BodyLimits) -> M:
+def parse_request(
+    model: type[M], body: bytes, limits: BodyLimits, on_payload: Callable[[dict[str, Any]], None] | None = None
+) -> M:
+    """`on_payload` sees the parsed JSON object before it is checked (the request count reads its `model`)."""
     try:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -109,6 +113,8 @@ def parse_request(model: type[M], body: bytes, limits: BodyLimits) -> M:
         ) from exc
     if not isinstance(payload, dict):
         raise InvalidRequest("The request body must be a JSON object.")
+    if on_payload is not None:
+        on_payload(payload)
     check_body_limits(payload, limits)
     try:
         return model.from_payload(payload)
@@ -119,14 +125,18 @@ def parse_request(model: type[M], body: bytes, limits: BodyLimits) -> M:
 async def read_request(request: Request, model: type[M]) -> M:
     server = request.app.state.services.settings.server
     body = await read_body(request, server.max_body_bytes, server.body_timeout_s)
+
+    def on_payload(payload: dict[str, Any]) -> None:
+        note_requested_model(request.scope, payload.get("model"))
+
     if len(body) < OFF_LOOP_BYTES:
-        return parse_request(model, body, server.body_limits())
-    return await asyncio.to_thread(_parse_large, model, body, server.body_limits())
+        return parse_request(model, body, server.body_limits(), on_payload)
+    return await asyncio.to_thread(_parse_large, model, body, server.body_limits(), on_payload)
 
 
-def _parse_large(model: type[M], body: bytes, limits: BodyLimits) -> M:
+def _parse_large(model: type[M], body: bytes, limits: BodyLimits, on_payload: Callable[[dict[str, Any]], None]) -> M:
     with _COLLECTOR.paused():
-        return parse_request(model, body, limits)
+        return parse_request(model, body, limits, on_payload)
 
 
 def invalid_request(exc: ValidationError) -> InvalidRequest:

@@ -81,11 +81,17 @@ class LiveGauges(Collector):
         yield degraded
         yield waiting
         metrics = state.metrics
-        queue = _gauge("switchyard_queue_depth_tokens", "Tokens waiting at the model's backend.", ("model",))
+        queue = _gauge(
+            "switchyard_queue_depth_tokens",
+            "Tokens (prompt estimate plus max_tokens or its default) waiting for a first token at the model: "
+            "the embedded engine's own queue; for other backends, what this proxy sent that has no first token yet.",
+            ("model",),
+        )
         for e in entries:
-            queued_tokens = getattr(e.backend, "queued_tokens", None)  # the backends that know it
-            if queued_tokens is not None:
-                queue.add_metric([e.name], queued_tokens())
+            queued_tokens = getattr(e.backend, "queued_tokens", None)  # the embedded engine knows its own
+            queue.add_metric(
+                [e.name], queued_tokens() if queued_tokens is not None else state.executor.waiting.of(e.name)
+            )
         budget = _gauge("switchyard_budget_used_ratio", "Share of the team's tightest budget spent.", ("team",))
         for team, ratio in sorted(metrics.budget_used_ratio.items()):
             budget.add_metric([team], ratio)

@@ -34,6 +34,7 @@ from switchyard.core.metrics import route_of
 from switchyard.core.protocol import RawJSON, StreamChunk
 from switchyard.proxy.access import saturation_priority
 from switchyard.proxy.answer_shape import PASS_THROUGH, AnswerShape
+from switchyard.proxy.request_count import note_counted
 from switchyard.proxy.request_log import CLIENT_CLOSED_REQUEST, note_request
 from switchyard.proxy.routing import CASCADE_MODEL, auto_not_configured, cascade_not_configured
 from switchyard.proxy.streams import LiveStreams, ShuttingDown
@@ -227,6 +228,7 @@ async def _respond(request: Request, parsed: AnyRequest, principal: Principal | 
         status = getattr(exc, "status_code", 500)
         raise
     finally:
+        note_counted(request.scope)
         done = RequestDone(state, parsed, decision, response, status, started_at, meter)
         if isinstance(response, StreamingResponse):  # a stream settles, and is counted, when it ends
             response.background = BackgroundTask(done.after, response.background)

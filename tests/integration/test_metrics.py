@@ -3,6 +3,8 @@ auto, cascade, streamed and failed requests leave in them, read back with promet
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 
 import httpx
@@ -11,6 +13,8 @@ import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
+from switchyard.core.estimates import worst_case_tokens
+from switchyard.core.protocol import ChatCompletionRequest
 from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
@@ -202,3 +206,135 @@ def test_a_teams_cost_tokens_and_budget_share_are_by_team():
         assert _value(families, "switchyard_budget_used_ratio", team="research") == pytest.approx(cost / 1.0)
         assert _value(families, "switchyard_cost_usd_total", team="research", model="m") == pytest.approx(cost)
         assert _value(families, "switchyard_tokens_total", team="research", model="m", kind="completion") == 5
+
+
+# -- requests refused before the relay; TTFT of assembled answers; queue depth in tokens ----------
+
+
+@pytest.fixture
+def gated():
+    """Keys, a small body limit, a priority tier with a max_tokens cap, and a team limited to 1 rpm."""
+    with ExitStack() as stack:
+        url = stack.enter_context(serve_in_thread(FakeOpenAIUpstream(FakeState()))) + "/v1"
+        settings = Settings(
+            models=[{"name": "m", "base_url": url, "tier": "small"}],
+            teams={
+                "capped": {"api_keys": ["sk-capped"], "priority": "short"},
+                "once": {"api_keys": ["sk-once"], "rpm": 1},
+            },
+            server={"max_body_bytes": 1024},
+            billing={"ledger_path": None, "priority_tiers": {"short": {"max_tokens": 50}}},
+        )
+        yield stack.enter_context(serve_in_thread(create_app(settings)))
+
+
+def _post(base: str, path: str, body: dict | bytes, key: str | None = "sk-capped") -> int:
+    headers = {"authorization": f"Bearer {key}"} if key is not None else {}
+    if isinstance(body, bytes):
+        return httpx.post(base + path, content=body, headers=headers, timeout=20).status_code
+    return httpx.post(base + path, json=body, headers=headers, timeout=20).status_code
+
+
+def test_every_model_request_is_counted_once_whatever_refuses_it(gated):
+    hi = [{"role": "user", "content": "hi"}]
+    chat, total = "/v1/chat/completions", "switchyard_requests_total"
+    # answered and refused inside the relay (it counts them itself)
+    assert _post(gated, chat, {"model": "m", "messages": hi}) == 200
+    assert _post(gated, chat, {"model": "m", "messages": hi}, key="sk-once") == 200
+    assert _post(gated, chat, {"model": "m", "messages": hi}, key="sk-once") == 429  # rpm, before routing
+    assert _post(gated, chat, {"model": "no-such-model-xyz", "messages": hi}) == 404
+    assert _post(gated, "/v1/responses", {"model": "m", "input": "hi"}) == 200
+    # refused before the relay
+    assert _post(gated, chat, {"model": "m", "messages": hi}, key=None) == 401
+    assert _post(gated, chat, {"model": "m", "messages": hi}, key="sk-wrong") == 401
+    assert _post(gated, chat, b"{not json") == 400
+    assert _post(gated, chat, {"model": "m"}) == 400  # no messages
+    assert _post(gated, chat, {"model": "auto", "messages": "not a list"}) == 400
+    assert _post(gated, chat, {"model": "secret-name-xyz", "messages": 3}) == 400
+    assert _post(gated, chat, {"model": "m", "messages": [{"role": "user", "content": "x" * 2000}]}) == 413
+    assert _post(gated, chat, {"model": "m", "messages": hi, "max_tokens": 500}) == 400  # the tier's cap
+    assert _post(gated, "/v1/completions/", {"model": "m", "prompt": 7}) == 400
+    assert _post(gated, "/v1/responses", {"model": "m", "input": "hi", "background": True}) == 400
+    assert httpx.get(gated + chat, headers={"authorization": "Bearer sk-capped"}).status_code == 405
+    assert httpx.get(gated + "/v1/models", headers={"authorization": "Bearer sk-capped"}).status_code == 200
+
+    assert wait_until(lambda: _value(_families(gated), total) == 16)
+    families = _families(gated)
+    assert _value(families, total, model="m", backend="openai#0", tier="small", status="200") == 3
+    assert _value(families, total, model="m", backend="", tier="small", route="explicit", status="429") == 1
+    assert _value(families, total, model="", backend="", tier="", route="explicit", status="404") == 1
+    assert _value(families, total, model="", route="explicit", status="401") == 2  # the body was never read
+    assert _value(families, total, model="m", backend="", tier="small", route="explicit", status="400") == 4
+    assert _value(families, total, model="auto", backend="", tier="", route="auto", status="400") == 1
+    assert _value(families, total, model="", route="explicit", status="400") == 2  # bad JSON, an unknown name
+    assert _value(families, total, model="", status="413") == 1
+    assert _value(families, total, model="", status="405") == 1
+    assert not any(
+        "secret-name" in value for s in families["switchyard_requests"].samples for value in s.labels.values()
+    )
+    # a refusal before the relay never ran: no duration
+    assert _value(families, "switchyard_request_duration_seconds_count") == 5
+
+
+@pytest.fixture
+def held():
+    """One fake upstream that holds every answer until `release` is set, behind an assembling model
+    (`held`, the default) and one asked whole (`held-plain`)."""
+    release = threading.Event()
+    state = FakeState(behaviour=FakeBehaviour(wait_for=release))
+    with ExitStack() as stack:
+        url = stack.enter_context(serve_in_thread(FakeOpenAIUpstream(state))) + "/v1"
+        settings = Settings(
+            models=[
+                {"name": "held", "base_url": url},
+                {"name": "held-plain", "base_url": url, "assemble_from_stream": False},
+            ],
+            billing={"ledger_path": None},
+        )
+        base = stack.enter_context(serve_in_thread(create_app(settings)))
+        yield base, state, release
+        release.set()
+
+
+def test_a_whole_answer_assembled_from_a_stream_has_a_time_to_first_token(held):
+    base, _, release = held
+    release.set()
+    ttft = "switchyard_time_to_first_token_seconds_count"
+    assert _value(_families(base), ttft, model="held") == 0
+    assert _chat(base, "held").status_code == 200
+    assert wait_until(lambda: _value(_families(base), ttft, model="held") == 1)
+    assert _chat(base, "held-plain").status_code == 200  # answered whole: no first token to time
+    assert wait_until(lambda: _value(_families(base), "switchyard_requests_total", model="held-plain") == 1)
+    assert _value(_families(base), ttft, model="held-plain") == 0
+
+
+def test_queue_depth_counts_the_tokens_sent_that_have_no_first_token_yet(held):
+    base, state, release = held
+    depth = "switchyard_queue_depth_tokens"
+    families = _families(base)
+    assert _value(families, depth, model="held") == _value(families, depth, model="held-plain") == 0
+    body = {"model": "held", "messages": [{"role": "user", "content": "a prompt of some length"}], "max_tokens": 100}
+    wanted = worst_case_tokens(ChatCompletionRequest.from_payload(body))
+    calls = [
+        {**body, "stream": True},
+        body,
+        {**body, "model": "held-plain"},
+    ]
+    with ThreadPoolExecutor(len(calls)) as pool:
+        replies = [pool.submit(httpx.post, base + "/v1/chat/completions", json=call, timeout=20) for call in calls]
+        assert wait_until(lambda: state.num_requests == 3)
+        families = _families(base)
+        assert _value(families, depth, model="held") == 2 * wanted > 200
+        assert _value(families, depth, model="held-plain") == wanted
+        release.set()
+        assert [reply.result().status_code for reply in replies] == [200, 200, 200]
+        families = _families(base)
+        assert _value(families, depth, model="held") == _value(families, depth, model="held-plain") == 0
+        # an answer being assembled leaves the queue at its first chunk, not at its end: this one
+        # stalls after its first chunk until the client gives up
+        stalled = {**body, "fake": {"failure": "stall", "drop_after": 1}}
+        reply = pool.submit(httpx.post, base + "/v1/chat/completions", json=stalled, timeout=3)
+        assert wait_until(lambda: state.num_requests == 4)
+        assert wait_until(lambda: _value(_families(base), depth, model="held") == 0 and not reply.done())
+        with pytest.raises(httpx.ReadTimeout):
+            reply.result()
