@@ -106,8 +106,12 @@ def _serving(tmp: Path, redis_url: str, behaviour: FakeBehaviour, *args: str) ->
 
 
 def _worker_pids(parent_pid: int) -> list[int]:
-    children = psutil.Process(parent_pid).children()
-    return sorted(p.pid for p in children if "spawn_main" in " ".join(p.cmdline()))
+    pids = []
+    for child in psutil.Process(parent_pid).children():
+        with contextlib.suppress(psutil.ZombieProcess, psutil.NoSuchProcess):  # a worker just killed
+            if "spawn_main" in " ".join(child.cmdline()):
+                pids.append(child.pid)
+    return sorted(pids)
 
 
 def _requests_by_worker(parent_pid: int) -> dict[int, float]:
@@ -158,18 +162,19 @@ def workers(valkey_session, tmp_path_factory) -> Iterator[Workers]:
 @pytest.mark.slow
 def test_two_workers_answer_and_metrics_add_both_up(workers):
     assert len(_worker_pids(workers.process.pid)) == 2
+    before, scraped_before = _requests_by_worker(workers.process.pid), _scraped_requests_total(workers.url)
     num_sent = 0
     for _ in range(30):  # the kernel hands each connection to either worker: go on until both answered
         responses = asyncio.run(_send_all(workers.url, "sk-open", 16, concurrency=16, tag=f"both-{num_sent}"))
         assert [r.status_code for r in responses] == [200] * 16
         num_sent += 16
-        by_worker = _requests_by_worker(workers.process.pid)
+        by_worker = {pid: n - before[pid] for pid, n in _requests_by_worker(workers.process.pid).items()}
         if all(by_worker.values()):
             break
     assert len(by_worker) == 2 and all(by_worker.values()), by_worker
     assert sum(by_worker.values()) == num_sent
-    assert _scraped_requests_total(workers.url) == num_sent  # whichever worker answers the scrape
-    assert _scraped_requests_total(workers.url) == num_sent
+    for _ in range(4):  # whichever worker answers the scrape, it counts both
+        assert _scraped_requests_total(workers.url) - scraped_before == num_sent
     text = httpx.get(workers.url + "/metrics").text
     families = {f.name: f for f in text_string_to_metric_families(text)}
     for name in ("switchyard_breaker_state", "switchyard_in_flight", "switchyard_model_ready"):
@@ -272,3 +277,25 @@ def test_one_worker_is_the_single_process_of_before(valkey, tmp_path):
         families = [f.name for f in text_string_to_metric_families(text)]
         assert families[0] == "switchyard_requests" and "switchyard_model_ready" in families
         assert psutil.Process(running.process.pid).environ().get("PROMETHEUS_MULTIPROC_DIR") is None
+
+
+@pytest.mark.slow
+def test_a_worker_that_dies_is_started_again_and_its_counts_stay(workers):
+    asyncio.run(_send_all(workers.url, "sk-open", 8, concurrency=8, tag="before-kill"))
+    scraped = _scraped_requests_total(workers.url)
+    victim, survivor = _worker_pids(workers.process.pid)
+    os.kill(victim, signal.SIGKILL)
+    assert wait_until(lambda: len(set(_worker_pids(workers.process.pid)) - {survivor}) == 1, timeout_s=30)
+    assert victim not in _worker_pids(workers.process.pid)
+    assert wait_until(lambda: _is_live(workers.url), timeout_s=30)
+    responses = asyncio.run(_send_all(workers.url, "sk-open", 8, concurrency=8, tag="after-kill"))
+    assert [r.status_code for r in responses] == [200] * 8
+    assert _scraped_requests_total(workers.url) == scraped + 8  # the dead worker's requests still count
+    assert wait_until(
+        lambda: (
+            f"worker 0 (pid {victim})" in workers.log.read_text()
+            or f"worker 1 (pid {victim})" in workers.log.read_text()
+        ),
+        timeout_s=5,
+    )
+    assert "starting it again" in workers.log.read_text()
