@@ -14,6 +14,7 @@ dies otherwise is started again in its slot, with the same spill file, which it 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -96,6 +97,7 @@ class _Supervisor:
                 for slot in self.slots:
                     if not slot.process.is_alive() and not self.stopping.is_set():
                         self._restart(slot)
+            self._signal_workers(signal.SIGKILL if self.num_signals > 1 else signal.SIGTERM)  # one started meanwhile
             for slot in self.slots:
                 slot.process.join()
                 mark_process_dead(slot.process.pid)
@@ -137,12 +139,16 @@ class _Supervisor:
     def _on_signal(self, sig: int, frame: FrameType | None) -> None:
         self.num_signals += 1
         self.stopping.set()
-        hard = self.num_signals > 1
-        if not hard:
-            logger.info("switchyard: stopping %d workers (they finish their requests)", len(self.slots))
+        if self.num_signals == 1:
+            logger.info("switchyard: stopping %d workers (they finish their requests)", self.num_workers)
+        self._signal_workers(signal.SIGKILL if self.num_signals > 1 else signal.SIGTERM)
+
+    def _signal_workers(self, sig: int) -> None:
+        """Each worker's stop is idempotent: a second SIGTERM changes nothing."""
         for slot in self.slots:
             if slot.process.pid is not None and slot.process.exitcode is None:
-                os.kill(slot.process.pid, signal.SIGKILL if hard else signal.SIGTERM)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(slot.process.pid, sig)
 
 
 class WorkerServer(GracefulServer):

@@ -85,7 +85,9 @@ def _is_live(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def _serving(tmp: Path, redis_url: str, behaviour: FakeBehaviour, *args: str) -> Iterator[Workers]:
+def _serving(
+    tmp: Path, redis_url: str, behaviour: FakeBehaviour, *args: str, own_group: bool = False
+) -> Iterator[Workers]:
     state = FakeState(behaviour=behaviour)
     with serve_in_thread(FakeOpenAIUpstream(state)) as upstream:
         config = _config(tmp, upstream + "/v1", redis_url)
@@ -93,7 +95,9 @@ def _serving(tmp: Path, redis_url: str, behaviour: FakeBehaviour, *args: str) ->
         log = tmp / "serve.log"
         command = _switchyard("serve", "--config", str(config), "--port", str(port), *args)
         with log.open("wb") as out:
-            process = subprocess.Popen(command, env=_env(), stdout=out, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(
+                command, env=_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=own_group
+            )
         url = f"http://127.0.0.1:{port}"
         try:
             assert wait_until(lambda: _is_live(url) or process.poll() is not None, timeout_s=60)
@@ -233,8 +237,11 @@ def test_sigterm_meters_every_request_once_and_exits_0(valkey, tmp_path):
         for thread in threads:
             thread.start()
         assert wait_until(lambda: running.upstream.num_requests == num_quick + num_streams, timeout_s=20)
+        metrics_dir = Path(psutil.Process(_worker_pids(running.process.pid)[0]).environ()["PROMETHEUS_MULTIPROC_DIR"])
+        assert metrics_dir.is_dir()
         running.process.send_signal(signal.SIGTERM)
         assert running.process.wait(timeout=30) == 0, running.log.read_text()[-3000:]
+        assert not metrics_dir.exists()
         for thread in threads:
             thread.join(timeout=30)
         assert not (tmp_path / "spill.worker-0.jsonl").exists() and not (tmp_path / "spill.worker-1.jsonl").exists()
@@ -244,6 +251,28 @@ def test_sigterm_meters_every_request_once_and_exits_0(valkey, tmp_path):
     statuses = {r.client_request_id: r.status for r in records}
     assert all(statuses[f"term-{n}"] == "completed" for n in range(num_quick)), statuses
     assert all(statuses[f"term-{n}"] == "cancelled" for n in range(num_quick, num_quick + num_streams)), statuses
+
+
+@pytest.mark.slow
+def test_ctrl_c_reaching_the_parent_and_the_workers_alike_still_drains(valkey, tmp_path):
+    """A terminal's Ctrl-C signals the whole process group: each worker gets SIGINT and the parent's SIGTERM."""
+    outcome: list[str] = []
+
+    def stream(url: str) -> None:
+        body = _body(stream=True, max_tokens=100, fake={"num_tokens": 100, "token_delay_s": 0.1})
+        headers = {"authorization": "Bearer sk-open", "x-request-id": "ctrl-c"}
+        outcome.append(httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=30).text)
+
+    with _serving(tmp_path, valkey.url, FakeBehaviour(), "--workers", "2", own_group=True) as running:
+        thread = threading.Thread(target=stream, args=(running.url,))
+        thread.start()
+        assert wait_until(lambda: running.upstream.num_requests == 1, timeout_s=20)
+        os.killpg(running.process.pid, signal.SIGINT)
+        assert running.process.wait(timeout=30) == 0, running.log.read_text()[-3000:]
+        thread.join(timeout=30)
+        records = read_ledger(running.database_url, client_request_id="ctrl-c")
+    assert [r.status for r in records] == ["cancelled"]
+    assert outcome and '"code":"server_shutting_down"' in outcome[0] and outcome[0].rstrip().endswith("data: [DONE]")
 
 
 def test_more_than_one_worker_without_valkey_is_refused(tmp_path):
