@@ -44,7 +44,7 @@ async def exposition(services) -> bytes:
         return generate_latest(services.metrics.registry)
     shared.sync()
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_AllWorkers(services))
+    registry.register(_AllWorkers(_listed_families(services)))
     return await asyncio.to_thread(generate_latest, registry)  # reads every worker's files
 
 
@@ -191,26 +191,28 @@ class SharedGauges:
         return Gauge(family.name, family.help_text, family.labels, registry=None, multiprocess_mode=family.mode)
 
 
+def _listed_families(services) -> dict[str, tuple[str, str]]:
+    """name -> (type, help) of every family a scrape lists: the contract's, in order, then the live ones."""
+    known = {metric.name: (metric.type, metric.documentation) for metric in services.metrics.registry.collect()}
+    for family in services.shared_gauges.families.values():
+        known.setdefault(family.name, (family.kind, family.help_text))
+    return known
+
+
 class _AllWorkers(Collector):
     """Every worker's values, every family listed (HELP and TYPE) even before its first sample."""
 
-    def __init__(self, services) -> None:
-        self.services = services
+    def __init__(self, known: dict[str, tuple[str, str]]) -> None:
+        self.known = known
 
     def collect(self) -> Iterator[Metric]:
-        path = multiprocess_dir()
-        merged = {metric.name: metric for metric in MultiProcessCollector(None, path=path).collect()}
-        known: dict[str, tuple[str, str]] = {}
-        for metric in self.services.metrics.registry.collect():  # the contract's families, in order
-            known[metric.name] = (metric.type, metric.documentation)
-        for family in self.services.shared_gauges.families.values():
-            known.setdefault(family.name, (family.kind, family.help_text))
-        for name, (kind, help_text) in known.items():
+        merged = {metric.name: metric for metric in MultiProcessCollector(None, path=multiprocess_dir()).collect()}
+        for name, (kind, help_text) in self.known.items():
             metric = merged.pop(name, None)
             if metric is None:
                 yield Metric(name, help_text, kind)
                 continue
-            metric.documentation = help_text  # the files keep no help text
+            metric.documentation = help_text
             yield metric
         yield from merged.values()
 
