@@ -253,26 +253,62 @@ def test_sigterm_meters_every_request_once_and_exits_0(valkey, tmp_path):
     assert all(statuses[f"term-{n}"] == "cancelled" for n in range(num_quick, num_quick + num_streams)), statuses
 
 
+CONTRACT_FAMILIES = (
+    "switchyard_requests",
+    "switchyard_time_to_first_token_seconds",
+    "switchyard_inter_token_latency_seconds",
+    "switchyard_request_duration_seconds",
+    "switchyard_proxy_overhead_seconds",
+    "switchyard_classifier_decision_seconds",
+    "switchyard_cascade_escalations",
+    "switchyard_breaker_state",
+    "switchyard_cost_usd",
+    "switchyard_tokens",
+    "switchyard_budget_used_ratio",
+    "switchyard_queue_depth_tokens",
+)
+
+
+def _in_flight(url: str) -> float | None:
+    text = httpx.get(url + "/metrics").text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    return next((s.value for s in families["switchyard_in_flight"].samples if s.labels == {"model": "priced"}), None)
+
+
 @pytest.mark.slow
 def test_ctrl_c_reaching_the_parent_and_the_workers_alike_still_drains(valkey, tmp_path):
     """A terminal's Ctrl-C signals the whole process group: each worker gets SIGINT and the parent's SIGTERM."""
-    outcome: list[str] = []
+    num_streams = 4
+    outcomes: list[str] = []
 
-    def stream(url: str) -> None:
-        body = _body(stream=True, max_tokens=100, fake={"num_tokens": 100, "token_delay_s": 0.1})
-        headers = {"authorization": "Bearer sk-open", "x-request-id": "ctrl-c"}
-        outcome.append(httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=30).text)
+    def stream(url: str, n: int) -> None:
+        # 3 s to the first token (in flight at the model meanwhile), then 100 tokens 0.1 s apart
+        body = _body(stream=True, max_tokens=100, fake={"num_tokens": 100, "token_delay_s": 0.1, "latency_s": 3})
+        headers = {"authorization": "Bearer sk-open", "x-request-id": f"ctrl-c-{n}"}
+        outcomes.append(httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=30).text)
 
     with _serving(tmp_path, valkey.url, FakeBehaviour(), "--workers", "2", own_group=True) as running:
-        thread = threading.Thread(target=stream, args=(running.url,))
-        thread.start()
-        assert wait_until(lambda: running.upstream.num_requests == 1, timeout_s=20)
+        # before any request, every family of the contract is listed, as with one process
+        text = httpx.get(running.url + "/metrics").text
+        listed = {f.name for f in text_string_to_metric_families(text)}
+        assert set(CONTRACT_FAMILIES) <= listed, set(CONTRACT_FAMILIES) - listed
+        threads = [threading.Thread(target=stream, args=(running.url, n)) for n in range(num_streams)]
+        for thread in threads:
+            thread.start()
+        assert wait_until(lambda: running.upstream.num_requests == num_streams, timeout_s=20)
+        # each worker counts its own requests waiting at the model; the scrape adds them up (livesum)
+        assert wait_until(lambda: _in_flight(running.url) == num_streams, timeout_s=5)
+        assert wait_until(lambda: _in_flight(running.url) == 0, timeout_s=10)  # streaming now
         os.killpg(running.process.pid, signal.SIGINT)
         assert running.process.wait(timeout=30) == 0, running.log.read_text()[-3000:]
-        thread.join(timeout=30)
-        records = read_ledger(running.database_url, client_request_id="ctrl-c")
-    assert [r.status for r in records] == ["cancelled"]
-    assert outcome and '"code":"server_shutting_down"' in outcome[0] and outcome[0].rstrip().endswith("data: [DONE]")
+        for thread in threads:
+            thread.join(timeout=30)
+        records = [r for r in read_ledger(running.database_url) if (r.client_request_id or "").startswith("ctrl-c-")]
+    assert sorted(r.client_request_id for r in records) == [f"ctrl-c-{n}" for n in range(num_streams)]
+    assert {r.status for r in records} == {"cancelled"}
+    assert len(outcomes) == num_streams
+    for text in outcomes:
+        assert '"code":"server_shutting_down"' in text and text.rstrip().endswith("data: [DONE]")
 
 
 def test_more_than_one_worker_without_valkey_is_refused(tmp_path):
