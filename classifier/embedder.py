@@ -112,7 +112,7 @@ class StaticEmbedder:
         )
         table = table.astype(np.float32)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp.npy")
+        tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npy")  # worker processes may build it at once
         np.save(tmp, table)
         tmp.replace(path)
         return table

@@ -5,9 +5,15 @@ Every family of the metric contract is registered when `Metrics()` is built, so 
 (HELP and TYPE) before its first sample. Gauges that describe the present (readiness, breaker
 state, in-flight, ...) are not kept here: `switchyard.proxy.metrics` reads them at scrape time.
 Labels carry model, backend, tier, team and route names only: never a request id, key or prompt.
+
+With several worker processes (`switchyard serve --workers N`), the parent sets
+PROMETHEUS_MULTIPROC_DIR before any worker imports prometheus_client: every counter and histogram
+then keeps its values in a file there, which `/metrics` of any worker reads (`multiprocess_dir`).
 """
 
 from __future__ import annotations
+
+import os
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -16,6 +22,14 @@ TOKEN_GAP_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 
 OVERHEAD_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 
 ROUTES = ("explicit", "auto", "cascade")
+
+
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def multiprocess_dir() -> str | None:
+    """The folder of prometheus-client's multiprocess mode, when this process is one of several workers."""
+    return os.environ.get(MULTIPROCESS_ENV) or None
 
 
 def route_of(requested_model: str) -> str:

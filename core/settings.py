@@ -54,6 +54,9 @@ class ServerSettings(_Strict):
     header_timeout_s: float = Field(default=10.0, gt=0)  # to send a request head, from connect or the last response
     keepalive_timeout_s: float = Field(default=5.0, gt=0)  # an idle keep-alive connection is closed after this
     max_connections: int = Field(default=4096, ge=1)  # open client connections; also kept under the open-file limit
+    # Worker processes on the one port (`serve --workers` wins); over 1 needs billing.redis_url.
+    # max_connections and the open-file reserve apply to each worker.
+    workers: int = Field(default=1, ge=1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     access_log: bool = False
     # Browser origins that may call the API (CORS, preflight included), e.g. [https://app.example.com]
@@ -423,6 +426,8 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _unique_names(self) -> Settings:
+        if (refusal := workers_refusal(self.server.workers, self.billing.redis_url, "server.workers:")) is not None:
+            raise ValueError(refusal)
         seen: set[str] = set()
         for model in self.models:
             if model.name in RESERVED_MODEL_NAMES:
@@ -477,6 +482,16 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The file arrives as init kwargs; the environment overrides it.
         return (env_settings, init_settings)
+
+
+def workers_refusal(num_workers: int, redis_url: str | None, named: str = "--workers") -> str | None:
+    """Why `num_workers` processes cannot run with this billing config (None: they can)."""
+    if num_workers > 1 and redis_url is None:
+        return (
+            f"{named} {num_workers} needs billing.redis_url: "
+            "budgets, rate limits and keys must be shared by the workers"
+        )
+    return None
 
 
 def format_location(loc: tuple[int | str, ...]) -> str:

@@ -1,22 +1,36 @@
 """What `/metrics` reads at scrape time: the gauges that describe the present (readiness,
 saturation, breakers, in-flight, queues, budgets) and the counters other objects keep (shed,
-attempts, the cascade's verdicts). `LiveGauges` is registered in the app's own registry beside
-the counters and histograms of `switchyard.core.metrics`."""
+attempts, the cascade's verdicts).
+
+One process: `LiveGauges` is registered in the app's own registry beside the counters and
+histograms of `switchyard.core.metrics`, and builds these families at each scrape.
+
+Several workers (`switchyard serve --workers N`, prometheus-client's multiprocess mode): each
+worker copies the same values into real `Gauge`s and `Counter`s (`SharedGauges`, every second and
+before a scrape it answers), whose files in PROMETHEUS_MULTIPROC_DIR every worker reads; each
+gauge says how the workers' values combine (`LiveFamily.mode`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from switchyard.billing.limits import LimitsUnavailable
+from switchyard.core.metrics import multiprocess_dir
 from switchyard.proxy.saturation import is_saturated
 
 BREAKER_STATES = {"closed": 0, "half-open": 1, "open": 2}
+SHARED_SYNC_INTERVAL_S = 1.0
 
-__all__ = ["CONTENT_TYPE_LATEST", "LiveGauges", "exposition"]
+__all__ = ["CONTENT_TYPE_LATEST", "LiveGauges", "SharedGauges", "exposition"]
 
 
 async def exposition(services) -> bytes:
@@ -25,15 +39,110 @@ async def exposition(services) -> bytes:
         services.metrics.budget_used_ratio = await services.budgets.used_ratios(services.directory.teams.values())
     except LimitsUnavailable:
         services.metrics.budget_used_ratio = {}  # Valkey is down: no value rather than a stale one
-    return generate_latest(services.metrics.registry)
+    shared = services.shared_gauges
+    if shared is None:
+        return generate_latest(services.metrics.registry)
+    shared.sync()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_AllWorkers(_listed_families(services)))
+    return await asyncio.to_thread(generate_latest, registry)  # reads every worker's files
 
 
-def _gauge(name: str, help_text: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, help_text, labels=list(labels))
+@dataclass
+class LiveFamily:
+    name: str
+    kind: str  # gauge | counter
+    help_text: str
+    labels: tuple[str, ...] = ()
+    # several workers: how their values combine (prometheus-client's multiprocess_mode); counters add up
+    mode: str = "livemax"
+    samples: list[tuple[tuple[str, ...], float]] = field(default_factory=list)
+
+    def add(self, label_values: Iterable[str], value: float) -> None:
+        self.samples.append((tuple(label_values), float(value)))
+
+    def to_family(self) -> GaugeMetricFamily | CounterMetricFamily:
+        kind = GaugeMetricFamily if self.kind == "gauge" else CounterMetricFamily
+        family = kind(self.name, self.help_text, labels=list(self.labels))
+        for label_values, value in self.samples:
+            family.add_metric(list(label_values), value)
+        return family
 
 
-def _counter(name: str, help_text: str, labels: tuple[str, ...] = ()) -> CounterMetricFamily:
-    return CounterMetricFamily(name, help_text, labels=list(labels))
+def _gauge(name: str, help_text: str, labels: tuple[str, ...] = (), mode: str = "livemax") -> LiveFamily:
+    return LiveFamily(name, "gauge", help_text, labels, mode)
+
+
+def _counter(name: str, help_text: str, labels: tuple[str, ...] = ()) -> LiveFamily:
+    return LiveFamily(name, "counter", help_text, labels, "sum")
+
+
+def live_families(state) -> Iterator[LiveFamily]:
+    """The families read at scrape time, in the order a scrape lists them."""
+    entries = list(state.registry)
+    guards = {entry.name: state.executor.guard(entry) for entry in entries}
+    ready = _gauge(
+        "switchyard_model_ready", "1 when the model's backend passed its last health probe.", ("model",), "livemin"
+    )
+    saturated = _gauge("switchyard_model_saturated", "1 when the model's backend reports saturation.", ("model",))
+    for e in entries:
+        ready.add([e.name], e.backend.is_ready())
+        saturated.add([e.name], is_saturated(e))
+    yield ready
+    yield saturated
+    breaker = _gauge("switchyard_breaker_state", "Circuit breaker: 0 closed, 1 half-open, 2 open.", ("model",))
+    in_flight = _gauge("switchyard_in_flight", "Requests in flight at the model.", ("model",), "livesum")
+    shed = _counter("switchyard_shed", "Requests turned away by load shedding.", ("model",))
+    for name, guard in guards.items():
+        breaker.add([name], BREAKER_STATES[guard.breaker_state])
+        in_flight.add([name], guard.num_in_flight)
+        shed.add([name], guard.num_shed)
+    replica = _gauge(
+        "switchyard_replica_breaker_state",
+        "Circuit breaker of each replica of a model with several: 0 closed, 1 half-open, 2 open.",
+        ("model", "replica"),
+    )
+    for model, replicas in state.executor.replica_states().items():
+        for name, value in replicas.items():
+            replica.add([model, name], BREAKER_STATES[value])
+    yield from (breaker, replica, in_flight, shed)
+    attempts = _counter("switchyard_attempts", "Attempts at a backend, by outcome.", ("model", "status"))
+    for (model, status), n in sorted(state.attempt_counts.items()):
+        attempts.add([model, status], n)
+    yield attempts
+    degraded = _counter("switchyard_degraded", "Best-effort requests sent to a smaller model.")
+    degraded.add([], state.saturation.num_degraded)
+    waiting = _gauge("switchyard_priority_waiting", "Priority requests waiting out saturation.", mode="livesum")
+    waiting.add([], state.saturation.num_waiting)
+    yield degraded
+    yield waiting
+    queue = _gauge(
+        "switchyard_queue_depth_tokens",
+        "Tokens (prompt estimate plus max_tokens or its default) waiting for a first token at the model: "
+        "the embedded engine's own queue; for other backends, what this proxy sent that has no first token yet.",
+        ("model",),
+        "livesum",
+    )  # each worker runs its own embedded engine and counts what it sent
+    for e in entries:
+        queued_tokens = getattr(e.backend, "queued_tokens", None)  # the embedded engine knows its own
+        queue.add([e.name], queued_tokens() if queued_tokens is not None else state.executor.waiting.of(e.name))
+    budget = _gauge(
+        "switchyard_budget_used_ratio", "Share of the team's tightest budget spent.", ("team",), "livemostrecent"
+    )  # read from the shared limiter: the latest reading of any worker
+    for team, ratio in sorted(state.metrics.budget_used_ratio.items()):
+        budget.add([team], ratio)
+    yield queue
+    yield budget
+    scorer = state.auto_router.scorer if state.auto_router is not None else None
+    if scorer is not None:
+        batches = _counter("switchyard_classifier_batches", "Classifier forward passes.")
+        batches.add([], scorer.num_batches)
+        scored = _counter("switchyard_classifier_scored", "Prompts scored (cache misses).")
+        scored.add([], scorer.num_scored)
+        yield batches
+        yield scored
+    if state.cascade is not None:
+        yield from _cascade_families(state.cascade)
 
 
 class LiveGauges(Collector):
@@ -44,72 +153,74 @@ class LiveGauges(Collector):
         return []  # nothing to check at registration: the names are the collector's own
 
     def collect(self) -> Iterator:
-        state = self.services
-        entries = list(state.registry)
-        guards = {entry.name: state.executor.guard(entry) for entry in entries}
-        ready = _gauge("switchyard_model_ready", "1 when the model's backend passed its last health probe.", ("model",))
-        saturated = _gauge("switchyard_model_saturated", "1 when the model's backend reports saturation.", ("model",))
-        for e in entries:
-            ready.add_metric([e.name], float(e.backend.is_ready()))
-            saturated.add_metric([e.name], float(is_saturated(e)))
-        yield ready
-        yield saturated
-        breaker = _gauge("switchyard_breaker_state", "Circuit breaker: 0 closed, 1 half-open, 2 open.", ("model",))
-        in_flight = _gauge("switchyard_in_flight", "Requests in flight at the model.", ("model",))
-        shed = _counter("switchyard_shed", "Requests turned away by load shedding.", ("model",))
-        for name, guard in guards.items():
-            breaker.add_metric([name], BREAKER_STATES[guard.breaker_state])
-            in_flight.add_metric([name], guard.num_in_flight)
-            shed.add_metric([name], guard.num_shed)
-        replica = _gauge(
-            "switchyard_replica_breaker_state",
-            "Circuit breaker of each replica of a model with several: 0 closed, 1 half-open, 2 open.",
-            ("model", "replica"),
-        )
-        for model, replicas in state.executor.replica_states().items():
-            for name, value in replicas.items():
-                replica.add_metric([model, name], BREAKER_STATES[value])
-        yield from (breaker, replica, in_flight, shed)
-        attempts = _counter("switchyard_attempts", "Attempts at a backend, by outcome.", ("model", "status"))
-        for (model, status), n in sorted(state.attempt_counts.items()):
-            attempts.add_metric([model, status], n)
-        yield attempts
-        degraded = _counter("switchyard_degraded", "Best-effort requests sent to a smaller model.")
-        degraded.add_metric([], state.saturation.num_degraded)
-        waiting = _gauge("switchyard_priority_waiting", "Priority requests waiting out saturation.")
-        waiting.add_metric([], state.saturation.num_waiting)
-        yield degraded
-        yield waiting
-        metrics = state.metrics
-        queue = _gauge(
-            "switchyard_queue_depth_tokens",
-            "Tokens (prompt estimate plus max_tokens or its default) waiting for a first token at the model: "
-            "the embedded engine's own queue; for other backends, what this proxy sent that has no first token yet.",
-            ("model",),
-        )
-        for e in entries:
-            queued_tokens = getattr(e.backend, "queued_tokens", None)  # the embedded engine knows its own
-            queue.add_metric(
-                [e.name], queued_tokens() if queued_tokens is not None else state.executor.waiting.of(e.name)
-            )
-        budget = _gauge("switchyard_budget_used_ratio", "Share of the team's tightest budget spent.", ("team",))
-        for team, ratio in sorted(metrics.budget_used_ratio.items()):
-            budget.add_metric([team], ratio)
-        yield queue
-        yield budget
-        scorer = state.auto_router.scorer if state.auto_router is not None else None
-        if scorer is not None:
-            batches = _counter("switchyard_classifier_batches", "Classifier forward passes.")
-            batches.add_metric([], scorer.num_batches)
-            scored = _counter("switchyard_classifier_scored", "Prompts scored (cache misses).")
-            scored.add_metric([], scorer.num_scored)
-            yield batches
-            yield scored
-        if state.cascade is not None:
-            yield from _cascade_families(state.cascade)
+        for family in live_families(self.services):
+            yield family.to_family()
 
 
-def _cascade_families(cascade) -> Iterator:
+class SharedGauges:
+    """This worker's live values, copied into multiprocess-mode metrics (see the module's doc)."""
+
+    def __init__(self, services) -> None:
+        self.services = services
+        self._metrics: dict[str, Gauge | Counter] = {}
+        self._counted: dict[tuple[str, tuple[str, ...]], float] = {}
+        self.families: dict[str, LiveFamily] = {}  # the last copy's, for their help texts and types
+
+    def sync(self) -> None:
+        for family in live_families(self.services):
+            self.families[family.name] = family
+            metric = self._metrics.get(family.name)
+            if metric is None:
+                metric = self._metrics[family.name] = self._build(family)
+            for label_values, value in family.samples:
+                child = metric.labels(*label_values) if family.labels else metric
+                if isinstance(child, Gauge):
+                    child.set(value)
+                    continue
+                key = (family.name, label_values)
+                if (delta := value - self._counted.get(key, 0.0)) > 0:
+                    child.inc(delta)
+                    self._counted[key] = value
+
+    async def sync_forever(self) -> None:
+        while True:
+            self.sync()
+            await asyncio.sleep(SHARED_SYNC_INTERVAL_S)
+
+    @staticmethod
+    def _build(family: LiveFamily) -> Gauge | Counter:
+        if family.kind == "counter":
+            return Counter(family.name, family.help_text, family.labels, registry=None)
+        return Gauge(family.name, family.help_text, family.labels, registry=None, multiprocess_mode=family.mode)
+
+
+def _listed_families(services) -> dict[str, tuple[str, str]]:
+    """name -> (type, help) of every family a scrape lists: the contract's, in order, then the live ones."""
+    known = {metric.name: (metric.type, metric.documentation) for metric in services.metrics.registry.collect()}
+    for family in services.shared_gauges.families.values():
+        known.setdefault(family.name, (family.kind, family.help_text))
+    return known
+
+
+class _AllWorkers(Collector):
+    """Every worker's values, every family listed (HELP and TYPE) even before its first sample."""
+
+    def __init__(self, known: dict[str, tuple[str, str]]) -> None:
+        self.known = known
+
+    def collect(self) -> Iterator[Metric]:
+        merged = {metric.name: metric for metric in MultiProcessCollector(None, path=multiprocess_dir()).collect()}
+        for name, (kind, help_text) in self.known.items():
+            metric = merged.pop(name, None)
+            if metric is None:
+                yield Metric(name, help_text, kind)
+                continue
+            metric.documentation = help_text
+            yield metric
+        yield from merged.values()
+
+
+def _cascade_families(cascade) -> Iterator[LiveFamily]:
     guard = cascade.guard
     routes = cascade.names[:-1]
     cooling = set(guard.cooling_routes())
@@ -119,7 +230,7 @@ def _cascade_families(cascade) -> Iterator:
         ("model", "verdict"),
     )
     for (model, verdict), n in sorted(cascade.judged.items()):
-        judged.add_metric([model, verdict], n)
+        judged.add([model, verdict], n)
     trips = _counter(
         "switchyard_cascade_thrash_trips",
         "Times a route's escalation rate passed the limit and it started one rung higher.",
@@ -130,12 +241,12 @@ def _cascade_families(cascade) -> Iterator:
     )
     moved = _counter("switchyard_cascade_moved_up", "Requests the thrash guard started one rung higher.", ("route",))
     for route in routes:
-        trips.add_metric([route], guard.trips[route])
-        active.add_metric([route], float(route in cooling))
-        moved.add_metric([route], cascade.moved_up[route])
+        trips.add([route], guard.trips[route])
+        active.add([route], route in cooling)
+        moved.add([route], cascade.moved_up[route])
     hedges = _counter(
         "switchyard_cascade_hedge_wins", "Hedged requests, by the rung whose answer was used.", ("model",)
     )
     for model, n in sorted(cascade.hedges.items()):
-        hedges.add_metric([model], n)
+        hedges.add([model], n)
     yield from (judged, trips, active, moved, hedges)

@@ -38,13 +38,13 @@ from switchyard.cascade.build import RungSpec, build_cascade, rung_specs
 from switchyard.cascade.runtime import Cascade
 from switchyard.classifier.model import DEFAULT_ARTIFACT, ArtifactError, ComplexityClassifier
 from switchyard.classifier.runtime import MicroBatcher
-from switchyard.core.metrics import Metrics
+from switchyard.core.metrics import Metrics, multiprocess_dir
 from switchyard.core.prices import Price
 from switchyard.core.settings import Settings
 from switchyard.core.supervision import SupervisedTask
 from switchyard.core.thresholds import ThresholdsError, ThresholdsFile, read_thresholds
 from switchyard.proxy.access import TierSlots
-from switchyard.proxy.metrics import LiveGauges
+from switchyard.proxy.metrics import LiveGauges, SharedGauges
 from switchyard.proxy.routing import AutoRouter, resolve_thresholds
 from switchyard.proxy.saturation import SaturationGate
 from switchyard.proxy.streams import LiveStreams
@@ -101,6 +101,7 @@ class Services:
     cascade: Cascade | None
     metrics: Metrics = field(default_factory=Metrics)
     streams: LiveStreams = field(default_factory=LiveStreams)
+    shared_gauges: SharedGauges | None = None  # one of several workers (proxy/metrics.py)
     background: list[SupervisedTask] = field(default_factory=list)
 
     def background_tasks(self) -> list[SupervisedTask]:
@@ -189,7 +190,10 @@ async def build_services(
             auto_router=auto_router,
             cascade=cascade,
         )
-        services.metrics.registry.register(LiveGauges(services))
+        if multiprocess_dir() is None or is_offline:
+            services.metrics.registry.register(LiveGauges(services))
+        else:
+            services.shared_gauges = SharedGauges(services)
         for user in (auto_router, cascade):
             if user is not None:
                 user.metrics = services.metrics
@@ -205,6 +209,9 @@ async def build_services(
             interval_s = settings.upstream.health_interval_s
             services.background.append(SupervisedTask("health-watcher", lambda: _watch_health(registry, interval_s)))
             services.background[-1].start()
+            if services.shared_gauges is not None:
+                services.background.append(SupervisedTask("shared-gauges", services.shared_gauges.sync_forever))
+                services.background[-1].start()
         yield services
     finally:
         if budgets is not None:

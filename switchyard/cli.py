@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -10,7 +11,7 @@ import typer
 from switchyard.backends.defaults import load_settings
 from switchyard.cli_billing import keys_app, teams_app
 from switchyard.cli_report import report
-from switchyard.core.settings import DEFAULT_CONFIG_NAME, ConfigError
+from switchyard.core.settings import DEFAULT_CONFIG_NAME, ConfigError, workers_refusal
 from switchyard.core.urls import redact_credentials
 from switchyard.evals.classifier_cli import app as classifier_app
 from switchyard.evals.cli import app as eval_app
@@ -48,6 +49,10 @@ def serve(
     config: ConfigOption = None,
     host: Annotated[str | None, typer.Option(help="Overrides server.host.")] = None,
     port: Annotated[int | None, typer.Option(help="Overrides server.port.")] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(min=1, help="Worker processes on the one port; overrides server.workers. Over 1 needs Valkey."),
+    ] = None,
 ) -> None:
     """Run the proxy."""
     try:
@@ -58,10 +63,36 @@ def serve(
         settings.server.host = host
     if port is not None:
         settings.server.port = port
-    _run(settings)
+    if workers is not None:
+        if (refusal := workers_refusal(workers, settings.billing.redis_url)) is not None:
+            raise cli_error(refusal)
+        settings.server.workers = workers
+    if settings.server.workers > 1:
+        _run_workers(settings)
+    else:
+        _run(settings)
+
+
+def _run_workers(settings) -> None:
+    from switchyard.core.thresholds import ThresholdsError
+    from switchyard.proxy import workers
+    from switchyard.proxy.log_limits import install_repeat_filter
+    from switchyard.proxy.services import check_startup
+
+    try:
+        check_startup(settings)  # a bad thresholds file stops the start here, not in every worker
+    except ThresholdsError as exc:
+        raise cli_error(str(exc)) from exc
+    logging.basicConfig(level=settings.server.log_level.upper(), format="%(levelname)s:     %(message)s")
+    install_repeat_filter()
+    try:
+        workers.serve(settings, settings.server.workers)
+    except OSError as exc:  # the address is taken, say
+        raise cli_error(f"cannot listen on {settings.server.host}:{settings.server.port}: {exc}") from exc
 
 
 def _run(settings) -> None:
+    from switchyard.billing.ledger import adopt_spill_files
     from switchyard.core.thresholds import ThresholdsError
     from switchyard.proxy.app import create_app
     from switchyard.proxy.edge import raise_nofile_limit, uvicorn_config
@@ -73,6 +104,8 @@ def _run(settings) -> None:
         app_ = create_app(settings)
     except ThresholdsError as exc:
         raise cli_error(str(exc)) from exc
+    spill_path = settings.billing.spill_path.expanduser()
+    adopt_spill_files(spill_path, spill_path)  # spill files that workers of an earlier run left
     raise_nofile_limit()
     config = uvicorn_config(app_, settings.server)
     install_repeat_filter()  # after the Config, which sets up uvicorn's loggers

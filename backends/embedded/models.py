@@ -110,10 +110,21 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     try:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        staging.rename(target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    publish_converted(staging, target)
+
+
+def publish_converted(staging: Path, target: Path) -> None:
+    """Move a finished conversion into place. Worker processes (`serve --workers N`) may convert
+    the same file at once: whichever finishes second finds the target there and drops its copy."""
+    try:
+        staging.rename(target)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not (target / "config.json").is_file():
+            raise
 
 
 def load_model(spec: str, *, cache_dir: Path | None = None, num_threads: int | None = None):

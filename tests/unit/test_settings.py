@@ -118,3 +118,14 @@ models:
         "http://127.0.0.1:9001/v1",
         "http://127.0.0.1:9002/v1",
     ]
+
+
+def test_more_than_one_worker_needs_valkey(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match=r"server\.workers: 2 needs billing\.redis_url: budgets, rate limits"):
+        load_settings(_write(tmp_path, MINIMAL + "server:\n  workers: 2\n"))
+    settings = load_settings(_write(tmp_path, MINIMAL + "server:\n  workers: 2\nbilling:\n  redis_url: redis://h/0\n"))
+    assert settings.server.workers == 2
+    assert load_settings(_write(tmp_path, MINIMAL)).server.workers == 1
+    monkeypatch.setenv("SWITCHYARD__SERVER__WORKERS", "3")  # the environment names it too
+    with pytest.raises(ConfigError, match=r"server\.workers: 3 needs billing\.redis_url"):
+        load_settings(_write(tmp_path, MINIMAL))
