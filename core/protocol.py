@@ -36,16 +36,24 @@ class WireRequest(_Open):
         request._payload = payload
         return request
 
+    @property
+    def payload(self) -> dict[str, Any] | None:
+        """The JSON object this request was validated from (not to be changed), None if it was
+        built otherwise. Read from pydantic's private store directly: `self._payload` would go
+        through `BaseModel.__getattr__` on every read."""
+        return self.__pydantic_private__["_payload"]  # type: ignore[index]
+
     def set_field(self, name: str, value: Any) -> None:
         """Set a field on the model and in the body sent upstream (a cap the proxy applies)."""
         setattr(self, name, value)
-        if self._payload is not None:
-            self._payload = {**self._payload, name: value}
+        if self.payload is not None:
+            self._payload = {**self.payload, name: value}
 
     def wire_payload(self) -> dict[str, Any]:
         """A shallow copy of the body to send upstream."""
-        if self._payload is not None:
-            return dict(self._payload)
+        payload = self.payload
+        if payload is not None:
+            return dict(payload)
         return self.model_dump(exclude_unset=True)
 
 
