@@ -33,15 +33,21 @@ class Capabilities:
 
     def overridden(self, overrides: dict[str, Any]) -> Capabilities:
         """These capabilities with the keys of `overrides` that are not None replacing their own."""
-        known = {f.name for f in fields(self)}
-        return replace(self, **{k: v for k, v in overrides.items() if k in known and v is not None})
+        changed = {k: v for k, v in overrides.items() if k in _FIELD_NAMES and v is not None}
+        return replace(self, **changed) if changed else self
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def lacks(self, needed: dict[str, str]) -> list[tuple[str, str]]:
         """The (capability, parameter) pairs of `needed` this model cannot serve, in CAPABILITY_NAMES order."""
+        if not needed:  # most requests
+            return []
         return [(name, needed[name]) for name in CAPABILITY_NAMES if name in needed and not getattr(self, name)]
+
+
+_FIELD_NAMES = frozenset(f.name for f in fields(Capabilities))
+EVERYTHING = Capabilities()  # what a backend that refuses for itself reports
 
 
 def _has_image(content: Any) -> bool:
