@@ -9,6 +9,7 @@ Fields that exist only in Switchyard sit under the banner at the end of this mod
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from typing import Annotated, Any, Literal
@@ -256,6 +257,17 @@ class ModelList(_Open):
 _MODEL_FIELD = re.compile(rb'"model"\s*:\s*("(?:[^"\\]|\\.)*"|null)')
 
 
+@functools.lru_cache(maxsize=64)
+def _json_string(name: str) -> bytes:
+    return orjson.dumps(name)
+
+
+@functools.lru_cache(maxsize=256)
+def _decoded(raw: bytes) -> str | None:
+    """A JSON string's (or null's) bytes, decoded; the same few upstream names come every time."""
+    return orjson.loads(raw)
+
+
 class RawJSON:
     """A JSON object an upstream sent, kept as its bytes; `parsed` decodes on first use and caches.
 
@@ -279,16 +291,18 @@ class RawJSON:
         """This object with `model` set to `model` (the configured name a client can send again) and
         the upstream's own name kept in `upstream_model`. The bytes are searched, not parsed: the
         first `"model"` key is the top-level one in OpenAI's objects (a string's quotes are escaped),
-        and they change only when the name differs."""
+        and they change only when the name differs. An upstream sends the same name in every chunk:
+        its bytes are decoded once, not per chunk."""
         found = _MODEL_FIELD.search(self.data)
         if found is None:  # no model (an error event): nothing to rename
             return self
-        upstream = orjson.loads(found.group(1))
+        raw, encoded = found.group(1), _json_string(model)
+        upstream = model if raw == encoded else _decoded(raw)
         if upstream == model:
             self.upstream_model = upstream
             return self
         start, end = found.span(1)
-        data = self.data[:start] + orjson.dumps(model) + self.data[end:]
+        data = self.data[:start] + encoded + self.data[end:]
         parsed = {**self._parsed, "model": model} if self._parsed is not None else None
         return type(self)(data, parsed, upstream)
 
