@@ -9,6 +9,8 @@ Labels carry model, backend, tier, team and route names only: never a request id
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 LLM_LATENCY_BUCKETS_S = (0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -90,19 +92,40 @@ class Metrics:
             registry=r,
         )
 
+        # labelled children by their label values: `.labels()` validates and locks on every call,
+        # and the same few models, teams and statuses come back request after request
+        self._request_children: dict[tuple[str, str, str, str, int], tuple[Any, Any]] = {}
+        self._attempt_children: dict[tuple[str, str], tuple[Any, Any, Any, Any]] = {}
+
     def request_done(self, *, model: str, backend: str, tier: str, route: str, status: int, duration_s: float) -> None:
-        self.requests.labels(model, backend, tier, route, str(status)).inc()
-        self.duration.labels(model).observe(duration_s)
+        key = (model, backend, tier, route, status)
+        children = self._request_children.get(key)
+        if children is None:
+            children = (self.requests.labels(model, backend, tier, route, str(status)), self.duration.labels(model))
+            self._request_children[key] = children
+        requests, duration = children
+        requests.inc()
+        duration.observe(duration_s)
 
     def attempt_done(
         self, *, team: str | None, model: str, prompt: int, completion: int, cost_usd: float, ttft_s: float | None
     ) -> None:
         team = team or ""
-        self.tokens.labels(team, model, "prompt").inc(prompt)
-        self.tokens.labels(team, model, "completion").inc(completion)
-        self.cost.labels(team, model).inc(cost_usd)
+        children = self._attempt_children.get((team, model))
+        if children is None:
+            children = (
+                self.tokens.labels(team, model, "prompt"),
+                self.tokens.labels(team, model, "completion"),
+                self.cost.labels(team, model),
+                self.ttft.labels(model),
+            )
+            self._attempt_children[(team, model)] = children
+        prompt_tokens, completion_tokens, cost, ttft = children
+        prompt_tokens.inc(prompt)
+        completion_tokens.inc(completion)
+        cost.inc(cost_usd)
         if ttft_s is not None:
-            self.ttft.labels(model).observe(max(ttft_s, 0.0))
+            ttft.observe(max(ttft_s, 0.0))
 
     def escalated(self, from_rung: str, to_rung: str, reason: str) -> None:
         self.escalations.labels(from_rung, to_rung, reason).inc()
