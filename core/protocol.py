@@ -257,6 +257,20 @@ class ModelList(_Open):
 _MODEL_FIELD = re.compile(rb'"model"\s*:\s*("(?:[^"\\]|\\.)*"|null)')
 
 
+def _model_span(data: bytes) -> tuple[int, int] | None:
+    """Where the first `"model"` key's value (a string or null) is in `data`. A compact
+    `"model":"name"` without escapes (what upstreams send) is found with two `find`s; anything
+    else (spaces, escapes, null) by the regex."""
+    at = data.find(b'"model":"')
+    if at != -1:
+        start = at + 8
+        end = data.find(b'"', start + 1) + 1
+        if end > 0 and b"\\" not in data[start:end] and data.find(b'"model"', 0, at) == -1:
+            return start, end
+    found = _MODEL_FIELD.search(data)
+    return found.span(1) if found is not None else None
+
+
 @functools.lru_cache(maxsize=64)
 def _json_string(name: str) -> bytes:
     return orjson.dumps(name)
@@ -293,15 +307,15 @@ class RawJSON:
         first `"model"` key is the top-level one in OpenAI's objects (a string's quotes are escaped),
         and they change only when the name differs. An upstream sends the same name in every chunk:
         its bytes are decoded once, not per chunk."""
-        found = _MODEL_FIELD.search(self.data)
-        if found is None:  # no model (an error event): nothing to rename
+        span = _model_span(self.data)
+        if span is None:  # no model (an error event): nothing to rename
             return self
-        raw, encoded = found.group(1), _json_string(model)
+        start, end = span
+        raw, encoded = self.data[start:end], _json_string(model)
         upstream = model if raw == encoded else _decoded(raw)
         if upstream == model:
             self.upstream_model = upstream
             return self
-        start, end = found.span(1)
         data = self.data[:start] + encoded + self.data[end:]
         parsed = {**self._parsed, "model": model} if self._parsed is not None else None
         return type(self)(data, parsed, upstream)
