@@ -257,23 +257,28 @@ class ModelList(_Open):
 _MODEL_FIELD = re.compile(rb'"model"\s*:\s*("(?:[^"\\]|\\.)*"|null)')
 
 
-def _model_span(data: bytes) -> tuple[int, int] | None:
-    """Where the first `"model"` key's value (a string or null) is in `data`. A compact
-    `"model":"name"` without escapes (what upstreams send) is found with two `find`s; anything
-    else (spaces, escapes, null) by the regex."""
-    at = data.find(b'"model":"')
-    if at != -1:
+def _model_span(data: bytes, at: int) -> tuple[int, int] | None:
+    """Where the value (a string or null) of the `"model"` key first found at `at` is in `data`.
+    A compact `"model":"name"` without escapes (what upstreams send) needs one `find`; anything
+    else (spaces, escapes, null) the regex, from `at`: no `"model"` comes before it."""
+    if data.startswith(b'"model":"', at):
         start = at + 8
         end = data.find(b'"', start + 1) + 1
-        if end > 0 and b"\\" not in data[start:end] and data.find(b'"model"', 0, at) == -1:
+        if end > 0 and b"\\" not in data[start:end]:
             return start, end
-    found = _MODEL_FIELD.search(data)
+    found = _MODEL_FIELD.search(data, at)
     return found.span(1) if found is not None else None
 
 
 @functools.lru_cache(maxsize=64)
 def _json_string(name: str) -> bytes:
     return orjson.dumps(name)
+
+
+@functools.lru_cache(maxsize=64)
+def _model_member(name: str) -> bytes:
+    """`"model":"name"` as a compact object spells it (the closing quote included)."""
+    return b'"model":' + orjson.dumps(name)
 
 
 @functools.lru_cache(maxsize=256)
@@ -307,8 +312,14 @@ class RawJSON:
         first `"model"` key is the top-level one in OpenAI's objects (a string's quotes are escaped),
         and they change only when the name differs. An upstream sends the same name in every chunk:
         its bytes are decoded once, not per chunk."""
-        span = _model_span(self.data)
-        if span is None:  # no model (an error event): nothing to rename
+        at = self.data.find(b'"model"')
+        if at == -1:  # no model (an error event): nothing to rename
+            return self
+        if self.data.startswith(_model_member(model), at):  # the upstream uses our name
+            self.upstream_model = model
+            return self
+        span = _model_span(self.data, at)
+        if span is None:
             return self
         start, end = span
         raw, encoded = self.data[start:end], _json_string(model)
