@@ -68,8 +68,8 @@ def needs(request: Any) -> dict[str, str]:
     """capability -> the request parameter that needs it (`messages` for history and images).
 
     Works on a chat request, a legacy completion request (which needs `logprobs` and `n` only), or
-    anything with the same attributes; unknown attributes count as absent. Routing computes it once
-    per request and passes it down."""
+    any object whose `vars()` hold the same fields; absent fields count as unset. Routing computes
+    it once per request and passes it down."""
     data = _fields(request)
     found: dict[str, str] = {}
     for param, unused in (("tools", None), ("tool_choice", "none"), ("functions", None), ("function_call", "none")):
