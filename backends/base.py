@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from switchyard.backends.breaker import Breaker
-from switchyard.core.capabilities import Capabilities
+from switchyard.core.capabilities import EVERYTHING, Capabilities
 from switchyard.core.context import answered_by
 from switchyard.core.prices import Price
 from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest, CompletionResult, StreamChunk
@@ -72,7 +72,7 @@ class Backend(ABC):
     def capabilities(self) -> Capabilities:
         """What this backend's model can do, before the config's `capabilities:` override it.
         The default claims everything: an OpenAI-compatible upstream is trusted to refuse itself."""
-        return Capabilities()
+        return EVERYTHING
 
     def price(self) -> Price | None:
         """The backend's own price, used when the config gives none (LiteLLM's price map)."""

@@ -35,13 +35,20 @@ class ModelEntry:
     assemble_from_stream: bool = False  # a non-stream request is asked as a stream (backends/assemble.py)
     # the config's `capabilities:` (and `logprobs:`), key by key over what the backend reports
     capability_overrides: dict[str, Any] = field(default_factory=dict)
+    # (what the backend reported, what that makes with the overrides): rebuilt when the report changes
+    _capabilities: tuple[Capabilities, Capabilities] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def capabilities(self) -> Capabilities:
         """What this model can do: asked of the backend each time (an embedded model knows its chat
         template only once loaded), with the config's overrides and the entry's context window."""
-        reported = self.backend.capabilities().overridden(self.capability_overrides)
-        return reported.overridden({"context_window": self.context_window})
+        reported = self.backend.capabilities()
+        cached = self._capabilities
+        if cached is not None and (cached[0] is reported or cached[0] == reported):
+            return cached[1]
+        merged = reported.overridden(self.capability_overrides).overridden({"context_window": self.context_window})
+        self._capabilities = (reported, merged)
+        return merged
 
 
 def _http_backend_kwargs(model: OpenAIModel | VLLMModel, upstream: UpstreamSettings) -> dict:

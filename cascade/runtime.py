@@ -117,8 +117,10 @@ class Cascade:
         mode: str | None,
         near_threshold: bool = False,
         ctx: RequestContext | None = None,
+        needed: dict[str, str] | None = None,
     ) -> Plan | str | None:
-        """The rungs to climb; a string says why the cascade is off; None: `start` is not a rung."""
+        """The rungs to climb; a string says why the cascade is off; None: `start` is not a rung.
+        `needed`: what the request needs of a model (`needs(request)` unless the caller has it)."""
         mode = (mode or "on").strip().lower()
         if mode not in MODES:
             raise InvalidRequest(
@@ -138,7 +140,8 @@ class Cascade:
             (i for i in range(index + 1, len(self.rungs)) if ctx is not None and not ctx.may_use(self.names[i])),
             len(self.rungs),
         )
-        needed = needs(request)
+        if needed is None:
+            needed = needs(request)
         lacking = {rung.entry.name: rung.entry.capabilities.lacks(needed) for rung in self.rungs[index:reachable]}
         capable = [i for i in range(index, reachable) if not lacking[self.names[i]]]
         if not capable:

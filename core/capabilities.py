@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from switchyard.core.errors import UnsupportedParameter
+from switchyard.core.protocol import WireRequest
 
 # The names used in the config, in /v1/models and in errors and route explanations.
 CAPABILITY_NAMES = ("tools", "parallel_tool_calls", "json_object", "json_schema", "vision", "logprobs", "n")
@@ -32,15 +33,21 @@ class Capabilities:
 
     def overridden(self, overrides: dict[str, Any]) -> Capabilities:
         """These capabilities with the keys of `overrides` that are not None replacing their own."""
-        known = {f.name for f in fields(self)}
-        return replace(self, **{k: v for k, v in overrides.items() if k in known and v is not None})
+        changed = {k: v for k, v in overrides.items() if k in _FIELD_NAMES and v is not None}
+        return replace(self, **changed) if changed else self
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def lacks(self, needed: dict[str, str]) -> list[tuple[str, str]]:
         """The (capability, parameter) pairs of `needed` this model cannot serve, in CAPABILITY_NAMES order."""
+        if not needed:  # most requests
+            return []
         return [(name, needed[name]) for name in CAPABILITY_NAMES if name in needed and not getattr(self, name)]
+
+
+_FIELD_NAMES = frozenset(f.name for f in fields(Capabilities))
+EVERYTHING = Capabilities()  # what a backend that refuses for itself reports
 
 
 def _has_image(content: Any) -> bool:
@@ -49,31 +56,42 @@ def _has_image(content: Any) -> bool:
     )
 
 
+def _fields(request: Any) -> dict[str, Any]:
+    """The request's fields: the JSON object a request was validated from, when it kept it (read
+    only), else its attributes with a pydantic model's extra fields."""
+    if isinstance(request, WireRequest) and (payload := request.payload) is not None:
+        return payload
+    return vars(request) | (getattr(request, "model_extra", None) or {})
+
+
 def needs(request: Any) -> dict[str, str]:
     """capability -> the request parameter that needs it (`messages` for history and images).
 
     Works on a chat request, a legacy completion request (which needs `logprobs` and `n` only), or
-    anything with the same attributes; unknown attributes count as absent."""
+    any object whose `vars()` hold the same fields; absent fields count as unset. Routing computes
+    it once per request and passes it down."""
+    data = _fields(request)
     found: dict[str, str] = {}
     for param, unused in (("tools", None), ("tool_choice", "none"), ("functions", None), ("function_call", "none")):
-        value = getattr(request, param, None)  # functions / function_call: the legacy form of tools
+        value = data.get(param)  # functions / function_call: the legacy form of tools
         if value and value != unused:
             found["tools"] = param
             break
-    response_format = getattr(request, "response_format", None)
+    response_format = data.get("response_format")
     kind = response_format.get("type") if isinstance(response_format, dict) else None
     if kind in ("json_object", "json_schema"):
         found[kind] = "response_format"
-    for message in getattr(request, "messages", None) or ():
-        data = message if isinstance(message, dict) else vars(message) | (getattr(message, "model_extra", None) or {})
-        if "tools" not in found and (data.get("role") in ("tool", "function") or data.get("tool_calls")):
+    for message in data.get("messages") or ():
+        if not isinstance(message, dict):
+            message = vars(message) | (getattr(message, "model_extra", None) or {})
+        if "tools" not in found and (message.get("role") in ("tool", "function") or message.get("tool_calls")):
             found["tools"] = "messages"
-        if "vision" not in found and _has_image(data.get("content")):
+        if "vision" not in found and _has_image(message.get("content")):
             found["vision"] = "messages"
-    logprobs = getattr(request, "logprobs", None)  # a legacy completion's 0 asks for them too
-    if (logprobs is not None and logprobs is not False) or getattr(request, "top_logprobs", None):
+    logprobs = data.get("logprobs")  # a legacy completion's 0 asks for them too
+    if (logprobs is not None and logprobs is not False) or data.get("top_logprobs"):
         found["logprobs"] = "logprobs" if logprobs is not None and logprobs is not False else "top_logprobs"
-    n = getattr(request, "n", None)
+    n = data.get("n")
     if isinstance(n, int) and n > 1:
         found["n"] = "n"
     return found

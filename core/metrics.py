@@ -14,6 +14,7 @@ then keeps its values in a file there, which `/metrics` of any worker reads (`mu
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -105,9 +106,20 @@ class Metrics:
             registry=r,
         )
 
+        # labelled children by their label values: `.labels()` validates and locks on every call,
+        # and the same few models, teams and statuses come back request after request
+        self._request_children: dict[tuple[str, str, str, str, int], tuple[Any, Any]] = {}
+        self._attempt_children: dict[tuple[str, str], tuple[Any, Any, Any, Any]] = {}
+
     def request_done(self, *, model: str, backend: str, tier: str, route: str, status: int, duration_s: float) -> None:
-        self.requests.labels(model, backend, tier, route, str(status)).inc()
-        self.duration.labels(model).observe(duration_s)
+        key = (model, backend, tier, route, status)
+        children = self._request_children.get(key)
+        if children is None:
+            children = (self.requests.labels(model, backend, tier, route, str(status)), self.duration.labels(model))
+            self._request_children[key] = children
+        requests, duration = children
+        requests.inc()
+        duration.observe(duration_s)
 
     def request_refused(self, *, model: str, tier: str, route: str, status: int) -> None:
         """A request that ended before the relay took it: counted, but no duration (it never ran)."""
@@ -117,11 +129,21 @@ class Metrics:
         self, *, team: str | None, model: str, prompt: int, completion: int, cost_usd: float, ttft_s: float | None
     ) -> None:
         team = team or ""
-        self.tokens.labels(team, model, "prompt").inc(prompt)
-        self.tokens.labels(team, model, "completion").inc(completion)
-        self.cost.labels(team, model).inc(cost_usd)
+        children = self._attempt_children.get((team, model))
+        if children is None:
+            children = (
+                self.tokens.labels(team, model, "prompt"),
+                self.tokens.labels(team, model, "completion"),
+                self.cost.labels(team, model),
+                self.ttft.labels(model),
+            )
+            self._attempt_children[(team, model)] = children
+        prompt_tokens, completion_tokens, cost, ttft = children
+        prompt_tokens.inc(prompt)
+        completion_tokens.inc(completion)
+        cost.inc(cost_usd)
         if ttft_s is not None:
-            self.ttft.labels(model).observe(max(ttft_s, 0.0))
+            ttft.observe(max(ttft_s, 0.0))
 
     def escalated(self, from_rung: str, to_rung: str, reason: str) -> None:
         self.escalations.labels(from_rung, to_rung, reason).inc()

@@ -9,6 +9,7 @@ Fields that exist only in Switchyard sit under the banner at the end of this mod
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from typing import Annotated, Any, Literal
@@ -36,16 +37,24 @@ class WireRequest(_Open):
         request._payload = payload
         return request
 
+    @property
+    def payload(self) -> dict[str, Any] | None:
+        """The JSON object this request was validated from (not to be changed), None if it was
+        built otherwise. Read from pydantic's private store directly: `self._payload` would go
+        through `BaseModel.__getattr__` on every read."""
+        return self.__pydantic_private__["_payload"]  # type: ignore[index]
+
     def set_field(self, name: str, value: Any) -> None:
         """Set a field on the model and in the body sent upstream (a cap the proxy applies)."""
         setattr(self, name, value)
-        if self._payload is not None:
-            self._payload = {**self._payload, name: value}
+        if self.payload is not None:
+            self._payload = {**self.payload, name: value}
 
     def wire_payload(self) -> dict[str, Any]:
         """A shallow copy of the body to send upstream."""
-        if self._payload is not None:
-            return dict(self._payload)
+        payload = self.payload
+        if payload is not None:
+            return dict(payload)
         return self.model_dump(exclude_unset=True)
 
 
@@ -248,6 +257,36 @@ class ModelList(_Open):
 _MODEL_FIELD = re.compile(rb'"model"\s*:\s*("(?:[^"\\]|\\.)*"|null)')
 
 
+def _model_span(data: bytes, at: int) -> tuple[int, int] | None:
+    """Where the value (a string or null) of the `"model"` key first found at `at` is in `data`.
+    A compact `"model":"name"` without escapes (what upstreams send) needs one `find`; anything
+    else (spaces, escapes, null) the regex, from `at`: no `"model"` comes before it."""
+    if data.startswith(b'"model":"', at):
+        start = at + 8
+        end = data.find(b'"', start + 1) + 1
+        if end > 0 and b"\\" not in data[start:end]:
+            return start, end
+    found = _MODEL_FIELD.search(data, at)
+    return found.span(1) if found is not None else None
+
+
+@functools.lru_cache(maxsize=64)
+def _json_string(name: str) -> bytes:
+    return orjson.dumps(name)
+
+
+@functools.lru_cache(maxsize=64)
+def _model_member(name: str) -> bytes:
+    """`"model":"name"` as a compact object spells it (the closing quote included)."""
+    return b'"model":' + orjson.dumps(name)
+
+
+@functools.lru_cache(maxsize=256)
+def _decoded(raw: bytes) -> str | None:
+    """A JSON string's (or null's) bytes, decoded; the same few upstream names come every time."""
+    return orjson.loads(raw)
+
+
 class RawJSON:
     """A JSON object an upstream sent, kept as its bytes; `parsed` decodes on first use and caches.
 
@@ -271,16 +310,24 @@ class RawJSON:
         """This object with `model` set to `model` (the configured name a client can send again) and
         the upstream's own name kept in `upstream_model`. The bytes are searched, not parsed: the
         first `"model"` key is the top-level one in OpenAI's objects (a string's quotes are escaped),
-        and they change only when the name differs."""
-        found = _MODEL_FIELD.search(self.data)
-        if found is None:  # no model (an error event): nothing to rename
+        and they change only when the name differs. An upstream sends the same name in every chunk:
+        its bytes are decoded once, not per chunk."""
+        at = self.data.find(b'"model"')
+        if at == -1:  # no model (an error event): nothing to rename
             return self
-        upstream = orjson.loads(found.group(1))
+        if self.data.startswith(_model_member(model), at):  # the upstream uses our name
+            self.upstream_model = model
+            return self
+        span = _model_span(self.data, at)
+        if span is None:
+            return self
+        start, end = span
+        raw, encoded = self.data[start:end], _json_string(model)
+        upstream = model if raw == encoded else _decoded(raw)
         if upstream == model:
             self.upstream_model = upstream
             return self
-        start, end = found.span(1)
-        data = self.data[:start] + orjson.dumps(model) + self.data[end:]
+        data = self.data[:start] + encoded + self.data[end:]
         parsed = {**self._parsed, "model": model} if self._parsed is not None else None
         return type(self)(data, parsed, upstream)
 

@@ -13,7 +13,7 @@ Span attributes carry ids, names and statuses only: never prompt text, never a k
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 
 from opentelemetry.sdk.resources import Resource
@@ -90,16 +90,17 @@ def request_span(tracing: Tracing, name: str, headers: Mapping[str, str]) -> Ite
         _current_tracer.reset(token)
 
 
-@contextmanager
-def child_span(name: str, **attributes: Attribute | None) -> Iterator[Span | None]:
-    """A child of the current span while tracing is on; None (and nothing recorded) when it is off."""
+_NO_SPAN: AbstractContextManager[None] = nullcontext()
+
+
+def child_span(name: str, **attributes: Attribute | None) -> AbstractContextManager[Span | None]:
+    """A child of the current span while tracing is on; None (and nothing recorded) when it is off
+    (one shared `nullcontext`: this runs for every attempt)."""
     tracer = _current_tracer.get()
     if tracer is None:
-        yield None
-        return
+        return _NO_SPAN
     values = {f"switchyard.{key}": value for key, value in attributes.items() if value is not None}
-    with tracer.start_as_current_span(name, attributes=values) as span:
-        yield span
+    return tracer.start_as_current_span(name, attributes=values)
 
 
 def traceparent_headers() -> dict[str, str]:

@@ -49,4 +49,6 @@ def redact_credentials(text: str) -> str:
         user, has_password, _ = match["userinfo"].partition(":")
         return match["scheme"] + (f"{user}:***@" if has_password else "***@")
 
+    if "://" not in text:  # no URL: the regex would try a scheme at every letter (a request-log line)
+        return text
     return _CREDENTIALS_IN_URL.sub(mask, text)

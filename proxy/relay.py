@@ -77,6 +77,7 @@ class Decision:
     plan: Plan | None = None  # the cascade's rungs, when the cascade answers
     score: float | None = None  # the classifier's (auto)
     ceiling: str | None = None  # the strongest model the route could have reached (auto, cascade)
+    needed: dict[str, str] | None = None  # what the request needs of a model (`needs()`), computed once
 
 
 def _allowed(team: Team | None, entry: ModelEntry, asked_for: str) -> ModelEntry:
@@ -102,7 +103,8 @@ async def decide(request: Request, parsed: AnyRequest, ctx: RequestContext) -> D
     if parsed.model == "auto":
         if state.auto_router is None:
             raise auto_not_configured()
-        decision = await state.auto_router.route(parsed, request.headers.get("x-switchyard-quality"), team, headroom)
+        quality = request.headers.get("x-switchyard-quality")
+        decision = await state.auto_router.route(parsed, quality, team, headroom, needed)
         entry, score = decision.entry, decision.score
         ceiling = state.auto_router.strongest(team).name
         headers["x-switchyard-route"] = decision.reason
@@ -131,7 +133,7 @@ async def decide(request: Request, parsed: AnyRequest, ctx: RequestContext) -> D
     plan = None
     if state.cascade is not None and parsed.model in ("auto", CASCADE_MODEL):
         mode = request.headers.get("x-switchyard-cascade")
-        planned = state.cascade.plan(admission.entry, parsed, mode, is_near, ctx)
+        planned = state.cascade.plan(admission.entry, parsed, mode, is_near, ctx, needed)
         if isinstance(planned, str):
             headers["x-switchyard-cascade"] = planned
         else:
@@ -140,7 +142,7 @@ async def decide(request: Request, parsed: AnyRequest, ctx: RequestContext) -> D
                 ceiling = plan.rungs[-1].entry.name
     if parsed.model == CASCADE_MODEL and ceiling is None:
         ceiling = admission.entry.name
-    return Decision(admission.entry, headers, plan, score, ceiling)
+    return Decision(admission.entry, headers, plan, score, ceiling, needed)
 
 
 def _tags(request: Request, parsed: AnyRequest, decision: Decision, principal: Principal | None) -> RequestTags:
@@ -294,9 +296,9 @@ async def execute(
     if decision.plan is not None:
         return await _relay_cascade(state, decision.plan, parsed, route_headers, ctx, shape)
     if parsed.stream:
-        return await _relay_stream(state, entry, parsed, route_headers, ctx, shape)
+        return await _relay_stream(state, entry, parsed, route_headers, ctx, shape, decision.needed)
     try:
-        entry, result = await state.executor.complete(entry, parsed, ctx)
+        entry, result = await state.executor.complete(entry, parsed, ctx, decision.needed)
     except asyncio.CancelledError:
         meter.finished(meter.current_entry or entry, "cancelled", None)
         raise
@@ -352,12 +354,13 @@ async def _relay_stream(
     route_headers: dict[str, str],
     ctx: RequestContext,
     shape: AnswerShape,
+    needed: dict[str, str] | None = None,
 ) -> Response:
     # Decide before the first byte: retries, fallbacks and errors up to the first chunk are real
     # HTTP outcomes; after it, only in-band errors remain.
     meter = ctx.meter
     try:
-        entry, first, chunks = await state.executor.stream(entry, parsed, ctx)
+        entry, first, chunks = await state.executor.stream(entry, parsed, ctx, needed)
     except asyncio.CancelledError:
         meter.finished(meter.current_entry or entry, "cancelled", None)
         raise

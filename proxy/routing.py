@@ -85,7 +85,9 @@ class AutoRouter:
         quality: str | None,
         team: Team | None = None,
         headroom_usd: float | None = None,
+        needed: dict[str, str] | None = None,
     ) -> RouteDecision:
+        """`needed`: what the request needs of a model (`needs(request)` unless the caller has it)."""
         mode = quality or "balanced"
         if mode not in QUALITY_MODES:
             raise InvalidRequest(
@@ -115,7 +117,7 @@ class AutoRouter:
             finally:
                 if self.metrics is not None:
                     self.metrics.classifier_decision.observe(time.perf_counter() - started_at)
-        entry, notes = self._constrain(index, request, team, headroom_usd)
+        entry, notes = self._constrain(index, request, team, headroom_usd, needs(request) if needed is None else needed)
         margin = min(abs(score - t) for t in thresholds) if score is not None and thresholds else None
         return RouteDecision(entry, reason + "->" + entry.tier + "".join(notes), score, margin)
 
@@ -128,7 +130,7 @@ class AutoRouter:
         return self.models_by_tier[self.tiers[-1]][0]
 
     def _constrain(
-        self, index: int, request, team: Team | None, headroom_usd: float | None
+        self, index: int, request, team: Team | None, headroom_usd: float | None, needed: dict[str, str]
     ) -> tuple[ModelEntry, list[str]]:
         notes: list[str] = []
         candidates = self.models_by_tier
@@ -147,15 +149,15 @@ class AutoRouter:
             notes.append(f"({self.tiers[index]} not allowed)")
             index = allowed[0]
         # 4. capabilities
-        index, candidates = self._capable(index, candidates, needs(request), notes)
+        index, candidates = self._capable(index, candidates, needed, notes)
         # 5. context window
-        needed = estimated_tokens(request)
-        fits = [any(_holds(e, needed) for e in candidates[tier]) for tier in self.tiers]
+        num_tokens = estimated_tokens(request)
+        fits = [any(_holds(e, num_tokens) for e in candidates[tier]) for tier in self.tiers]
         if not fits[index]:
             larger = [i for i in range(index + 1, len(self.tiers)) if fits[i]]
             if not larger:
                 raise InvalidRequest(
-                    f"No model for auto routing can hold about {needed} tokens.",
+                    f"No model for auto routing can hold about {num_tokens} tokens.",
                     param="messages",
                     code="context_length_exceeded",
                 )
@@ -163,7 +165,7 @@ class AutoRouter:
             index = larger[0]
 
         def usable(i: int) -> ModelEntry | None:
-            return self._usable(candidates[self.tiers[i]], needed) if fits[i] else None
+            return self._usable(candidates[self.tiers[i]], num_tokens) if fits[i] else None
 
         # 6. health and saturation
         entry = usable(index)

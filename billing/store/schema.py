@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import astuple, fields
+from dataclasses import fields
+from operator import attrgetter
 from typing import Any
 
 from switchyard.billing.records import UsageRecord
@@ -30,8 +31,12 @@ KEY_COLUMNS = (
 GROUP_BY = (None, "model", "day")
 
 
+_USAGE_GETTER = attrgetter(*USAGE_COLUMNS)
+
+
 def usage_values(record: UsageRecord) -> tuple:
-    return astuple(record)
+    """The record's values in USAGE_COLUMNS order (all scalars: `astuple` would deep-copy each)."""
+    return _USAGE_GETTER(record)
 
 
 def usage_from_row(row: Any) -> UsageRecord:

@@ -55,3 +55,22 @@ def test_the_legacy_function_fields_need_tools_and_a_logprobs_of_0_needs_logprob
     assert needs(ChatCompletionRequest.model_validate({"model": "m", "messages": history})) == {"tools": "messages"}
     request = CompletionRequest.model_validate({"model": "m", "prompt": "hi", "logprobs": 0})
     assert needs(request) == {"logprobs": "logprobs"}
+
+
+def test_a_request_read_from_its_body_needs_what_the_same_request_built_from_fields_needs():
+    history = [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {}}]},
+        {"role": "tool", "tool_call_id": "c", "content": "42"},
+    ]
+    bodies = [
+        {"model": "m", "messages": history, "logprobs": True, "n": 2},
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "functions": [{"name": "f"}]},
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}},
+    ]
+    for body in bodies:
+        read = ChatCompletionRequest.from_payload(body)
+        assert read.payload is body
+        assert needs(read) == needs(ChatCompletionRequest.model_validate(body)) != {}
+    request = CompletionRequest.from_payload({"model": "m", "prompt": "hi"})
+    request.set_field("n", 3)
+    assert needs(request) == {"n": "n"}

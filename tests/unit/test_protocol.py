@@ -69,3 +69,14 @@ def test_named_leaves_what_has_no_model_or_the_same_name():
     assert error.named("small").data == error.data
     same = CompletionResult(b'{"model":"small","choices":[]}').named("small")
     assert same.data == b'{"model":"small","choices":[]}' and same.upstream_model == "small"
+    chunk = StreamChunk(b'{"model":"small","choices":[]}')
+    assert chunk.named("small") is chunk  # the common case builds nothing
+    escaped = StreamChunk(b'{"model":"sm\\u0061ll","choices":[]}')  # the same name, spelled otherwise
+    assert escaped.named("small") is escaped and escaped.upstream_model == "small"
+
+
+def test_the_same_upstream_name_chunk_after_chunk_is_renamed_every_time():
+    for _ in range(3):
+        named = StreamChunk(b'{"model":"vendor/big","choices":[{"delta":{"content":"x"}}]}').named("small")
+        assert named.data == b'{"model":"small","choices":[{"delta":{"content":"x"}}]}'
+        assert named.upstream_model == "vendor/big"

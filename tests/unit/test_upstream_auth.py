@@ -121,3 +121,9 @@ def test_litellm_messages_name_the_deployment_not_its_api_base():
     backend = CommercialBackend("m", "openai/gpt-4o", api_base="http://10.1.2.3:4000/v1/", api_key="sk-1")
     error = backend._translate(RuntimeError("Connection error: http://10.1.2.3:4000/v1/chat/completions"))
     assert "10.1.2.3" not in error.message and "litellm#0" in error.message
+
+
+def test_redaction_leaves_text_without_a_url_as_it_is_and_masks_one_with_credentials():
+    line = '{"event":"request","team":"a@b","path":"/v1/chat/completions"}'
+    assert redact_credentials(line) is line
+    assert redact_credentials(line + " http://u:p@host/v1") == line + " http://u:***@host/v1"

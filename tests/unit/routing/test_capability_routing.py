@@ -227,3 +227,20 @@ def test_where_the_cascade_starts_and_when_no_rung_can():
         blind.plan(
             blind.rungs[0].entry, ChatCompletionRequest.from_payload({"model": "cascade", "messages": [image]}), None
         )
+
+
+def test_an_entrys_capabilities_follow_what_its_backend_reports_with_the_overrides_kept():
+    entry = _entry("m", capabilities=NO_TOOLS, vision=False)
+    entry.context_window = 4096
+    assert (entry.capabilities.tools, entry.capabilities.vision, entry.capabilities.context_window) == (
+        False,
+        False,
+        4096,
+    )
+    assert entry.capabilities is entry.capabilities  # not rebuilt while the report stays the same
+    entry.backend.reported = Capabilities(tools=True)  # an embedded model that has loaded its template
+    assert (entry.capabilities.tools, entry.capabilities.vision, entry.capabilities.context_window) == (
+        True,
+        False,
+        4096,
+    )
