@@ -106,6 +106,7 @@ class Cascade:
         self.judged: Counter[tuple[str, str]] = Counter()  # (model, accepted|escalated|no-logprobs|error)
         self.moved_up: Counter[str] = Counter()
         self.hedges: Counter[str] = Counter()  # winner rung
+        self.hedge_losses: Counter[str] = Counter()  # the rung whose answer was dropped for the winner's
         self.metrics: Metrics | None = None  # the app's, set when the services are built
 
     # -- deciding what to do ---------------------------------------------------------------------
@@ -244,7 +245,7 @@ class Cascade:
                     if hedge.done() and not hedge.exception() and not task.done():
                         await _cancel_and_wait(task)
                         plan.steps.append(f"{rung.entry.name}(hedge-lost)")
-                        self.hedges[plan.rungs[i + 1].entry.name] += 1
+                        self._hedge_won(plan.rungs[i + 1].entry.name, rung.entry.name)
                         continue
                 try:
                     entry, result = await task
@@ -257,7 +258,7 @@ class Cascade:
                     return Outcome(entry, meters[i], self._header(plan), result=result)
                 if self._judge(plan, rung, entry, wire.evidence_of(result).evidence(), i == 0):
                     if hedge is not None:
-                        self.hedges[entry.name] += 1
+                        self._hedge_won(entry.name, plan.rungs[i + 1].entry.name)
                     return Outcome(entry, meters[i], self._header(plan), result=self._for_client(result, wanted))
                 if not await attempts.reserve(i + 1):  # no budget to climb: this answer is the best there is
                     plan.steps.append("over-budget")
@@ -267,6 +268,10 @@ class Cascade:
             raise AssertionError("the last rung always answers or raises")
         finally:
             await _cancel_and_wait(*tasks.values())
+
+    def _hedge_won(self, winner: str, loser: str) -> None:
+        self.hedges[winner] += 1
+        self.hedge_losses[loser] += 1
 
     # -- stream ----------------------------------------------------------------------------------
 
@@ -314,7 +319,7 @@ class Cascade:
                     raise
                 if self._judge(plan, rung, entry, buffered.evidence.evidence(), i == 0):
                     if i + 1 in opening:
-                        self.hedges[entry.name] += 1
+                        self._hedge_won(entry.name, plan.rungs[i + 1].entry.name)
                     handed_over.add(i)
                     first, rest = buffered.replay(lambda chunk: self._for_client(chunk, wanted))
                     return Outcome(entry, meters[i], self._header(plan), first=first, rest=rest)

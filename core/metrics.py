@@ -105,6 +105,26 @@ class Metrics:
             ("team", "model", "kind"),
             registry=r,
         )
+        self.route_decisions = Counter(
+            "switchyard_route_decisions",
+            "model='auto' decisions by the tier chosen and why: score (the classifier's), no-router, "
+            "score-unavailable (late or failed: the default tier), or the constraint that moved it last "
+            "(team, capability, context, health, budget).",
+            ("tier", "reason"),
+            registry=r,
+        )
+        self.fallbacks = Counter(
+            "switchyard_fallbacks",
+            "Requests answered by a fallback model instead of the one routed to.",
+            ("from_model", "to_model"),
+            registry=r,
+        )
+        self.rate_limited = Counter(
+            "switchyard_rate_limited",
+            "Requests refused by a rate limit (429), by team ('' for the global limits) and limit (requests, tokens).",
+            ("team", "limit"),
+            registry=r,
+        )
 
         # labelled children by their label values: `.labels()` validates and locks on every call,
         # and the same few models, teams and statuses come back request after request
@@ -124,6 +144,15 @@ class Metrics:
     def request_refused(self, *, model: str, tier: str, route: str, status: int) -> None:
         """A request that ended before the relay took it: counted, but no duration (it never ran)."""
         self.requests.labels(model, "", tier, route, str(status)).inc()
+
+    def route_decided(self, tier: str, reason: str) -> None:
+        self.route_decisions.labels(tier, reason).inc()
+
+    def fell_back(self, from_model: str, to_model: str) -> None:
+        self.fallbacks.labels(from_model, to_model).inc()
+
+    def rate_limit_refused(self, team: str | None, limit: str) -> None:
+        self.rate_limited.labels(team or "", limit).inc()
 
     def attempt_done(
         self, *, team: str | None, model: str, prompt: int, completion: int, cost_usd: float, ttft_s: float | None

@@ -249,4 +249,11 @@ def _cascade_families(cascade) -> Iterator[LiveFamily]:
     )
     for model, n in sorted(cascade.hedges.items()):
         hedges.add([model], n)
-    yield from (judged, trips, active, moved, hedges)
+    losses = _counter(
+        "switchyard_cascade_hedge_losses",
+        "Hedged requests, by the rung whose answer was dropped (cancelled) for the winner's.",
+        ("model",),
+    )
+    for model, n in sorted(cascade.hedge_losses.items()):
+        losses.add([model], n)
+    yield from (judged, trips, active, moved, hedges, losses)

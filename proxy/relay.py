@@ -24,6 +24,7 @@ from starlette.background import BackgroundTask
 from switchyard.backends.base import AnyRequest, answered_by
 from switchyard.backends.registry import ModelEntry
 from switchyard.billing.context import RequestContext
+from switchyard.billing.limits.errors import RateLimitExceeded
 from switchyard.billing.metering import RequestMeter, RequestTags, usage_of
 from switchyard.billing.teams import Principal, Team
 from switchyard.cascade.runtime import Plan
@@ -93,7 +94,11 @@ async def decide(request: Request, parsed: AnyRequest, ctx: RequestContext) -> D
     before any call: like every 400 before a call, it is not metered."""
     state = request.app.state.services
     principal, team = ctx.principal, ctx.team
-    rate = await state.budgets.check_rate(principal, worst_case_tokens(parsed))
+    try:
+        rate = await state.budgets.check_rate(principal, worst_case_tokens(parsed))
+    except RateLimitExceeded as exc:
+        state.metrics.rate_limit_refused(team.name if team is not None else None, exc.limit)
+        raise
     headers: dict[str, str] = rate.headers() if rate is not None else {}
     # Only "auto" routes by what is left; everything else is held to its reservation below.
     headroom = await state.budgets.headroom(principal) if parsed.model == "auto" else None
@@ -271,7 +276,11 @@ class RequestDone:
         else:  # refused before routing: a configured name (or auto, cascade), never a client's free text
             known = {e.name for e in self.state.registry} | {"auto", CASCADE_MODEL}
             model, backend = (self.parsed.model if self.parsed.model in known else ""), ""
-        tier = next((e.tier or "" for e in self.state.registry if e.name == model), "")
+        answered = next((e for e in self.state.registry if e.name == model), None)
+        tier = (answered.tier or "") if answered is not None else ""
+        is_cascade = self.decision is not None and self.decision.plan is not None
+        if entry is not None and answered is not None and answered.name != entry.name and not is_cascade:
+            metrics.fell_back(entry.name, answered.name)  # one of the routed model's fallbacks answered
         metrics.request_done(
             model=model,
             backend=backend,

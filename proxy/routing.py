@@ -50,6 +50,7 @@ class RouteDecision:
     reason: str
     score: float | None
     margin: float | None = None  # distance from the score to the nearest threshold
+    kind: str = "score"  # bounded, for the metrics: how the tier was picked, or what moved it last
 
 
 class AutoRouter:
@@ -97,7 +98,7 @@ class AutoRouter:
         thresholds = self.thresholds.get(mode) or self.thresholds["balanced"]
         score: float | None = None
         if self.scorer is None:
-            index, reason = self.tiers.index(self.default_tier), f"auto:no-{self.router_name}"
+            index, reason, kind = self.tiers.index(self.default_tier), f"auto:no-{self.router_name}", "no-router"
         else:
             started_at = time.perf_counter()
             try:
@@ -106,9 +107,9 @@ class AutoRouter:
                     if span is not None:
                         span.set_attribute("switchyard.score", score)
             except ScoreUnavailable as exc:
-                index, reason = self.tiers.index(self.default_tier), f"auto:{exc.reason}"
+                index, reason, kind = self.tiers.index(self.default_tier), f"auto:{exc.reason}", "score-unavailable"
             else:
-                index = sum(score >= t for t in thresholds)
+                index, kind = sum(score >= t for t in thresholds), "score"
                 reason = f"auto:{self.router_name}={score:.3f}" + (
                     f"<{thresholds[index]:.3f}" if index < len(thresholds) else f">={thresholds[-1]:.3f}"
                 )
@@ -119,7 +120,12 @@ class AutoRouter:
                     self.metrics.classifier_decision.observe(time.perf_counter() - started_at)
         entry, notes = self._constrain(index, request, team, headroom_usd, needs(request) if needed is None else needed)
         margin = min(abs(score - t) for t in thresholds) if score is not None and thresholds else None
-        return RouteDecision(entry, reason + "->" + entry.tier + "".join(notes), score, margin)
+        kind = notes[-1][0] if notes else kind
+        if self.metrics is not None:
+            self.metrics.route_decided(entry.tier or "", kind)
+        return RouteDecision(
+            entry, reason + "->" + entry.tier + "".join(text for _, text in notes), score, margin, kind
+        )
 
     def strongest(self, team: Team | None) -> ModelEntry:
         """The model of the highest tier the team may use: what 'auto' could have reached at most."""
@@ -131,8 +137,9 @@ class AutoRouter:
 
     def _constrain(
         self, index: int, request, team: Team | None, headroom_usd: float | None, needed: dict[str, str]
-    ) -> tuple[ModelEntry, list[str]]:
-        notes: list[str] = []
+    ) -> tuple[ModelEntry, list[tuple[str, str]]]:
+        """The model to route to and the notes (kind, text) of each constraint that moved the choice."""
+        notes: list[tuple[str, str]] = []
         candidates = self.models_by_tier
         if team is not None:
             candidates = {tier: [e for e in entries if team.may_use(e.name)] for tier, entries in candidates.items()}
@@ -146,7 +153,7 @@ class AutoRouter:
                     f"({', '.join(e.name for entries in self.models_by_tier.values() for e in entries)}).",
                     param="model",
                 )
-            notes.append(f"({self.tiers[index]} not allowed)")
+            notes.append(("team", f"({self.tiers[index]} not allowed)"))
             index = allowed[0]
         # 4. capabilities
         index, candidates = self._capable(index, candidates, needed, notes)
@@ -161,7 +168,7 @@ class AutoRouter:
                     param="messages",
                     code="context_length_exceeded",
                 )
-            notes.append(f"(context>{self.tiers[index]})")
+            notes.append(("context", f"(context>{self.tiers[index]})"))
             index = larger[0]
 
         def usable(i: int) -> ModelEntry | None:
@@ -173,7 +180,7 @@ class AutoRouter:
             for other in _nearest_first(index, len(self.tiers)):
                 entry = usable(other)
                 if entry is not None:
-                    notes.append(f"({self.tiers[index]} busy or down)")
+                    notes.append(("health", f"({self.tiers[index]} busy or down)"))
                     index = other
                     break
             else:  # nothing is known to be healthy: try the chosen tier anyway; its own error explains
@@ -183,12 +190,16 @@ class AutoRouter:
             below = [e for i in range(index - 1, -1, -1) if (e := usable(i)) is not None]  # nearest first
             if below:
                 fitting = [e for e in below if estimated_cost_usd(request, self.prices.get(e.name)) <= headroom_usd]
-                notes.append(f"({self.tiers[index]} over budget)")
+                notes.append(("budget", f"({self.tiers[index]} over budget)"))
                 entry = fitting[0] if fitting else below[-1]  # else the lowest usable tier
         return entry, notes
 
     def _capable(
-        self, index: int, candidates: dict[str, list[ModelEntry]], needed: dict[str, str], notes: list[str]
+        self,
+        index: int,
+        candidates: dict[str, list[ModelEntry]],
+        needed: dict[str, str],
+        notes: list[tuple[str, str]],
     ) -> tuple[int, dict[str, list[ModelEntry]]]:
         """The tier to go to and the candidates that can serve a request needing `needed`."""
         if not needed:
@@ -205,7 +216,7 @@ class AutoRouter:
         if not able:
             raise unsupported_by_any("model='auto'", lacking)
         first = candidates[self.tiers[index]][0]
-        notes.append(f"({self.tiers[index]} lacks {explain(lacking[first.name])})")
+        notes.append(("capability", f"({self.tiers[index]} lacks {explain(lacking[first.name])})"))
         return able[0], capable
 
     @staticmethod

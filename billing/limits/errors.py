@@ -18,9 +18,12 @@ from switchyard.core.errors import RateLimited, SwitchyardError
 
 
 class RateLimitExceeded(RateLimited):
-    def __init__(self, message: str, *, status: RateStatus, retry_after_s: float | None) -> None:
+    def __init__(
+        self, message: str, *, status: RateStatus, retry_after_s: float | None, limit: str = "requests"
+    ) -> None:
         super().__init__(message, retry_after_s=retry_after_s)
         self.status = status
+        self.limit = limit  # the bucket's kind that refused it: requests or tokens
 
     def headers(self) -> dict[str, str]:
         headers = self.status.headers()
@@ -49,6 +52,7 @@ def rate_refusal(levels: list[BucketLevel], refused: list[tuple[BucketLevel, int
             "per minute: it cannot be admitted at any rate. Ask for fewer tokens (max_tokens) or a higher limit.",
             status=status,
             retry_after_s=None,
+            limit=bucket.kind,
         )
     waits = [((cost - bucket.level) * 60.0 / bucket.capacity, bucket) for bucket, cost in refused]
     wait_s, bucket = max(waits, key=lambda pair: pair[0])
@@ -57,4 +61,5 @@ def rate_refusal(levels: list[BucketLevel], refused: list[tuple[BucketLevel, int
         f"Try again in {format_duration(wait_s)}.",
         status=status,
         retry_after_s=wait_s,
+        limit=bucket.kind,
     )

@@ -51,11 +51,18 @@ def proxy():
         urls = {name: stack.enter_context(serve_in_thread(FakeOpenAIUpstream(s))) + "/v1" for name, s in states.items()}
         settings = Settings(
             models=[
-                {"name": "m-small", "base_url": urls["small"], "tier": "small", "price": PRICE},
+                {
+                    "name": "m-small",
+                    "base_url": urls["small"],
+                    "tier": "small",
+                    "price": PRICE,
+                    "capabilities": {"tools": False},
+                },
                 {"name": "m-large", "base_url": urls["large"], "tier": "large", "price": PRICE},
                 {"name": "broken", "base_url": urls["broken"]},
                 {"name": ODD_NAME, "base_url": urls["large"]},
                 {"name": "slow", "base_url": urls["slow"]},
+                {"name": "flaky", "base_url": urls["broken"], "fallbacks": ["m-large"]},
             ],
             routing={
                 "auto": {
@@ -153,6 +160,28 @@ def test_traffic_is_counted_once_per_request_with_its_route_and_status(proxy):
     assert _value(families, "switchyard_tokens_total", team="", model="m-large", kind="completion") >= 5 * 5
     assert _value(families, "switchyard_tokens_total", model="m-small", kind="completion") >= 2
     assert _value(families, "switchyard_cost_usd_total", model="m-large") > 0
+
+
+def test_route_decisions_fallbacks_and_hedges_are_counted_by_bounded_reasons(proxy):
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    for content in ("score=0.9", "score=0.2", "score=0.1"):
+        assert _chat(proxy, "auto", content).status_code == 200
+    body = {"model": "auto", "messages": [{"role": "user", "content": "score=0.2"}], "tools": tools}
+    moved = httpx.post(proxy + "/v1/chat/completions", json=body, timeout=20)
+    assert moved.status_code == 200 and "(small lacks tools)" in moved.headers["x-switchyard-route"]
+    fell = _chat(proxy, "flaky")
+    assert fell.status_code == 200 and fell.headers["x-switchyard-model"] == "m-large"
+
+    assert wait_until(lambda: _value(_families(proxy), "switchyard_requests_total") == 5)
+    families = _families(proxy)
+    decisions = "switchyard_route_decisions_total"
+    assert _value(families, decisions, tier="large", reason="score") == 1
+    assert _value(families, decisions, tier="small", reason="score") == 2
+    assert _value(families, decisions, tier="large", reason="capability") == 1
+    assert _value(families, decisions) == 4
+    assert _value(families, "switchyard_fallbacks_total", from_model="flaky", to_model="m-large") == 1
+    assert _value(families, "switchyard_fallbacks_total") == 1  # an auto request's cascade climb is not one
+    assert "switchyard_cascade_hedge_losses" in families and "switchyard_rate_limited" in families
 
 
 def test_a_stream_the_client_leaves_is_counted_once_when_it_ends(proxy):
@@ -269,6 +298,8 @@ def test_every_model_request_is_counted_once_whatever_refuses_it(gated):
     assert _value(families, total, model="", route="explicit", status="400") == 2  # bad JSON, an unknown name
     assert _value(families, total, model="", status="413") == 1
     assert _value(families, total, model="", status="405") == 1
+    assert _value(families, "switchyard_rate_limited_total", team="once", limit="requests") == 1
+    assert _value(families, "switchyard_rate_limited_total") == 1
     assert not any(
         "secret-name" in value for s in families["switchyard_requests"].samples for value in s.labels.values()
     )
