@@ -60,6 +60,7 @@ LITELLM_PROXY := litellm[proxy]==1.106.12
 bench: $(STAMP) .venv-litellm-proxy/.installed
 	$(BIN)/python bench/overhead.py --targets switchyard litellm passthrough
 	$(BIN)/python bench/overhead.py --targets switchyard switchyard-billing --concurrency 16 --section overhead-billing
+	$(BIN)/python bench/overhead.py --targets switchyard-w1 switchyard-w2 --concurrency 16 64 --section overhead-workers
 	$(BIN)/python bench/engine.py
 	$(BIN)/python bench/classifier.py
 	$(BIN)/python bench/classifier.py --artifact classifier/artifacts/minilm-logreg
