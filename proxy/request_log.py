@@ -89,7 +89,7 @@ class RequestLine:
             "prompt_tokens": totals.prompt_tokens if totals is not None else 0,
             "completion_tokens": totals.completion_tokens if totals is not None else 0,
             "cost_usd": round(totals.cost_usd, 10) if totals is not None else 0.0,
-            "ttft_ms": _ms(totals.ttft_s) if totals is not None and self.is_stream else None,
+            "ttft_ms": _ms(totals.ttft_s) if totals is not None else None,  # streams and assembled answers
             "duration_ms": _ms(duration_s),
         }
         if self.prompt is not None:
