@@ -86,9 +86,11 @@ def _run_workers(settings) -> None:
     logging.basicConfig(level=settings.server.log_level.upper(), format="%(levelname)s:     %(message)s")
     install_repeat_filter()
     try:
-        workers.serve(settings, settings.server.workers)
+        exit_code = workers.serve(settings, settings.server.workers)
     except OSError as exc:  # the address is taken, say
         raise cli_error(f"cannot listen on {settings.server.host}:{settings.server.port}: {exc}") from exc
+    if exit_code:
+        raise typer.Exit(exit_code)
 
 
 def _run(settings) -> None:

@@ -357,3 +357,17 @@ def test_a_worker_that_dies_is_started_again_and_its_counts_stay(workers):
     assert [r.status_code for r in responses] == [200] * 8
     assert _scraped_requests_total(workers.url) == scraped + 8  # the dead worker's requests still count
     assert f"(pid {victim}) exited with code -9" in workers.log.read_text()  # logged, then started again
+
+
+def test_workers_that_cannot_start_stop_the_server_as_one_process_does(tmp_path):
+    """A worker whose start fails before any worker has started (the database is unreachable, say)
+    ends the run with uvicorn's startup-failure code 3, as one process does, instead of being started
+    again for ever."""
+    config = _config(tmp_path, "http://127.0.0.1:9/v1", "redis://127.0.0.1:9/0")
+    unreachable = f"postgresql://u:p@127.0.0.1:{closed_port()}/switchyard"
+    config.write_text(config.read_text().replace("billing:\n", f"billing:\n  database_url: {unreachable}\n"))
+    command = _switchyard("serve", "--config", str(config), "--port", str(closed_port()), "--workers", "2")
+    result = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3, result.stderr[-3000:]
+    assert "could not start (exit code 3); stopping" in result.stderr
+    assert "starting it again" not in result.stderr
