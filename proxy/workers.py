@@ -31,12 +31,12 @@ from multiprocessing.context import SpawnProcess
 from multiprocessing.synchronize import Event as ProcessEvent
 from types import FrameType
 
-from prometheus_client.multiprocess import mark_process_dead
 from uvicorn.config import STARTUP_FAILURE
 
 from switchyard.billing.ledger import adopt_spill_files, worker_spill_path
 from switchyard.core.metrics import MULTIPROCESS_ENV
 from switchyard.core.settings import Settings
+from switchyard.proxy.metrics import retire_process
 from switchyard.proxy.streams import GracefulServer
 
 logger = logging.getLogger("switchyard.workers")
@@ -57,7 +57,7 @@ def serve(settings: Settings, num_workers: int) -> int:
     sock = bind_socket(settings.server.host, settings.server.port)
     metrics_dir = tempfile.mkdtemp(prefix="switchyard-metrics-")
     os.environ[MULTIPROCESS_ENV] = metrics_dir  # inherited by each worker before it imports prometheus_client
-    supervisor = _Supervisor(settings, num_workers, sock)
+    supervisor = _Supervisor(settings, num_workers, sock, metrics_dir)
     try:
         return supervisor.run()
     finally:
@@ -84,8 +84,9 @@ class _Slot:
 
 
 class _Supervisor:
-    def __init__(self, settings: Settings, num_workers: int, sock: socket.socket) -> None:
+    def __init__(self, settings: Settings, num_workers: int, sock: socket.socket, metrics_dir: str) -> None:
         self.settings = settings
+        self.metrics_dir = metrics_dir
         self.num_workers = num_workers
         self.sock = sock
         self.slots: list[_Slot] = []
@@ -111,7 +112,7 @@ class _Supervisor:
             self._signal_workers(signal.SIGKILL if self.num_signals > 1 else signal.SIGTERM)  # one started meanwhile
             for slot in self.slots:
                 slot.process.join()
-                mark_process_dead(slot.process.pid)
+                retire_process(slot.process.pid, self.metrics_dir)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -142,7 +143,7 @@ class _Supervisor:
         process = slot.process
         lived_s = time.monotonic() - slot.started_at
         process.join()
-        mark_process_dead(process.pid)
+        retire_process(process.pid, self.metrics_dir)
         num_quick_deaths = 0 if lived_s >= STABLE_AFTER_S else slot.num_quick_deaths + 1
         delay_s = min(MAX_RESTART_DELAY_S, MIN_RESTART_DELAY_S * 2 ** (num_quick_deaths - 1)) if num_quick_deaths else 0
         logger.error(

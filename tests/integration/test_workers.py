@@ -371,3 +371,29 @@ def test_workers_that_cannot_start_stop_the_server_as_one_process_does(tmp_path)
     assert result.returncode == 3, result.stderr[-3000:]
     assert "could not start (exit code 3); stopping" in result.stderr
     assert "starting it again" not in result.stderr
+
+
+@pytest.mark.slow
+def test_workers_started_again_leave_no_growing_pile_of_metric_files(workers):
+    """Each worker start writes its own counter and histogram files; a dead worker's are folded into
+    one file per kind, so a worker that keeps dying does not slow every scrape down for ever."""
+    asyncio.run(_send_all(workers.url, "sk-open", 8, concurrency=8, tag="before-kills"))
+    folder = Path(psutil.Process(_worker_pids(workers.process.pid)[0]).environ()["PROMETHEUS_MULTIPROC_DIR"])
+    scraped = _scraped_requests_total(workers.url)
+    num_files = []
+    for _ in range(3):
+        _kill_a_worker_and_wait_for_its_successor(workers, folder)
+        num_files.append(len(list(folder.glob("*.db"))))
+    assert num_files[-1] <= num_files[0], num_files
+    assert _scraped_requests_total(workers.url) == scraped  # the dead workers' requests still count
+    histograms = {f.name: f for f in text_string_to_metric_families(httpx.get(workers.url + "/metrics").text)}
+    durations = histograms["switchyard_request_duration_seconds"].samples
+    assert sum(s.value for s in durations if s.name.endswith("_count")) == scraped
+
+
+def _kill_a_worker_and_wait_for_its_successor(workers: Workers, folder: Path) -> None:
+    victim, survivor = _worker_pids(workers.process.pid)
+    os.kill(victim, signal.SIGKILL)
+    assert wait_until(lambda: len(set(_worker_pids(workers.process.pid)) - {survivor, victim}) == 1, timeout_s=30)
+    assert wait_until(lambda: _is_live(workers.url), timeout_s=30)
+    assert wait_until(lambda: not list(folder.glob(f"*_{victim}.db")), timeout_s=10)
