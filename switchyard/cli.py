@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -138,6 +139,8 @@ def engine_serve(
         "threads": threads,
     }
     entry = {"name": name or model, "backend": "embedded", "model": model, "engine": engine}
+    for variable in [name for name in os.environ if name.upper() == "SWITCHYARD__SERVER__WORKERS"]:
+        del os.environ[variable]  # the proxy's (which the environment would impose): the engine is one process
     _run(Settings(server={"host": host, "port": port}, models=[entry]))
 
 

@@ -397,3 +397,24 @@ def _kill_a_worker_and_wait_for_its_successor(workers: Workers, folder: Path) ->
     assert wait_until(lambda: len(set(_worker_pids(workers.process.pid)) - {survivor, victim}) == 1, timeout_s=30)
     assert wait_until(lambda: _is_live(workers.url), timeout_s=30)
     assert wait_until(lambda: not list(folder.glob(f"*_{victim}.db")), timeout_s=10)
+
+
+@pytest.mark.slow
+def test_engine_serve_is_one_process_whatever_the_environment_says_of_workers(tmp_path):
+    """`engine serve` has no workers: a SWITCHYARD__SERVER__WORKERS meant for the proxy (one
+    environment for the whole stack, say) must not stop it with the proxy's Valkey refusal."""
+    port = closed_port()
+    model = str(tmp_path / "missing.gguf")  # not ready, but served: enough to see the server start
+    env = _env() | {"SWITCHYARD__SERVER__WORKERS": "2"}
+    log = tmp_path / "engine.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            _switchyard("engine", "serve", "--model", model, "--port", str(port)), env=env, stdout=out, stderr=out
+        )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        assert wait_until(lambda: _is_live(url) or process.poll() is not None, timeout_s=60)
+        assert process.poll() is None, log.read_text()[-3000:]
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
