@@ -52,9 +52,13 @@ _spawn = multiprocessing.get_context("spawn")
 def serve(settings: Settings, num_workers: int) -> int:
     """Run `num_workers` workers on `settings.server`'s address until SIGINT/SIGTERM; the exit code:
     0, or STARTUP_FAILURE when a worker died before any had started."""
+    sock = bind_socket(settings.server.host, settings.server.port)  # first: a server running there keeps its files
     base_spill = settings.billing.spill_path.expanduser()
-    adopt_spill_files(base_spill, worker_spill_path(base_spill, 0))  # before any worker writes
-    sock = bind_socket(settings.server.host, settings.server.port)
+    try:
+        adopt_spill_files(base_spill, worker_spill_path(base_spill, 0))  # before any worker writes
+    except BaseException:
+        sock.close()
+        raise
     metrics_dir = tempfile.mkdtemp(prefix="switchyard-metrics-")
     os.environ[MULTIPROCESS_ENV] = metrics_dir  # inherited by each worker before it imports prometheus_client
     supervisor = _Supervisor(settings, num_workers, sock, metrics_dir)

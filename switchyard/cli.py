@@ -102,11 +102,16 @@ def _run(settings) -> None:
     from switchyard.proxy.log_limits import install_repeat_filter
     from switchyard.proxy.request_log import install_request_log_handler
     from switchyard.proxy.streams import GracefulServer
+    from switchyard.proxy.workers import bind_socket
 
     try:
         app_ = create_app(settings)
     except ThresholdsError as exc:
         raise cli_error(str(exc)) from exc
+    try:  # a server running on the port keeps its spill files: only a start that can listen adopts them
+        bind_socket(settings.server.host, settings.server.port).close()
+    except OSError as exc:
+        raise cli_error(f"cannot listen on {settings.server.host}:{settings.server.port}: {exc}") from exc
     spill_path = settings.billing.spill_path.expanduser()
     adopt_spill_files(spill_path, spill_path)  # spill files that workers of an earlier run left
     raise_nofile_limit()

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -418,3 +419,23 @@ def test_engine_serve_is_one_process_whatever_the_environment_says_of_workers(tm
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+@pytest.mark.parametrize("args", [("--workers", "2"), ()], ids=["workers", "one-process"])
+def test_a_start_on_a_taken_port_leaves_the_running_servers_spill_files_alone(tmp_path, args):
+    """The spill files of an earlier run are adopted only once the port is ours: a second start on
+    a port a running server holds must not rename that server's files away from the writer that
+    replays them."""
+    config = _config(tmp_path, "http://127.0.0.1:9/v1", "redis://127.0.0.1:9/0")
+    spills = [tmp_path / "spill.jsonl", tmp_path / "spill.worker-1.jsonl"]
+    for path in spills:
+        path.write_text("{}\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = _switchyard("serve", "--config", str(config), "--port", str(port), *args)
+        result = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert f"127.0.0.1:{port}" in result.stderr, result.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("spill")) == sorted(p.name for p in spills)
