@@ -112,8 +112,9 @@ def _run(settings) -> None:
         bind_socket(settings.server.host, settings.server.port).close()
     except OSError as exc:
         raise cli_error(f"cannot listen on {settings.server.host}:{settings.server.port}: {exc}") from exc
-    spill_path = settings.billing.spill_path.expanduser()
-    adopt_spill_files(spill_path, spill_path)  # spill files that workers of an earlier run left
+    if settings.billing.resolved_database_url() is not None:  # a server without a ledger leaves them to one with
+        spill_path = settings.billing.spill_path.expanduser()
+        adopt_spill_files(spill_path, spill_path)  # spill files that workers of an earlier run left
     raise_nofile_limit()
     config = uvicorn_config(app_, settings.server)
     install_repeat_filter()  # after the Config, which sets up uvicorn's loggers
@@ -146,7 +147,11 @@ def engine_serve(
     entry = {"name": name or model, "backend": "embedded", "model": model, "engine": engine}
     for variable in [name for name in os.environ if name.upper() == "SWITCHYARD__SERVER__WORKERS"]:
         del os.environ[variable]  # the proxy's (which the environment would impose): the engine is one process
-    _run(Settings(server={"host": host, "port": port}, models=[entry]))
+    settings = Settings(server={"host": host, "port": port}, models=[entry])
+    # the proxy in front meters the requests: no ledger here, whose default paths (or the environment's
+    # database) are the proxy's, so it would meter them twice and take the proxy's spill files
+    settings.billing.ledger_path = settings.billing.database_url = None
+    _run(settings)
 
 
 @app.command("check-config")

@@ -404,9 +404,30 @@ def _kill_a_worker_and_wait_for_its_successor(workers: Workers, folder: Path) ->
 def test_engine_serve_is_one_process_whatever_the_environment_says_of_workers(tmp_path):
     """`engine serve` has no workers: a SWITCHYARD__SERVER__WORKERS meant for the proxy (one
     environment for the whole stack, say) must not stop it with the proxy's Valkey refusal."""
+    with _engine_serving(tmp_path, {"SWITCHYARD__SERVER__WORKERS": "2"}):
+        pass
+
+
+@pytest.mark.slow
+def test_engine_serve_leaves_the_proxys_spilled_ledger_records_alone(tmp_path):
+    """The engine server and a proxy on one machine share the default `~/.cache/switchyard` paths:
+    the engine, which meters nothing for the proxy, must not take the proxy's spill files (into a
+    ledger of its own, the proxy's database never seeing those records)."""
+    cache = tmp_path / ".cache" / "switchyard"
+    cache.mkdir(parents=True)
+    spills = {name: f'{{"request_id": "{name}"}}\n' for name in ("ledger-spill.jsonl", "ledger-spill.worker-1.jsonl")}
+    for name, text in spills.items():
+        (cache / name).write_text(text)
+    with _engine_serving(tmp_path, {"HOME": str(tmp_path)}):
+        pass
+    assert {p.name: p.read_text() for p in cache.iterdir() if p.name.startswith("ledger-spill")} == spills
+
+
+@contextlib.contextmanager
+def _engine_serving(tmp_path: Path, env: dict[str, str]) -> Iterator[str]:
     port = closed_port()
     model = str(tmp_path / "missing.gguf")  # not ready, but served: enough to see the server start
-    env = _env() | {"SWITCHYARD__SERVER__WORKERS": "2"}
+    env = _env() | env
     log = tmp_path / "engine.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
@@ -416,6 +437,7 @@ def test_engine_serve_is_one_process_whatever_the_environment_says_of_workers(tm
         url = f"http://127.0.0.1:{port}"
         assert wait_until(lambda: _is_live(url) or process.poll() is not None, timeout_s=60)
         assert process.poll() is None, log.read_text()[-3000:]
+        yield url
     finally:
         process.terminate()
         process.wait(timeout=30)
