@@ -8,19 +8,26 @@ histograms of `switchyard.core.metrics`, and builds these families at each scrap
 Several workers (`switchyard serve --workers N`, prometheus-client's multiprocess mode): each
 worker copies the same values into real `Gauge`s and `Counter`s (`SharedGauges`, every second and
 before a scrape it answers), whose files in PROMETHEUS_MULTIPROC_DIR every worker reads; each
-gauge says how the workers' values combine (`LiveFamily.mode`).
+gauge says how the workers' values combine (`LiveFamily.mode`). When a worker dies, the parent
+folds its counter and histogram files into one file per kind (`retire_process`), so the folder
+does not grow with every worker started again; scrapes read the folder under a shared lock, so
+none sees those values twice or not at all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
-from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.mmap_dict import MmapedDict
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
 from switchyard.billing.limits import LimitsUnavailable
@@ -30,7 +37,8 @@ from switchyard.proxy.saturation import is_saturated
 BREAKER_STATES = {"closed": 0, "half-open": 1, "open": 2}
 SHARED_SYNC_INTERVAL_S = 1.0
 
-__all__ = ["CONTENT_TYPE_LATEST", "LiveGauges", "SharedGauges", "exposition"]
+__all__ = ["CONTENT_TYPE_LATEST", "LiveGauges", "SharedGauges", "exposition", "retire_process"]
+RETIRED_KINDS = ("counter", "histogram")  # the kinds whose values outlive their process (not the live gauges)
 
 
 async def exposition(services) -> bytes:
@@ -209,7 +217,10 @@ class _AllWorkers(Collector):
         self.known = known
 
     def collect(self) -> Iterator[Metric]:
-        merged = {metric.name: metric for metric in MultiProcessCollector(None, path=multiprocess_dir()).collect()}
+        folder = multiprocess_dir()
+        assert folder is not None
+        with _folder_lock(folder, fcntl.LOCK_SH):
+            merged = {metric.name: metric for metric in MultiProcessCollector(None, path=folder).collect()}
         for name, (kind, help_text) in self.known.items():
             metric = merged.pop(name, None)
             if metric is None:
@@ -218,6 +229,37 @@ class _AllWorkers(Collector):
             metric.documentation = help_text
             yield metric
         yield from merged.values()
+
+
+def retire_process(pid: int, folder: str) -> None:
+    """A dead worker's values in the multiprocess folder: its live gauges go; its counters and
+    histograms are added into `counter_retired.db` and `histogram_retired.db` and its own files
+    removed, so that they still count but the number of files stays bounded."""
+    with _folder_lock(folder, fcntl.LOCK_EX):
+        mark_process_dead(pid, folder)
+        for kind in RETIRED_KINDS:
+            dead = os.path.join(folder, f"{kind}_{pid}.db")
+            if not os.path.exists(dead):
+                continue
+            retired = MmapedDict(os.path.join(folder, f"{kind}_retired.db"))
+            try:
+                for key, value, timestamp, _ in MmapedDict.read_all_values_from_file(dead):
+                    total, _ = retired.read_value(key)
+                    retired.write_value(key, total + value, timestamp)
+            finally:
+                retired.close()
+            os.remove(dead)
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: str, operation: int) -> Iterator[None]:
+    """The folder's lock file (not a `*.db`, which the collector would read)."""
+    with open(os.path.join(folder, "folder.lock"), "a") as file:
+        fcntl.flock(file, operation)
+        try:
+            yield
+        finally:
+            fcntl.flock(file, fcntl.LOCK_UN)
 
 
 def _cascade_families(cascade) -> Iterator[LiveFamily]:

@@ -9,7 +9,9 @@ Valkey and the database, which is why more than one worker needs `billing.redis_
 SIGINT or SIGTERM to the parent is passed to every worker once, as SIGTERM: each stops accepting,
 ends its streams in-band, lets its requests finish and flushes its ledger, as a single process
 does; the parent waits for them and exits 0 (a second signal kills them at once). A worker that
-dies otherwise is started again in its slot, with the same spill file, which it replays.
+dies otherwise is started again in its slot, with the same spill file, which it replays; but one
+that dies before any worker has finished its start (the database unreachable, say) stops them all,
+and `serve` returns uvicorn's startup-failure code, 3, as one process exits with.
 """
 
 from __future__ import annotations
@@ -26,13 +28,15 @@ import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.context import SpawnProcess
+from multiprocessing.synchronize import Event as ProcessEvent
 from types import FrameType
 
-from prometheus_client.multiprocess import mark_process_dead
+from uvicorn.config import STARTUP_FAILURE
 
 from switchyard.billing.ledger import adopt_spill_files, worker_spill_path
 from switchyard.core.metrics import MULTIPROCESS_ENV
 from switchyard.core.settings import Settings
+from switchyard.proxy.metrics import retire_process
 from switchyard.proxy.streams import GracefulServer
 
 logger = logging.getLogger("switchyard.workers")
@@ -45,16 +49,21 @@ PARENT_CHECK_TICKS = 10  # uvicorn ticks every 0.1 s: a worker checks its parent
 _spawn = multiprocessing.get_context("spawn")
 
 
-def serve(settings: Settings, num_workers: int) -> None:
-    """Run `num_workers` workers on `settings.server`'s address until SIGINT/SIGTERM."""
+def serve(settings: Settings, num_workers: int) -> int:
+    """Run `num_workers` workers on `settings.server`'s address until SIGINT/SIGTERM; the exit code:
+    0, or STARTUP_FAILURE when a worker died before any had started."""
+    sock = bind_socket(settings.server.host, settings.server.port)  # first: a server running there keeps its files
     base_spill = settings.billing.spill_path.expanduser()
-    adopt_spill_files(base_spill, worker_spill_path(base_spill, 0))  # before any worker writes
-    sock = bind_socket(settings.server.host, settings.server.port)
+    try:
+        adopt_spill_files(base_spill, worker_spill_path(base_spill, 0))  # before any worker writes
+    except BaseException:
+        sock.close()
+        raise
     metrics_dir = tempfile.mkdtemp(prefix="switchyard-metrics-")
     os.environ[MULTIPROCESS_ENV] = metrics_dir  # inherited by each worker before it imports prometheus_client
-    supervisor = _Supervisor(settings, num_workers, sock)
+    supervisor = _Supervisor(settings, num_workers, sock, metrics_dir)
     try:
-        supervisor.run()
+        return supervisor.run()
     finally:
         sock.close()
         os.environ.pop(MULTIPROCESS_ENV, None)
@@ -79,15 +88,18 @@ class _Slot:
 
 
 class _Supervisor:
-    def __init__(self, settings: Settings, num_workers: int, sock: socket.socket) -> None:
+    def __init__(self, settings: Settings, num_workers: int, sock: socket.socket, metrics_dir: str) -> None:
         self.settings = settings
+        self.metrics_dir = metrics_dir
         self.num_workers = num_workers
         self.sock = sock
         self.slots: list[_Slot] = []
         self.stopping = threading.Event()
         self.num_signals = 0
+        self.booted = _spawn.Event()  # set by the first worker that finishes its start
+        self.exit_code = 0
 
-    def run(self) -> None:
+    def run(self) -> int:
         host, port = self.sock.getsockname()[:2]
         logger.info("switchyard: %d workers on http://%s:%d (parent pid %d)", self.num_workers, host, port, os.getpid())
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -95,31 +107,47 @@ class _Supervisor:
             self.slots = [self._start(index) for index in range(self.num_workers)]
             while not self.stopping.wait(0.2):
                 for slot in self.slots:
-                    if not slot.process.is_alive() and not self.stopping.is_set():
+                    if slot.process.is_alive() or self.stopping.is_set():
+                        continue
+                    if self.booted.is_set():
                         self._restart(slot)
+                    else:  # it would only fail again: a restart is for a server that has worked
+                        self._give_up(slot)
             self._signal_workers(signal.SIGKILL if self.num_signals > 1 else signal.SIGTERM)  # one started meanwhile
             for slot in self.slots:
                 slot.process.join()
-                mark_process_dead(slot.process.pid)
+                retire_process(slot.process.pid, self.metrics_dir)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+        return self.exit_code
 
     def _start(self, index: int) -> _Slot:
         process = _spawn.Process(
             target=_worker_main,
-            args=(self.settings, index, self.sock, os.getpid()),
+            args=(self.settings, index, self.sock, os.getpid(), self.booted),
             name=f"switchyard-worker-{index}",
         )
         process.start()
         logger.info("worker %d started (pid %d)", index, process.pid)
         return _Slot(index, process, time.monotonic())
 
+    def _give_up(self, slot: _Slot) -> None:
+        slot.process.join()
+        logger.error(
+            "switchyard: worker %d (pid %d) could not start (exit code %s); stopping",
+            slot.index,
+            slot.process.pid,
+            slot.process.exitcode,
+        )
+        self.exit_code = STARTUP_FAILURE
+        self.stopping.set()
+
     def _restart(self, slot: _Slot) -> None:
         process = slot.process
         lived_s = time.monotonic() - slot.started_at
         process.join()
-        mark_process_dead(process.pid)
+        retire_process(process.pid, self.metrics_dir)
         num_quick_deaths = 0 if lived_s >= STABLE_AFTER_S else slot.num_quick_deaths + 1
         delay_s = min(MAX_RESTART_DELAY_S, MIN_RESTART_DELAY_S * 2 ** (num_quick_deaths - 1)) if num_quick_deaths else 0
         logger.error(
@@ -157,6 +185,12 @@ class WorkerServer(GracefulServer):
     if its parent is gone."""
 
     parent_pid = 0
+    booted: ProcessEvent | None = None  # the supervisor's Event, set once this worker's start is done
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self.booted is not None:
+            self.booted.set()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.should_exit = True
@@ -168,7 +202,7 @@ class WorkerServer(GracefulServer):
         return await super().on_tick(counter)
 
 
-def _worker_main(settings: Settings, index: int, sock: socket.socket, parent_pid: int) -> None:
+def _worker_main(settings: Settings, index: int, sock: socket.socket, parent_pid: int, booted: ProcessEvent) -> None:
     from switchyard.proxy.app import create_app
     from switchyard.proxy.edge import raise_nofile_limit, uvicorn_config
     from switchyard.proxy.log_limits import install_repeat_filter
@@ -182,4 +216,5 @@ def _worker_main(settings: Settings, index: int, sock: socket.socket, parent_pid
     install_request_log_handler(settings.logging)
     server = WorkerServer(config)
     server.parent_pid = parent_pid
+    server.booted = booted
     server.run(sockets=[sock])

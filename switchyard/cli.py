@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -86,9 +87,11 @@ def _run_workers(settings) -> None:
     logging.basicConfig(level=settings.server.log_level.upper(), format="%(levelname)s:     %(message)s")
     install_repeat_filter()
     try:
-        workers.serve(settings, settings.server.workers)
+        exit_code = workers.serve(settings, settings.server.workers)
     except OSError as exc:  # the address is taken, say
         raise cli_error(f"cannot listen on {settings.server.host}:{settings.server.port}: {exc}") from exc
+    if exit_code:
+        raise typer.Exit(exit_code)
 
 
 def _run(settings) -> None:
@@ -99,13 +102,19 @@ def _run(settings) -> None:
     from switchyard.proxy.log_limits import install_repeat_filter
     from switchyard.proxy.request_log import install_request_log_handler
     from switchyard.proxy.streams import GracefulServer
+    from switchyard.proxy.workers import bind_socket
 
     try:
         app_ = create_app(settings)
     except ThresholdsError as exc:
         raise cli_error(str(exc)) from exc
-    spill_path = settings.billing.spill_path.expanduser()
-    adopt_spill_files(spill_path, spill_path)  # spill files that workers of an earlier run left
+    try:  # a server running on the port keeps its spill files: only a start that can listen adopts them
+        bind_socket(settings.server.host, settings.server.port).close()
+    except OSError as exc:
+        raise cli_error(f"cannot listen on {settings.server.host}:{settings.server.port}: {exc}") from exc
+    if settings.billing.resolved_database_url() is not None:  # a server without a ledger leaves them to one with
+        spill_path = settings.billing.spill_path.expanduser()
+        adopt_spill_files(spill_path, spill_path)  # spill files that workers of an earlier run left
     raise_nofile_limit()
     config = uvicorn_config(app_, settings.server)
     install_repeat_filter()  # after the Config, which sets up uvicorn's loggers
@@ -136,7 +145,13 @@ def engine_serve(
         "threads": threads,
     }
     entry = {"name": name or model, "backend": "embedded", "model": model, "engine": engine}
-    _run(Settings(server={"host": host, "port": port}, models=[entry]))
+    for variable in [name for name in os.environ if name.upper() == "SWITCHYARD__SERVER__WORKERS"]:
+        del os.environ[variable]  # the proxy's (which the environment would impose): the engine is one process
+    settings = Settings(server={"host": host, "port": port}, models=[entry])
+    # the proxy in front meters the requests: no ledger here, whose default paths (or the environment's
+    # database) are the proxy's, so it would meter them twice and take the proxy's spill files
+    settings.billing.ledger_path = settings.billing.database_url = None
+    _run(settings)
 
 
 @app.command("check-config")

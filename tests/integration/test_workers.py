@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -357,3 +358,106 @@ def test_a_worker_that_dies_is_started_again_and_its_counts_stay(workers):
     assert [r.status_code for r in responses] == [200] * 8
     assert _scraped_requests_total(workers.url) == scraped + 8  # the dead worker's requests still count
     assert f"(pid {victim}) exited with code -9" in workers.log.read_text()  # logged, then started again
+
+
+def test_workers_that_cannot_start_stop_the_server_as_one_process_does(tmp_path):
+    """A worker whose start fails before any worker has started (the database is unreachable, say)
+    ends the run with uvicorn's startup-failure code 3, as one process does, instead of being started
+    again for ever."""
+    config = _config(tmp_path, "http://127.0.0.1:9/v1", "redis://127.0.0.1:9/0")
+    unreachable = f"postgresql://u:p@127.0.0.1:{closed_port()}/switchyard"
+    config.write_text(config.read_text().replace("billing:\n", f"billing:\n  database_url: {unreachable}\n"))
+    command = _switchyard("serve", "--config", str(config), "--port", str(closed_port()), "--workers", "2")
+    result = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3, result.stderr[-3000:]
+    assert "could not start (exit code 3); stopping" in result.stderr
+    assert "starting it again" not in result.stderr
+
+
+@pytest.mark.slow
+def test_workers_started_again_leave_no_growing_pile_of_metric_files(workers):
+    """Each worker start writes its own counter and histogram files; a dead worker's are folded into
+    one file per kind, so a worker that keeps dying does not slow every scrape down for ever."""
+    asyncio.run(_send_all(workers.url, "sk-open", 8, concurrency=8, tag="before-kills"))
+    folder = Path(psutil.Process(_worker_pids(workers.process.pid)[0]).environ()["PROMETHEUS_MULTIPROC_DIR"])
+    scraped = _scraped_requests_total(workers.url)
+    num_files = []
+    for _ in range(3):
+        _kill_a_worker_and_wait_for_its_successor(workers, folder)
+        num_files.append(len(list(folder.glob("*.db"))))
+    assert num_files[-1] <= num_files[0], num_files
+    assert _scraped_requests_total(workers.url) == scraped  # the dead workers' requests still count
+    histograms = {f.name: f for f in text_string_to_metric_families(httpx.get(workers.url + "/metrics").text)}
+    durations = histograms["switchyard_request_duration_seconds"].samples
+    assert sum(s.value for s in durations if s.name.endswith("_count")) == scraped
+
+
+def _kill_a_worker_and_wait_for_its_successor(workers: Workers, folder: Path) -> None:
+    victim, survivor = _worker_pids(workers.process.pid)
+    os.kill(victim, signal.SIGKILL)
+    assert wait_until(lambda: len(set(_worker_pids(workers.process.pid)) - {survivor, victim}) == 1, timeout_s=30)
+    assert wait_until(lambda: _is_live(workers.url), timeout_s=30)
+    assert wait_until(lambda: not list(folder.glob(f"*_{victim}.db")), timeout_s=10)
+
+
+@pytest.mark.slow
+def test_engine_serve_is_one_process_whatever_the_environment_says_of_workers(tmp_path):
+    """`engine serve` has no workers: a SWITCHYARD__SERVER__WORKERS meant for the proxy (one
+    environment for the whole stack, say) must not stop it with the proxy's Valkey refusal."""
+    with _engine_serving(tmp_path, {"SWITCHYARD__SERVER__WORKERS": "2"}):
+        pass
+
+
+@pytest.mark.slow
+def test_engine_serve_leaves_the_proxys_spilled_ledger_records_alone(tmp_path):
+    """The engine server and a proxy on one machine share the default `~/.cache/switchyard` paths:
+    the engine, which meters nothing for the proxy, must not take the proxy's spill files (into a
+    ledger of its own, the proxy's database never seeing those records)."""
+    cache = tmp_path / ".cache" / "switchyard"
+    cache.mkdir(parents=True)
+    spills = {name: f'{{"request_id": "{name}"}}\n' for name in ("ledger-spill.jsonl", "ledger-spill.worker-1.jsonl")}
+    for name, text in spills.items():
+        (cache / name).write_text(text)
+    with _engine_serving(tmp_path, {"HOME": str(tmp_path)}):
+        pass
+    assert {p.name: p.read_text() for p in cache.iterdir() if p.name.startswith("ledger-spill")} == spills
+
+
+@contextlib.contextmanager
+def _engine_serving(tmp_path: Path, env: dict[str, str]) -> Iterator[str]:
+    port = closed_port()
+    model = str(tmp_path / "missing.gguf")  # not ready, but served: enough to see the server start
+    env = _env() | env
+    log = tmp_path / "engine.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            _switchyard("engine", "serve", "--model", model, "--port", str(port)), env=env, stdout=out, stderr=out
+        )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        assert wait_until(lambda: _is_live(url) or process.poll() is not None, timeout_s=60)
+        assert process.poll() is None, log.read_text()[-3000:]
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.mark.parametrize("args", [("--workers", "2"), ()], ids=["workers", "one-process"])
+def test_a_start_on_a_taken_port_leaves_the_running_servers_spill_files_alone(tmp_path, args):
+    """The spill files of an earlier run are adopted only once the port is ours: a second start on
+    a port a running server holds must not rename that server's files away from the writer that
+    replays them."""
+    config = _config(tmp_path, "http://127.0.0.1:9/v1", "redis://127.0.0.1:9/0")
+    spills = [tmp_path / "spill.jsonl", tmp_path / "spill.worker-1.jsonl"]
+    for path in spills:
+        path.write_text("{}\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = _switchyard("serve", "--config", str(config), "--port", str(port), *args)
+        result = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert f"127.0.0.1:{port}" in result.stderr, result.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("spill")) == sorted(p.name for p in spills)
