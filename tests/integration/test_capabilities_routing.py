@@ -66,6 +66,8 @@ def auto_proxy(upstreams, tmp_path, monkeypatch):
     m-down, which always fails, falling back to m-small then m-large."""
     urls, states, stack = upstreams
     monkeypatch.setenv("SWITCHYARD__BILLING__LEDGER_PATH", str(tmp_path / "usage.db"))  # this test's own ledger
+    # and its own spill file: the default one (~/.cache) may hold another test's late records, replayed at start
+    monkeypatch.setenv("SWITCHYARD__BILLING__SPILL_PATH", str(tmp_path / "spill.jsonl"))
     thresholds = tmp_path / "thresholds.yaml"
     thresholds.write_text("version: 1\nrouting:\n  router: classifier\n  thresholds: [0.3, 0.7]\n")
     settings = Settings(

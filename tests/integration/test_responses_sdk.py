@@ -34,7 +34,11 @@ CALL = {"name": "get_weather", "arguments": '{"city": "Paris"}'}
 
 
 @pytest.fixture
-def proxy(tmp_path):
+def proxy(tmp_path, monkeypatch):
+    # this test's own ledger (the environment wins over the config, and the suite's points at one
+    # shared by every test of a worker) and spill file, so that counting its records counts its own
+    monkeypatch.setenv("SWITCHYARD__BILLING__LEDGER_PATH", str(tmp_path / "usage.db"))
+    monkeypatch.setenv("SWITCHYARD__BILLING__SPILL_PATH", str(tmp_path / "spill.jsonl"))
     states = {
         "small": FakeState(behaviour=FakeBehaviour(words=("small",), logprobs=[-3.0])),
         "large": FakeState(behaviour=FakeBehaviour(words=("large",))),
@@ -331,6 +335,7 @@ def test_what_a_stateless_proxy_cannot_do_is_a_400_naming_the_parameter(proxy, a
     assert (error["code"], error["param"], error["type"]) == ("unsupported_parameter", param, "invalid_request_error")
     assert states["large"].num_requests == 0
     assert len(read_ledger(app)) == num_records
+    assert read_ledger(app, request_id=info.value.response.headers["x-request-id"]) == []
 
 
 def test_store_false_is_served(proxy):
