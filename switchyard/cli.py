@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -56,22 +58,49 @@ def serve(
     ] = None,
 ) -> None:
     """Run the proxy."""
-    try:
-        settings = load_settings(_resolve_config(config))
-    except ConfigError as exc:
-        raise cli_error(str(exc)) from exc
+    settings = serve_settings(config, workers)
     if host is not None:
         settings.server.host = host
     if port is not None:
         settings.server.port = port
-    if workers is not None:
-        if (refusal := workers_refusal(workers, settings.billing.redis_url)) is not None:
-            raise cli_error(refusal)
-        settings.server.workers = workers
     if settings.server.workers > 1:
         _run_workers(settings)
     else:
         _run(settings)
+
+
+def serve_settings(config: Path | None, workers: int | None):
+    """The settings `serve` runs with: the file's (or the local default's), the environment over
+    them, and `--workers` over both (the file's `server.workers` is not checked when the flag sets it)."""
+    try:
+        with _workers_in_environment("1" if workers is not None else None):
+            settings = load_settings(_resolve_config(config))
+    except ConfigError as exc:
+        raise cli_error(str(exc)) from exc
+    if workers is not None:
+        if (refusal := workers_refusal(workers, settings.billing.redis_url)) is not None:
+            raise cli_error(refusal)
+        settings.server.workers = workers
+    return settings
+
+
+@contextlib.contextmanager
+def _workers_in_environment(value: str | None) -> Iterator[None]:
+    """While the settings load: `server.workers` from the environment (which wins over the file) set
+    to `value`, in place of any spelling of it there; None leaves the environment alone."""
+    if value is None:
+        yield
+        return
+    saved = {name: os.environ.pop(name) for name in [n for n in os.environ if n.upper() == WORKERS_ENV]}
+    os.environ[WORKERS_ENV] = value
+    try:
+        yield
+    finally:
+        os.environ.pop(WORKERS_ENV, None)
+        os.environ.update(saved)
+
+
+WORKERS_ENV = "SWITCHYARD__SERVER__WORKERS"
 
 
 def _run_workers(settings) -> None:
@@ -145,7 +174,7 @@ def engine_serve(
         "threads": threads,
     }
     entry = {"name": name or model, "backend": "embedded", "model": model, "engine": engine}
-    for variable in [name for name in os.environ if name.upper() == "SWITCHYARD__SERVER__WORKERS"]:
+    for variable in [name for name in os.environ if name.upper() == WORKERS_ENV]:
         del os.environ[variable]  # the proxy's (which the environment would impose): the engine is one process
     settings = Settings(server={"host": host, "port": port}, models=[entry])
     # the proxy in front meters the requests: no ledger here, whose default paths (or the environment's
