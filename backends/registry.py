@@ -134,6 +134,10 @@ class ModelRegistry:
             )
         return entry
 
+    def find(self, name: str) -> ModelEntry | None:
+        """The model named `name`, or None (no error: for labels and look-ups that may miss)."""
+        return self._entries.get(name)
+
     def __iter__(self):
         return iter(self._entries.values())
 

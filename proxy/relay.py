@@ -35,7 +35,7 @@ from switchyard.core.metrics import route_of
 from switchyard.core.protocol import RawJSON, StreamChunk
 from switchyard.proxy.access import saturation_priority
 from switchyard.proxy.answer_shape import PASS_THROUGH, AnswerShape
-from switchyard.proxy.request_count import note_counted
+from switchyard.proxy.request_count import model_label, note_counted
 from switchyard.proxy.request_log import CLIENT_CLOSED_REQUEST, note_request
 from switchyard.proxy.routing import CASCADE_MODEL, auto_not_configured, cascade_not_configured
 from switchyard.proxy.streams import LiveStreams, ShuttingDown
@@ -273,10 +273,9 @@ class RequestDone:
             backend = headers.get("x-switchyard-backend", "")
         elif entry is not None:
             model, backend = entry.name, entry.backend_kind
-        else:  # refused before routing: a configured name (or auto, cascade), never a client's free text
-            known = {e.name for e in self.state.registry} | {"auto", CASCADE_MODEL}
-            model, backend = (self.parsed.model if self.parsed.model in known else ""), ""
-        answered = next((e for e in self.state.registry if e.name == model), None)
+        else:  # refused before routing
+            model, backend = model_label(self.state.registry, self.parsed.model), ""
+        answered = self.state.registry.find(model)
         tier = (answered.tier or "") if answered is not None else ""
         is_cascade = self.decision is not None and self.decision.plan is not None
         if entry is not None and answered is not None and answered.name != entry.name and not is_cascade:

@@ -67,13 +67,21 @@ class RequestCountMiddleware:
                 _count_refusal(scope, status or CLIENT_CLOSED_REQUEST)
 
 
+def model_label(registry, requested: str) -> str:
+    """The `model` label for a request that named `requested` and was refused before a model was
+    picked: that name if it is configured (or auto, cascade), else "" (never a client's free text)."""
+    return requested if requested in AUTO_NAMES or registry.find(requested) is not None else ""
+
+
 def _count_refusal(scope: Scope, status: int) -> None:
     services = getattr(scope["app"].state, "services", None)
     if services is None:  # the app has not started
         return
     requested = scope.get("state", {}).get(_REQUESTED, "")
-    entry = next((e for e in services.registry if e.name == requested), None)
-    model = requested if entry is not None or requested in AUTO_NAMES else ""
+    entry = services.registry.find(requested)
     services.metrics.request_refused(
-        model=model, tier=(entry.tier or "") if entry is not None else "", route=route_of(requested), status=status
+        model=model_label(services.registry, requested),
+        tier=(entry.tier or "") if entry is not None else "",
+        route=route_of(requested),
+        status=status,
     )
