@@ -158,13 +158,15 @@ def test_the_dashboard_reads_the_provisioned_data_source() -> None:
     assert provider["providers"][0]["options"]["path"] in mounted
 
 
-def test_the_image_copies_every_package_folder() -> None:
+def test_the_image_copies_the_package_folder() -> None:
     """The build installs from a copy of the tree: a package folder it misses breaks the image only."""
     pyproject = tomllib.loads((DOCKER.parent / "pyproject.toml").read_text())
-    folders = set(pyproject["tool"]["setuptools"]["package-dir"].values())
+    assert pyproject["tool"]["setuptools"]["packages"]["find"]["include"] == ["switchyard*"]
     dockerfile = (DOCKER / "Dockerfile").read_text()
     copied = set(re.findall(r"^COPY (\S+) \./\S+$", dockerfile, flags=re.MULTILINE))
-    assert folders <= copied, folders - copied
+    assert "switchyard" in copied, copied
+    # The top-level folders are links into switchyard/: a link copied alone would dangle in the image.
+    assert not {path.name for path in DOCKER.parent.iterdir() if path.is_symlink()} & copied
     assert re.search(r"^USER switchyard$", dockerfile, flags=re.MULTILINE)
     assert '"/health/live"' in dockerfile or "/health/live'" in dockerfile
     assert 'ENTRYPOINT ["switchyard", "serve"]' in dockerfile
