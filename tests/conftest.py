@@ -130,3 +130,27 @@ def _leaks_left_open() -> list[str]:
         # type(), not isinstance(): the latter reads `__class__`, which some lazy module proxies warn on
         leaks += [f"open {obj!r}" for obj in gc.get_objects() if type(obj) is aiohttp.ClientSession and not obj.closed]
     return leaks
+
+
+def pytest_runtest_logreport(report) -> None:
+    _note_skip(report)
+
+
+def pytest_collectreport(report) -> None:
+    _note_skip(report)
+
+
+def _note_skip(report) -> None:
+    """Keep a skipped test's reason where `make test`'s summary reads it (tests/run_summary.py): every
+    run of the command, and each xdist worker, appends to the one file SWITCHYARD_TEST_SKIPS names."""
+    import json
+    import os
+
+    path = os.environ.get("SWITCHYARD_TEST_SKIPS")
+    if not path or not report.skipped or getattr(report, "wasxfail", None) is not None:
+        return
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    line = json.dumps({"nodeid": report.nodeid, "reason": reason.removeprefix("Skipped: ")}) + "\n"
+    with open(path, "a", encoding="utf-8") as file:
+        file.write(line)

