@@ -46,3 +46,16 @@ def wait_for_records(app_or_url, count: int, timeout_s: float = 5.0, **filters) 
         app_or_url, **filters
     )
     return read_ledger(app_or_url, **filters)
+
+
+async def async_wait_until(predicate: Callable[[], object], timeout_s: float = 30.0, interval_s: float = 0.01) -> bool:
+    """`wait_until` for a test on the event loop: polls without blocking the loop (so the work it
+    waits for can run); returns whether `predicate` became true. The deadline only bounds a hang."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(interval_s)
+    return bool(predicate())

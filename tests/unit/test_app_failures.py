@@ -15,6 +15,8 @@ from switchyard.proxy.app import create_app
 from tests.fakes.server import serve_in_thread
 from tests.helpers import wait_until
 
+WAIT_S = 30.0  # a generous bound on what the tests wait for: it only catches a hang
+
 
 class BrokenBackend(Backend):
     name = "broken"
@@ -38,7 +40,7 @@ class BrokenBackend(Backend):
 
 @contextmanager
 def _client(app) -> Iterator[httpx.Client]:
-    with serve_in_thread(app) as url, httpx.Client(base_url=url) as client:
+    with serve_in_thread(app) as url, httpx.Client(base_url=url, timeout=WAIT_S) as client:
         yield client
 
 
@@ -100,9 +102,6 @@ def test_ready_is_503_without_models():
 def test_an_aborted_upload_is_one_log_line_not_a_traceback(caplog):
     import logging
     import socket
-    import time
-
-    from tests.helpers import wait_until
 
     app = create_app(Settings(billing={"ledger_path": None}))
     with caplog.at_level(logging.INFO, logger="switchyard"), serve_in_thread(app) as url:
@@ -112,8 +111,9 @@ def test_an_aborted_upload_is_one_log_line_not_a_traceback(caplog):
                 b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                 b'Content-Length: 1000\r\n\r\n{"model":'
             )
-            time.sleep(0.2)  # the handler is waiting for the rest of the body when the client goes
-        assert wait_until(lambda: any("left before its body" in r.getMessage() for r in caplog.records))
+            # the handler is running (so waiting for the rest of the body) when the client goes
+            assert wait_until(lambda: len(app.state.in_flight.tasks) == 1, timeout_s=WAIT_S)
+        assert wait_until(lambda: any("left before its body" in r.getMessage() for r in caplog.records), WAIT_S)
     ours = [r for r in caplog.records if r.name.startswith("switchyard") and "left before its body" in r.getMessage()]
     assert len(ours) == 1 and ours[0].exc_info is None
     assert not [r for r in caplog.records if r.exc_info is not None]
@@ -142,10 +142,12 @@ def test_a_health_watcher_that_dies_is_logged_restarted_and_shown_in_readiness(c
     )
     app = create_app(settings, backends={"broken": backend})
     with _client(app) as client:
-        assert wait_until(lambda: client.get("/health/ready").json()["tasks"]["health-watcher"]["restarts"] == 1)
+        assert wait_until(
+            lambda: client.get("/health/ready").json()["tasks"]["health-watcher"]["restarts"] == 1, WAIT_S
+        )
         watcher = client.get("/health/ready").json()["tasks"]["health-watcher"]
         assert watcher["last_error"] == "ValueError"
-        assert wait_until(lambda: backend.num_probes >= 3, timeout_s=5)  # probing again after the restart
+        assert wait_until(lambda: backend.num_probes >= 3, WAIT_S)  # probing again after the restart
         assert client.get("/health/ready").json()["tasks"]["health-watcher"]["state"] == "running"
     died = [r for r in caplog.records if "background task health-watcher died" in r.getMessage()]
     assert died and died[0].exc_info is not None
@@ -161,7 +163,7 @@ def test_a_backend_start_that_fails_is_logged_with_its_traceback(caplog):
     app = create_app(settings, backends={"broken": FailingStartBackend()})
     with _client(app) as client:
         assert client.get("/health/live").status_code == 200
-        assert wait_until(lambda: any("start:broken failed" in r.getMessage() for r in caplog.records))
+        assert wait_until(lambda: any("start:broken failed" in r.getMessage() for r in caplog.records), WAIT_S)
     [failed] = [r for r in caplog.records if "start:broken failed" in r.getMessage()]
     assert failed.levelno == logging.ERROR and failed.exc_info is not None
 
@@ -172,7 +174,7 @@ def test_a_body_shorter_than_its_content_length_is_a_400_after_the_body_deadline
     app = create_app(Settings(server={"body_timeout_s": 0.5}, billing={"ledger_path": None}))
     with serve_in_thread(app) as url:
         host, port = url.removeprefix("http://").split(":")
-        with socket.create_connection((host, int(port)), timeout=20) as sock:
+        with socket.create_connection((host, int(port)), timeout=WAIT_S) as sock:
             sock.sendall(
                 b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                 b'Content-Length: 100\r\n\r\n{"model":'

@@ -13,15 +13,17 @@ from switchyard.core.protocol import StreamChunk
 
 
 class Upstream:
-    """Two chunks, then nothing until closed."""
+    """Two chunks, then nothing until closed (`stalled` is set once it waits)."""
 
     def __init__(self) -> None:
         self.is_closed = False
+        self.stalled = asyncio.Event()
 
     async def chunks(self):
         try:
             for i in range(2):
                 yield StreamChunk.from_dict({"i": i})
+            self.stalled.set()
             await asyncio.Event().wait()
         finally:
             self.is_closed = True
@@ -34,10 +36,12 @@ def _stream(upstream: Upstream, in_s: float) -> _DeadlineStream:
 
 async def test_a_stalled_stream_is_cut_at_its_deadline_and_the_upstream_closed():
     upstream = Upstream()
-    stream = _stream(upstream, 0.5)  # a margin for the two chunks on a busy machine
+    stream = _stream(upstream, 0.5)
+    # The two chunks come without the loop running (the upstream never waits for them), so the
+    # deadline's timer cannot fire before they are read, however late this machine is.
     assert [(await anext(stream)).parsed["i"] for _ in range(2)] == [0, 1]
     with pytest.raises(BackendTimeout, match="request deadline of 0.5 s"):
-        await asyncio.wait_for(anext(stream), 5)  # the outer bound only catches a hang
+        await asyncio.wait_for(anext(stream), 30)  # the outer bound only catches a hang
     assert upstream.is_closed
     with pytest.raises(BackendTimeout):
         await anext(stream)  # past its deadline, it stays cut
@@ -49,7 +53,7 @@ async def test_someone_elses_cancellation_propagates():
     await anext(stream)
     await anext(stream)
     reader = asyncio.ensure_future(anext(stream))
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(upstream.stalled.wait(), 30)  # the reader is waiting for the third chunk
     reader.cancel()
     with pytest.raises(asyncio.CancelledError):
         await reader

@@ -9,14 +9,11 @@ import aiohttp
 
 from switchyard.backends.vllm import VLLMBackend, VLLMReplica
 from switchyard.core.supervision import SupervisedTask
+from tests.helpers import async_wait_until
 
 
-async def _wait_for(predicate, timeout_s: float = 2.0) -> None:
-    for _ in range(int(timeout_s / 0.005)):
-        if predicate():
-            return
-        await asyncio.sleep(0.005)
-    assert predicate()
+async def _wait_for(predicate) -> None:
+    assert await async_wait_until(predicate)  # a generous deadline: it only bounds a hang
 
 
 async def test_a_task_that_dies_is_logged_loudly_and_restarted(caplog):
@@ -62,16 +59,17 @@ async def test_a_task_that_returns_is_finished_not_restarted():
 
     task = SupervisedTask("once", once, min_backoff_s=0.01)
     task.start()
-    await _wait_for(lambda: task.state == "finished")
-    await asyncio.sleep(0.03)
-    assert task.num_restarts == 0
+    [supervisor] = [t for t in asyncio.all_tasks() if t.get_name() == "once"]
+    await asyncio.wait_for(supervisor, 30)  # the supervisor itself has ended: nothing can restart the run
+    assert (task.state, task.num_restarts) == ("finished", 0)
     await task.aclose()
 
 
 async def test_closing_cancels_the_run():
-    cancelled = asyncio.Event()
+    started, cancelled = asyncio.Event(), asyncio.Event()
 
     async def forever() -> None:
+        started.set()
         try:
             await asyncio.sleep(3600)
         finally:
@@ -79,7 +77,7 @@ async def test_closing_cancels_the_run():
 
     task = SupervisedTask("forever", forever)
     task.start()
-    await asyncio.sleep(0)
+    await asyncio.wait_for(started.wait(), 30)
     await task.aclose()
     assert cancelled.is_set()
 
@@ -99,7 +97,7 @@ async def test_a_vllm_scraper_that_dies_is_restarted_and_listed():
         await backend.start()
         try:
             [scraper] = backend.background_tasks()
-            await _wait_for(lambda: backend.num_scrapes >= 3, timeout_s=3)
+            await _wait_for(lambda: backend.num_scrapes >= 3)  # the restart comes after a 1 s pause
             assert scraper.name == "vllm-metrics:big"
             assert (scraper.num_restarts, scraper.last_error, scraper.state) == (1, "RuntimeError", "running")
         finally:

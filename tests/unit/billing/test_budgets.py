@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from switchyard.billing.budgets import Budgets, budget_scopes
-from switchyard.billing.limits import LocalLimiter, ValkeyLimiter
+from switchyard.billing.limits import LimitsUnavailable, LocalLimiter, ValkeyLimiter
 from switchyard.billing.teams import ApiKey, Principal, Team
 
 
@@ -34,16 +34,26 @@ async def test_a_request_too_big_for_the_keys_budget_names_the_key():
 
 
 async def test_a_settlement_waits_out_a_valkey_outage(valkey):
-    budgets = Budgets(ValkeyLimiter(valkey.url))
+    budgets = Budgets(ValkeyLimiter(valkey.url, timeout_s=30))  # a slow answer is not an outage here
     await budgets.limiter.start()
     caller = principal(team_day=1.0)
     [scope] = budget_scopes(caller)
     spending = budgets.open(caller)
     assert await spending.reserve(0.5)
     spending.charge(0.25)
+    settle, failed = budgets.limiter.settle, asyncio.Event()
+
+    async def settle_noting_failures(*args, **kwargs) -> None:
+        try:
+            await settle(*args, **kwargs)
+        except LimitsUnavailable:
+            failed.set()
+            raise
+
+    budgets.limiter.settle = settle_noting_failures
     with valkey.stopped():  # comes back empty: only the settlement writes the spend
         spending.settle()
-        await asyncio.sleep(0.3)  # the first try fails while it is down
+        await asyncio.wait_for(failed.wait(), 30)  # the first try has failed while it is down
     await asyncio.wait_for(asyncio.gather(*budgets._settling), timeout=30)
     assert await budgets.limiter.spent(scope) == (pytest.approx(0.25), 0.0)
     await budgets.aclose()

@@ -9,6 +9,7 @@ import torch
 
 from switchyard.backends.embedded.sampler import SamplingParams
 from switchyard.core.errors import BackendUnavailable, ContextLengthExceeded
+from tests.helpers import async_wait_until
 
 GREEDY = dict(temperature=0.0)
 
@@ -66,15 +67,7 @@ async def test_cancelling_mid_stream_leaves_the_batch_and_frees_blocks(make_engi
     assert len(got) == 3
     assert engine.num_reserved_blocks == 0
     scheduler = engine._manager.batch_processor.scheduler
-
-    async def left_the_batch() -> bool:
-        for _ in range(200):
-            if not scheduler.active_requests and not scheduler.waiting_requests:
-                return True
-            await asyncio.sleep(0.01)
-        return False
-
-    assert await left_the_batch()
+    assert await async_wait_until(lambda: not scheduler.active_requests and not scheduler.waiting_requests)
     # The engine goes on serving.
     assert len(await _run(engine, _prompt(tokenizer), max_tokens=4, **GREEDY)) == 4
 
@@ -94,15 +87,19 @@ async def test_a_request_larger_than_the_whole_cache_is_refused_not_queued(make_
 
 async def test_when_blocks_are_taken_requests_queue_then_run(make_engine, tiny_model):
     _, tokenizer = tiny_model
-    engine = await make_engine(num_blocks=8, page_size=16, max_queue=4)
+    # queue_timeout_s: the second waits as long as the test holds the first, however slow the machine
+    engine = await make_engine(num_blocks=8, page_size=16, max_queue=4, queue_timeout_s=600)
     prompt = _prompt(tokenizer)  # a few tokens + 100 new: 7 of the 8 blocks each
-    first = asyncio.create_task(_run(engine, prompt, max_tokens=100, **GREEDY))
-    await asyncio.sleep(0.05)
+    # An open stream keeps its blocks until it is exhausted or closed: the first holds them while the
+    # test holds it, however fast the model generates the rest.
+    first = engine.generate(prompt, SamplingParams(max_tokens=100, **GREEDY))
+    a = [await anext(first)]
     second = asyncio.create_task(_run(engine, prompt, max_tokens=100, **GREEDY))
-    await asyncio.sleep(0.05)
-    assert engine.num_waiting == 1
+    assert await async_wait_until(lambda: engine.num_waiting == 1)
     assert engine.num_waiting_tokens == len(prompt) + 100  # what /metrics shows as its queue depth
-    a, b = await asyncio.gather(first, second)
+    assert not second.done()
+    a += [step async for step in first]
+    b = await second
     assert [s.token_id for s in a] == [s.token_id for s in b]
     assert engine.num_reserved_blocks == 0
     assert engine.num_waiting_tokens == 0
@@ -112,10 +109,12 @@ async def test_a_full_queue_is_refused_with_retry_after(make_engine, tiny_model)
     _, tokenizer = tiny_model
     engine = await make_engine(num_blocks=8, page_size=16, max_queue=0)
     prompt = _prompt(tokenizer)
-    first = asyncio.create_task(_run(engine, prompt, max_tokens=100, **GREEDY))
-    await asyncio.sleep(0.05)
+    first = engine.generate(prompt, SamplingParams(max_tokens=100, **GREEDY))
+    await anext(first)  # open, it holds 7 of the 8 blocks however fast the model is
     with pytest.raises(BackendUnavailable) as info:
         await _run(engine, prompt, max_tokens=100, **GREEDY)
     assert info.value.status_code == 503
     assert info.value.retry_after_s == 1
-    await first
+    async for _ in first:  # the first runs on to its end
+        pass
+    assert engine.num_reserved_blocks == 0

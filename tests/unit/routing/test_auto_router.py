@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -43,12 +45,16 @@ def _registry(windows=(None, None, None)) -> ModelRegistry:
     )
 
 
-def _router(registry, score_of=lambda text: float(text.split("=")[-1]), delay_s=0.0, thresholds=None):
+def _router(
+    registry,
+    score_of=lambda text: float(text.split("=")[-1]),
+    gate: threading.Event | None = None,
+    thresholds=None,
+    deadline_ms: float = 30_000,  # generous: the classifier answers in time however busy the machine
+):
     def score_batch(texts):
-        if delay_s:
-            import time
-
-            time.sleep(delay_s)
+        if gate is not None:  # the classifier answers only once the test opens the gate
+            gate.wait(30)
         return np.array([score_of(t) for t in texts])
 
     modes = thresholds or {"balanced": [0.3, 0.7], "economy": [0.5, 0.9], "max": [0.1, 0.4]}
@@ -58,7 +64,7 @@ def _router(registry, score_of=lambda text: float(text.split("=")[-1]), delay_s=
         modes,
         MicroBatcher(score_batch, max_wait_ms=1),
         default_tier="small",
-        deadline_ms=50,
+        deadline_ms=deadline_ms,
     )
 
 
@@ -94,7 +100,11 @@ async def test_quality_modes_pick_their_threshold_set():
 
 
 async def test_a_late_classifier_routes_by_default_and_says_so():
-    decision = await _router(_registry(), delay_s=0.2).route(_request(0.9), None)
+    gate = threading.Event()  # late for sure: it answers only after the routing decision
+    try:
+        decision = await _router(_registry(), gate=gate, deadline_ms=50).route(_request(0.9), None)
+    finally:
+        gate.set()
     assert decision.entry.tier == "small"
     assert decision.reason == "auto:classifier late (>50ms)->small"
     assert decision.score is None
