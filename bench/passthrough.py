@@ -1,4 +1,5 @@
-"""The floor: a bare FastAPI + httpx pass-through with no routing, auth or metering.
+"""The floor: a bare FastAPI + aiohttp pass-through with no routing, auth, metering or deadlines,
+the limit for a Python relay on this stack (the proxy's own upstream client is aiohttp too).
 
 python bench/passthrough.py UPSTREAM_BASE_URL PORT
 """
@@ -6,21 +7,22 @@ python bench/passthrough.py UPSTREAM_BASE_URL PORT
 import sys
 from contextlib import asynccontextmanager
 
-import httpx
+import aiohttp
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
 UPSTREAM = sys.argv[1].rstrip("/")
 PORT = int(sys.argv[2])
+JSON = {"content-type": "application/json"}
 
 
 @asynccontextmanager
 async def lifespan(app: FastAPI):
-    limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
-    app.state.client = httpx.AsyncClient(limits=limits, timeout=60)
+    connector = aiohttp.TCPConnector(limit=1024, limit_per_host=1024)
+    app.state.session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60))
     yield
-    await app.state.client.aclose()
+    await app.state.session.close()
 
 
 app = FastAPI(lifespan=lifespan)
@@ -29,24 +31,21 @@ app = FastAPI(lifespan=lifespan)
 @app.post("/v1/chat/completions")
 async def chat(request: Request):
     body = await request.body()
-    client: httpx.AsyncClient = request.app.state.client
-    upstream = client.build_request(
-        "POST", UPSTREAM + "/chat/completions", content=body, headers={"content-type": "application/json"}
-    )
-    response = await client.send(upstream, stream=True)
+    session: aiohttp.ClientSession = request.app.state.session
+    upstream = await session.post(UPSTREAM + "/chat/completions", data=body, headers=JSON)
     if b'"stream":true' not in body.replace(b" ", b""):
-        content = await response.aread()
-        await response.aclose()
-        return Response(content, status_code=response.status_code, media_type="application/json")
+        content = await upstream.read()
+        upstream.release()
+        return Response(content, status_code=upstream.status, media_type="application/json")
 
     async def relay():
         try:
-            async for chunk in response.aiter_raw():
+            async for chunk in upstream.content.iter_any():
                 yield chunk
         finally:
-            await response.aclose()
+            upstream.release()
 
-    return StreamingResponse(relay(), status_code=response.status_code, media_type="text/event-stream")
+    return StreamingResponse(relay(), status_code=upstream.status, media_type="text/event-stream")
 
 
 if __name__ == "__main__":

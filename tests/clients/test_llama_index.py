@@ -1,20 +1,20 @@
 """llama-index through `OpenAILike` (llama-index-llms-openai-like): chat, stream_chat, tools.
 
-Skipped where it does not install: llama-index-llms-openai 0.8.3 (the newest) needs openai<3, and
-this project's openai SDK is 3.x (docs/clients.md says so too). Installed with that pin ignored
-(`pip install --no-deps`), they pass against openai 3.57."""
+llama-index-llms-openai 0.8.3 (the newest) needs openai<3, and the openai SDK in .venv is 3.x:
+`make test-clients-openai2` runs this file in an env of its own, with openai 2.x (tests/clients/own_env.py);
+in .venv it skips."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.clients.conftest import API_KEY, CLAUDE_TEXT, GPT_TEXT, PROMPT, SAMPLING
+from tests.clients.own_env import import_client
 
 EMBEDDED = ("tiny", "auto", "cascade")  # answered by the tiny model, seeded
 
-openai_like = pytest.importorskip(
-    "llama_index.llms.openai_like",
-    reason="llama-index-llms-openai needs openai<3; the openai SDK here is 3.x (docs/clients.md)",
+openai_like = import_client(
+    "llama_index.llms.openai_like", "llama-index-llms-openai needs openai<3; the openai SDK here is 3.x"
 )
 from llama_index.core.llms import ChatMessage  # noqa: E402
 
