@@ -56,7 +56,8 @@ def proxy_url(fake_upstream: str) -> Iterator[str]:
             {"name": "fake-down", "base_url": f"http://127.0.0.1:{closed_port()}/v1"},
         ],
         server={"max_body_bytes": 64 * 1024},
-        upstream={"read_timeout_s": 2.0, "health_interval_s": 0.5},
+        # generous for what must succeed on a busy machine; `fake-impatient` is the one that times out
+        upstream={"read_timeout_s": 30.0, "health_interval_s": 0.5, "health_timeout_s": 30.0},
     )
     with serve_in_thread(create_app(settings)) as url:
         yield url + "/v1"

@@ -34,6 +34,7 @@ from typing import Any
 
 import orjson
 
+WAIT_FOR_BOUND_S = 60.0  # a `wait_for` gate nobody sets: the fake answers after this, and the test fails
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet")
 
 
@@ -157,6 +158,14 @@ def _error(status: int, message: str, error_type: str, code: str | None, param: 
     return orjson.dumps({"error": {"message": message, "type": error_type, "param": param, "code": code}})
 
 
+async def _gate(event: threading.Event) -> None:
+    """Until `event` is set; bounded, so that a test that never sets it fails, not hangs. Waited in
+    short slices, so that a server shutting down never waits long for the thread of a gate nobody set."""
+    deadline = time.monotonic() + WAIT_FOR_BOUND_S
+    while not await asyncio.to_thread(event.wait, 0.1) and time.monotonic() < deadline:
+        pass
+
+
 async def _read_body(receive) -> bytes:
     raw = b""
     while True:
@@ -218,8 +227,8 @@ class FakeOpenAIUpstream:
         await send({"type": "http.response.body", "body": body})
 
     async def _answer(self, scope, receive, send, body, behaviour: FakeBehaviour, record: FakeRecord) -> None:
-        if behaviour.wait_for is not None:  # bounded, so that a test that never sets it fails, not hangs
-            await asyncio.to_thread(behaviour.wait_for.wait, 10)
+        if behaviour.wait_for is not None:
+            await _gate(behaviour.wait_for)
         if behaviour.latency_s:
             try:  # a client that leaves while the fake "thinks" is recorded as leaving
                 await asyncio.wait_for(self._wait_for_disconnect(receive, record), behaviour.latency_s)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-import time
 from contextlib import ExitStack
 
 import httpx
@@ -12,16 +10,20 @@ import pytest
 
 from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
+from tests.fakes.clock import freeze_breakers
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
 from tests.helpers import wait_until
 
 HI = [{"role": "user", "content": "hi"}]
+TIMEOUT_S = 30  # bounds a hang only: every request below that is meant to answer does so far sooner
+ENDLESS = 100_000  # tokens: a stream that outlasts any test
 
 
 @pytest.fixture
 def fakes():
-    """Start fake upstreams by name (`fakes(name, ...)` → its base url) and proxies over them."""
+    """Start fake upstreams by name (`fakes(name, ...)` → its base url) and proxies over them;
+    `fakes.clock`: the breakers' clock of the last proxy, which moves only when the test advances it."""
     with ExitStack() as stack:
         states: dict[str, FakeState] = {}
 
@@ -30,19 +32,22 @@ def fakes():
             return stack.enter_context(serve_in_thread(FakeOpenAIUpstream(states[name]))) + "/v1"
 
         def proxy(models: list[dict], resilience: dict) -> str:
-            settings = Settings(models=models, resilience=resilience, upstream={"read_timeout_s": 5})
-            return stack.enter_context(serve_in_thread(create_app(settings)))
+            settings = Settings(models=models, resilience=resilience, upstream={"read_timeout_s": TIMEOUT_S})
+            app = create_app(settings)
+            base = stack.enter_context(serve_in_thread(app))
+            upstream.clock = freeze_breakers(app)
+            return base
 
         upstream.states, upstream.proxy = states, proxy
         yield upstream
 
 
 def _sdk(base: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=base + "/v1", api_key="k", max_retries=0)
+    return openai.OpenAI(base_url=base + "/v1", api_key="k", max_retries=0, timeout=TIMEOUT_S)
 
 
 def _ready(base: str) -> dict:
-    return httpx.get(base + "/health/ready").json()
+    return httpx.get(base + "/health/ready", timeout=TIMEOUT_S).json()
 
 
 def _primary_with_fallback(fakes, resilience: dict, *, fallbacks: bool = True) -> str:
@@ -63,7 +68,7 @@ def test_a_failing_replica_is_taken_out_while_the_other_serves(fakes):
     base = fakes.proxy(
         [{"name": "pair", "replicas": [{"base_url": bad}, {"base_url": good}]}],
         {"max_attempts": 2, "backoff_base_s": 0, "breaker_fail_max": 3, "breaker_reset_s": 5},
-    )  # a reset far beyond what the 8 requests take on a busy machine
+    )  # the reset passes only when the test advances the breakers' clock
     with _sdk(base) as sdk:
         replies = [sdk.chat.completions.with_raw_response.create(model="pair", messages=HI) for _ in range(8)]
         assert {r.status_code for r in replies} == {200}  # never a circuit_open, nor a 502
@@ -77,7 +82,8 @@ def test_a_failing_replica_is_taken_out_while_the_other_serves(fakes):
         assert 'switchyard_replica_breaker_state{model="pair",replica="openai#0"} 2' in metrics
 
         # past breaker_reset_s: half-open, one trial may go to the bad replica
-        assert wait_until(lambda: _ready(base)["replicas"]["pair"]["openai#0"] == "half-open", timeout_s=10)
+        fakes.clock.advance(5)
+        assert _ready(base)["replicas"]["pair"]["openai#0"] == "half-open"
         replies = [sdk.chat.completions.with_raw_response.create(model="pair", messages=HI) for _ in range(4)]
     assert {r.status_code for r in replies} == {200}
     assert fakes.states["bad"].num_requests == 3 + 1  # exactly one trial; it failed, so open again
@@ -88,9 +94,10 @@ def test_a_failing_replica_is_taken_out_while_the_other_serves(fakes):
 def test_a_replica_whose_streams_break_or_hang_is_taken_out(fakes, failure):
     bad = fakes("bad", FakeBehaviour(failure=failure, drop_after=2))
     good = fakes("good")
+    # the good replica's first token must beat the same timeout the hung one runs into: room for a busy machine
     base = fakes.proxy(
         [{"name": "pair", "replicas": [{"base_url": bad}, {"base_url": good}]}],
-        {"max_attempts": 2, "backoff_base_s": 0, "first_token_timeout_s": 0.3, "breaker_fail_max": 2},
+        {"max_attempts": 2, "backoff_base_s": 0, "first_token_timeout_s": 2, "breaker_fail_max": 2},
     )
     for _ in range(6):
         _stream_events(base, "pair")
@@ -130,10 +137,11 @@ def test_a_429_cools_the_model_down_and_the_fallback_answers_meanwhile(fakes):
         ]
         assert models == ["secondary"] * 4
         assert fakes.states["a"].num_requests == 1  # not asked again while it cools down
-        assert 0 < _ready(base)["cooldowns"]["primary"] <= 3
+        assert _ready(base)["cooldowns"]["primary"] == 3
         assert _ready(base)["breakers"]["primary"] == "closed"  # a 429 is not a failure
         fakes.states["a"].behaviour = FakeBehaviour(words=("a",))
-        assert wait_until(lambda: "primary" not in _ready(base)["cooldowns"], timeout_s=10)
+        fakes.clock.advance(3)
+        assert "primary" not in _ready(base)["cooldowns"]
         raw = sdk.chat.completions.with_raw_response.create(model="primary", messages=HI)
     assert raw.headers["x-switchyard-model"] == "primary"
     assert fakes.states["a"].num_requests == 2
@@ -143,21 +151,19 @@ def test_a_429_with_nowhere_else_to_go_is_a_rate_limit_with_the_remaining_retry_
     base = _primary_with_fallback(fakes, {"max_attempts": 1}, fallbacks=False)
     fakes.states["a"].behaviour = FakeBehaviour(failure="429", retry_after_s=4)
     with _sdk(base) as sdk:
-        started = time.monotonic()
         with pytest.raises(openai.RateLimitError) as first:
             sdk.chat.completions.create(model="primary", messages=HI)
         assert first.value.response.headers["retry-after"] == "4"
-        time.sleep(1.2)
+        fakes.clock.advance(1.2)
         with pytest.raises(openai.RateLimitError) as second:
             sdk.chat.completions.create(model="primary", messages=HI)
-        elapsed_s = time.monotonic() - started
         error = second.value.response.json()["error"]
         assert (error["code"], error["type"]) == ("rate_limit_exceeded", "rate_limit_error")
-        # what is left, rounded up: at most 4 - 1.2 s slept, at least 4 - all the time that passed
-        assert max(1, math.ceil(4 - elapsed_s)) <= int(second.value.response.headers["retry-after"]) <= 3
+        assert second.value.response.headers["retry-after"] == "3"  # what is left, rounded up: 4 - 1.2 s
         assert fakes.states["a"].num_requests == 1  # the cooling upstream was not called
         fakes.states["a"].behaviour = FakeBehaviour()
-        assert wait_until(lambda: not _ready(base)["cooldowns"], timeout_s=10)
+        fakes.clock.advance(2.8)
+        assert not _ready(base)["cooldowns"]
         reply = sdk.chat.completions.create(model="primary", messages=HI)
     assert reply.choices[0].message.content.startswith("alpha")
     assert fakes.states["a"].num_requests == 2
@@ -168,10 +174,14 @@ def test_a_429_without_retry_after_still_tells_the_client_when_to_come_back(fake
     base = _primary_with_fallback(fakes, {"max_attempts": 1, "default_cooldown_s": 2}, fallbacks=False)
     fakes.states["a"].behaviour = FakeBehaviour(failure="429", retry_after_s=None)
     for _ in range(2):  # the upstream's 429, then the cooldown's refusal
-        response = httpx.post(base + "/v1/chat/completions", json={"model": "primary", "messages": HI})
+        body = {"model": "primary", "messages": HI}
+        response = httpx.post(base + "/v1/chat/completions", json=body, timeout=TIMEOUT_S)
         assert response.status_code == 429 and response.json()["error"]["code"] == "rate_limit_exceeded"
-        assert 1 <= int(response.headers["retry-after"]) <= 2
+        assert response.headers["retry-after"] == "2"
+        fakes.clock.advance(0.5)
     assert fakes.states["a"].num_requests == 1
+    fakes.clock.advance(1)  # the cooldown is over
+    assert not _ready(base)["cooldowns"]
 
 
 def test_a_cooling_model_whose_fallback_is_open_is_a_rate_limit_with_the_remaining_retry_after(fakes):
@@ -183,14 +193,13 @@ def test_a_cooling_model_whose_fallback_is_open_is_a_rate_limit_with_the_remaini
             sdk.chat.completions.create(model="secondary", messages=HI)  # opens the fallback's breaker
         assert _ready(base)["breakers"]["secondary"] == "open"
         fakes.states["a"].behaviour = FakeBehaviour(failure="429", retry_after_s=5)
-        started = time.monotonic()
-        for _ in range(2):  # the upstream's 429, then the cooldown's refusal
+        for left in ("5", "4"):  # the upstream's 429, then the cooldown's refusal 1.5 s later
             with pytest.raises(openai.RateLimitError) as info:
                 sdk.chat.completions.create(model="primary", messages=HI)
             assert info.value.response.json()["error"]["code"] == "rate_limit_exceeded"
-            # the cooldown's (not the open circuit's 1 s): 5 s, less at most the time that passed
-            left = int(info.value.response.headers["retry-after"])
-            assert max(1, math.ceil(5 - (time.monotonic() - started))) <= left <= 5
+            # the cooldown's (not the open circuit's 1 s): what is left of its 5 s, rounded up
+            assert info.value.response.headers["retry-after"] == left
+            fakes.clock.advance(1.5)
     assert fakes.states["a"].num_requests == 1 and fakes.states["b"].num_requests == 1
 
 
@@ -207,7 +216,7 @@ def test_a_429_on_one_replica_sends_the_others_its_traffic(fakes):
     assert {r.headers["x-switchyard-backend"] for r in replies} == {"openai#1"}
     assert fakes.states["busy"].num_requests == 1
     cooldowns = _ready(base)["cooldowns"]
-    assert list(cooldowns) == ["pair/openai#0"] and cooldowns["pair/openai#0"] <= 5  # capped by max_cooldown_s
+    assert cooldowns == {"pair/openai#0": 5}  # capped by max_cooldown_s
 
 
 # -- failures after the first streamed byte -----------------------------------------------------
@@ -215,7 +224,7 @@ def test_a_429_on_one_replica_sends_the_others_its_traffic(fakes):
 
 def _stream_events(base: str, model: str = "primary") -> tuple[str, list[str]]:
     with httpx.stream(
-        "POST", base + "/v1/chat/completions", json={"model": model, "messages": HI, "stream": True}, timeout=10
+        "POST", base + "/v1/chat/completions", json={"model": model, "messages": HI, "stream": True}, timeout=TIMEOUT_S
     ) as response:
         events = [line for line in response.iter_lines() if line]
     return response.headers.get("x-switchyard-model", ""), events
@@ -237,13 +246,14 @@ def test_streams_that_break_mid_way_open_the_breaker(fakes, failure):
 
 def test_clients_that_leave_mid_stream_do_not_open_the_breaker(fakes):
     base = _primary_with_fallback(fakes, {"max_attempts": 1, "breaker_fail_max": 2, "breaker_reset_s": 30})
-    fakes.states["a"].behaviour = FakeBehaviour(num_tokens=200, token_delay_s=0.02)
+    # a stream that never ends by itself: only the client's leaving ends it upstream
+    fakes.states["a"].behaviour = FakeBehaviour(num_tokens=ENDLESS, token_delay_s=0.02)
     body = {"model": "primary", "messages": HI, "stream": True}
     for number in range(4):
-        with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=10) as response:
+        with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=TIMEOUT_S) as response:
             lines = response.iter_lines()
             assert next(lines).startswith("data: ")  # the first byte came; then the client leaves
-        assert wait_until(lambda n=number: fakes.states["a"].records[n].disconnected_at is not None)
+        assert wait_until(lambda n=number: fakes.states["a"].records[n].disconnected_at is not None, TIMEOUT_S)
     assert _ready(base)["breakers"]["primary"] == "closed"
     fakes.states["a"].behaviour = FakeBehaviour()
     model, events = _stream_events(base)

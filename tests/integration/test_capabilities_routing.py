@@ -149,7 +149,7 @@ def test_refusals_never_open_the_breaker_nor_reach_the_ledger(auto_proxy):
     assert _text(plain).startswith("small")
     assert app.state.services.executor.states()["m-small"] == "closed"
     assert len(states["small"].records) == 1
-    records = wait_for_records(app, 1)
+    records = wait_for_records(app, 1, timeout_s=30)
     # a refusal is not metered, as no 400 before a call is
     assert [(r.model, r.status) for r in records] == [("m-small", "completed")]
     assert len(read_ledger(app)) == 1

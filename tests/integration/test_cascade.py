@@ -6,6 +6,7 @@ receives says which rung answered. Confidence is `mean_logprob` against -0.5.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from contextlib import ExitStack
@@ -19,11 +20,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from switchyard.backends.defaults import load_settings
 from switchyard.core.settings import ConfigError, Settings
 from switchyard.proxy.app import create_app
+from tests.fakes.clock import ManualClock
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
 from tests.helpers import read_ledger, wait_for_records, wait_until
 
 HI = [{"role": "user", "content": "What is the capital of France?"}]
+TIMEOUT_S = 30  # bounds a hang only: every request below that is meant to answer does so far sooner
+ENDLESS = 100_000  # tokens: a stream that outlasts any test
 STRONG_WORDS = ("strong1", "strong2", "strong3", "strong4", "strong5", "strong6")
 SURE, UNSURE = [-0.01], [-2.0]
 
@@ -75,12 +79,12 @@ def ladder(tmp_path):
 
 
 def _post(base: str, body: dict, headers: dict | None = None) -> httpx.Response:
-    return httpx.post(base + "/v1/chat/completions", json=body, headers=headers or {}, timeout=20)
+    return httpx.post(base + "/v1/chat/completions", json=body, headers=headers or {}, timeout=TIMEOUT_S)
 
 
 def _stream(base: str, body: dict, headers: dict | None = None) -> tuple[httpx.Headers, str, list[dict]]:
     with httpx.stream(
-        "POST", base + "/v1/chat/completions", json={**body, "stream": True}, headers=headers or {}, timeout=20
+        "POST", base + "/v1/chat/completions", json={**body, "stream": True}, headers=headers or {}, timeout=TIMEOUT_S
     ) as response:
         assert response.status_code == 200, response.read()
         events = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
@@ -92,8 +96,14 @@ def _stream(base: str, body: dict, headers: dict | None = None) -> tuple[httpx.H
 
 def _records(app, request_id: str, count: int, *, by_client_id: bool = False):
     key = "client_request_id" if by_client_id else "request_id"
-    wait_for_records(app, count, **{key: request_id})
-    time.sleep(0.3)  # and no more than `count` arrive
+    wait_for_records(app, count, timeout_s=TIMEOUT_S, **{key: request_id})
+    # and no more than `count`: once no request is in flight, every attempt has been metered; once the
+    # ledger's writer has nothing pending nor a batch in hand, all of it is written
+    ledger = app.state.services.ledger
+    assert wait_until(
+        lambda: not app.state.in_flight.tasks and not ledger.status().pending and not ledger._lock.locked(),
+        timeout_s=TIMEOUT_S,
+    )
     return read_ledger(app, **{key: request_id})
 
 
@@ -249,14 +259,14 @@ def test_a_confident_stream_is_the_cheap_rungs_stream(ladder):
 def test_an_unconfident_stream_is_cancelled_and_the_client_sees_only_the_strong_stream(ladder):
     states, proxy = ladder
     base, app = proxy()
-    states["cheap"].behaviour = FakeBehaviour(num_tokens=200, token_delay_s=0.01, logprobs=UNSURE)
+    states["cheap"].behaviour = FakeBehaviour(num_tokens=ENDLESS, token_delay_s=0.01, logprobs=UNSURE)
     headers, text, chunks = _stream(base, {"model": "cascade", "messages": HI})
     assert text == STRONG_TEXT  # exactly one rung's output, from its start
     assert {c["id"] for c in chunks} == {"chunk-fake"} and chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     assert headers["x-switchyard-model"] == "strong"
     assert headers["x-switchyard-cascade"] == "cheap(-2.00<-0.50)->strong"
     cheap = states["cheap"].records[0]
-    assert wait_until(lambda: cheap.disconnected_at is not None)  # really cancelled upstream
+    assert wait_until(lambda: cheap.disconnected_at is not None, TIMEOUT_S)  # really cancelled upstream
     escalated, answered = _records(app, headers["x-request-id"], 2)
     assert (escalated.model, escalated.status, escalated.completion_tokens) == ("cheap", "escalated", 4)
     assert escalated.is_estimated and escalated.prompt_tokens > 0
@@ -293,18 +303,28 @@ def test_the_openai_sdk_streams_through_an_escalation(ladder):
 
 def test_a_client_that_leaves_during_the_decision_cancels_and_meters_the_cheap_stream(ladder):
     states, proxy = ladder
-    base, app = proxy(stream_tokens=16)
-    states["cheap"].behaviour = FakeBehaviour(num_tokens=100, token_delay_s=0.2, logprobs=SURE)
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(
-            base + "/v1/chat/completions",
-            json={"model": "cascade", "messages": HI, "stream": True},
-            headers={"x-request-id": "req-client-left"},
-            timeout=httpx.Timeout(5, read=0.5),  # no byte comes before the verdict: the client gives up
-        )
+    # the verdict would wait for 64 tokens a second apart (or two minutes): far beyond this test
+    base, app = proxy(stream_tokens=64, stream_budget_ms=120_000)
+    states["cheap"].behaviour = FakeBehaviour(num_tokens=1000, token_delay_s=1.0, logprobs=SURE)
+    waiting = app.state.services.executor.waiting  # tokens sent to a model that has no first token yet
+
+    async def leave_once_the_first_token_is_in() -> None:
+        body = {"model": "cascade", "messages": HI, "stream": True}
+        async with httpx.AsyncClient(timeout=TIMEOUT_S) as client:
+            request = asyncio.create_task(
+                client.post(base + "/v1/chat/completions", json=body, headers={"x-request-id": "req-client-left"})
+            )
+            first_token_in = lambda: states["cheap"].num_requests == 1 and waiting.of("cheap") == 0  # noqa: E731
+            assert await asyncio.to_thread(wait_until, first_token_in, TIMEOUT_S)
+            assert not request.done()  # no byte comes before the verdict: the client gives up
+            request.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await request
+
+    asyncio.run(leave_once_the_first_token_is_in())
     cheap = states["cheap"].records[0]
-    assert wait_until(lambda: cheap.disconnected_at is not None, timeout_s=2)  # cancelled upstream, long before
-    # the 16 tokens (3.2 s) the verdict would have waited for
+    # cancelled upstream, long before the 64 tokens the verdict would have waited for
+    assert wait_until(lambda: cheap.disconnected_at is not None, timeout_s=TIMEOUT_S)
     [record] = _records(app, "req-client-left", 1, by_client_id=True)
     assert (record.model, record.status) == ("cheap", "cancelled") and record.completion_tokens >= 1
     assert states["strong"].num_requests == 0
@@ -316,13 +336,14 @@ def test_a_client_that_leaves_during_the_decision_cancels_and_meters_the_cheap_s
 def test_hedging_cancels_the_strong_rung_when_the_cheap_one_is_confident(ladder):
     states, proxy = ladder
     base, app = proxy()
-    states["cheap"].behaviour = FakeBehaviour(latency_s=0.5, logprobs=SURE)
-    states["strong"].behaviour = FakeBehaviour(words=STRONG_WORDS, latency_s=5)
+    # the cheap rung answers once the hedge is upstream; the strong one never does
+    states["cheap"].behaviour = FakeBehaviour(logprobs=SURE, wait_for=states["strong"].arrived)
+    states["strong"].behaviour = FakeBehaviour(words=STRONG_WORDS, failure="hang")
     response = _post(base, {"model": "cascade", "messages": HI}, {"x-switchyard-cascade": "hedge"})
     assert response.json()["choices"][0]["message"]["content"] == CHEAP_TEXT
     assert response.headers["x-switchyard-cascade"] == "cheap(-0.01>=-0.50);hedged"
     [strong] = states["strong"].records  # it was started in parallel …
-    assert wait_until(lambda: strong.disconnected_at is not None)  # … and cancelled
+    assert wait_until(lambda: strong.disconnected_at is not None, TIMEOUT_S)  # … and cancelled
     assert _hedge_counts(base) == {("wins", "cheap"): 1, ("losses", "strong"): 1}
     records = _records(app, response.headers["x-request-id"], 2)
     assert sorted((r.model, r.status) for r in records) == [("cheap", "completed"), ("strong", "cancelled")]
@@ -332,12 +353,14 @@ def test_hedging_cancels_the_strong_rung_when_the_cheap_one_is_confident(ladder)
 def test_hedging_lets_a_faster_strong_rung_win(ladder):
     states, proxy = ladder
     base, app = proxy()
-    states["cheap"].behaviour = FakeBehaviour(latency_s=5, logprobs=SURE)
+    # the cheap rung never answers; the strong one answers once the cheap one is upstream
+    states["cheap"].behaviour = FakeBehaviour(logprobs=SURE, failure="hang")
+    states["strong"].behaviour = FakeBehaviour(words=STRONG_WORDS, wait_for=states["cheap"].arrived)
     response = _post(base, {"model": "cascade", "messages": HI}, {"x-switchyard-cascade": "hedge"})
     assert response.json()["choices"][0]["message"]["content"] == STRONG_TEXT
     assert response.headers["x-switchyard-cascade"] == "cheap(hedge-lost)->strong;hedged"
     [cheap] = states["cheap"].records
-    assert wait_until(lambda: cheap.disconnected_at is not None)
+    assert wait_until(lambda: cheap.disconnected_at is not None, TIMEOUT_S)
     records = _records(app, response.headers["x-request-id"], 2)
     assert sorted((r.model, r.status) for r in records) == [("cheap", "cancelled"), ("strong", "completed")]
     assert _hedge_counts(base) == {("wins", "strong"): 1, ("losses", "cheap"): 1}
@@ -363,14 +386,15 @@ def test_a_hedged_stream_cancels_the_loser(ladder):
     headers, text, _ = _stream(base, {"model": "cascade", "messages": HI}, {"x-switchyard-cascade": "hedge"})
     assert text == STRONG_TEXT
     assert headers["x-switchyard-cascade"] == "cheap(-2.00<-0.50)->strong;hedged"
-    # the cheap rung thinks for a while, so the hedge is surely under way upstream when it loses
-    states["cheap"].behaviour = FakeBehaviour(logprobs=SURE, latency_s=0.5)
-    states["strong"].behaviour = FakeBehaviour(words=STRONG_WORDS, num_tokens=500, token_delay_s=0.01)
+    # the cheap rung answers once the hedge is under way upstream, which streams on until it loses
+    states["strong"].arrived.clear()
+    states["cheap"].behaviour = FakeBehaviour(logprobs=SURE, wait_for=states["strong"].arrived)
+    states["strong"].behaviour = FakeBehaviour(words=STRONG_WORDS, num_tokens=ENDLESS, token_delay_s=0.01)
     headers, text, _ = _stream(base, {"model": "cascade", "messages": HI}, {"x-switchyard-cascade": "hedge"})
     assert text == CHEAP_TEXT
     assert states["strong"].num_requests == 2
     strong = states["strong"].records[-1]
-    assert wait_until(lambda: strong.disconnected_at is not None)
+    assert wait_until(lambda: strong.disconnected_at is not None, TIMEOUT_S)
     records = _records(app, headers["x-request-id"], 2)
     assert sorted((r.model, r.status) for r in records) == [("cheap", "completed"), ("strong", "cancelled")]
 
@@ -379,7 +403,7 @@ def test_a_hedged_stream_cancels_the_loser(ladder):
 
 
 def _metric(base: str, name: str) -> float:
-    for line in httpx.get(base + "/metrics").text.splitlines():
+    for line in httpx.get(base + "/metrics", timeout=TIMEOUT_S).text.splitlines():
         if line.startswith(name):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"{name} not in /metrics")
@@ -387,7 +411,8 @@ def _metric(base: str, name: str) -> float:
 
 def test_the_thrash_guard_trips_and_recovers(ladder):
     states, proxy = ladder
-    base, _ = proxy(thrash={"window": 4, "min_requests": 4, "limit": 0.6, "cool_off_s": 2.0})
+    base, app = proxy(thrash={"window": 4, "min_requests": 4, "limit": 0.6, "cool_off_s": 2.0})
+    clock = app.state.services.cascade.guard.clock = ManualClock()  # the cool-off passes when the test says
     states["cheap"].behaviour.logprobs = UNSURE
     for _ in range(4):
         assert _post(base, {"model": "cascade", "messages": HI}).headers["x-switchyard-cascade"].endswith("->strong")
@@ -397,7 +422,7 @@ def test_the_thrash_guard_trips_and_recovers(ladder):
     assert states["cheap"].num_requests == 4  # the cheap rung was not tried
     assert _metric(base, 'switchyard_cascade_thrash_trips_total{route="cheap"}') == 1
     assert _metric(base, 'switchyard_cascade_thrash_active{route="cheap"}') == 1
-    time.sleep(2.1)
+    clock.advance(2.0)  # cool_off_s
     states["cheap"].behaviour.logprobs = SURE
     recovered = _post(base, {"model": "cascade", "messages": HI})
     assert recovered.headers["x-switchyard-cascade"] == "cheap(-0.01>=-0.50)"

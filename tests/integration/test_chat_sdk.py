@@ -117,7 +117,8 @@ def test_models_list_shows_tier_context_and_readiness(client, proxy_url):
         lambda: (
             client.models.list().data
             and not {c.id: c for c in client.models.list().data}["fake-down"].model_extra["ready"]
-        )
+        ),
+        timeout_s=30,
     )
 
 

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import time
-
 import httpx
 
 from tests.helpers import wait_until
 
+TIMEOUT_S = 30  # bounds a hang only
+ENDLESS = 100_000  # tokens: the upstream's stream never ends by itself, only the client's leaving ends it
+
 
 def test_client_disconnect_cancels_the_upstream_stream(proxy_url, fake_state):
-    fake_state.behaviour.num_tokens = 200
+    fake_state.behaviour.num_tokens = ENDLESS
     fake_state.behaviour.token_delay_s = 0.05
     with httpx.stream(
         "POST",
@@ -20,14 +21,13 @@ def test_client_disconnect_cancels_the_upstream_stream(proxy_url, fake_state):
             "messages": [{"role": "user", "content": "long story"}],
             "stream": True,
         },
+        timeout=TIMEOUT_S,
     ) as response:
         lines = response.iter_lines()
         received = [next(lines) for _ in range(3)]
-        closed_at = time.monotonic()
     assert all(line.startswith("data: {") or line == "" for line in received)
     record = fake_state.records[-1]
-    assert wait_until(lambda: record.disconnected_at is not None, timeout_s=1.0)
-    assert record.disconnected_at - closed_at < 1.0
+    assert wait_until(lambda: record.disconnected_at is not None, timeout_s=TIMEOUT_S)
 
 
 def test_async_sdk_close_cancels_the_upstream_stream(proxy_url, fake_state):
@@ -35,7 +35,7 @@ def test_async_sdk_close_cancels_the_upstream_stream(proxy_url, fake_state):
 
     import openai
 
-    fake_state.behaviour.num_tokens = 200
+    fake_state.behaviour.num_tokens = ENDLESS
     fake_state.behaviour.token_delay_s = 0.05
 
     async def read_two_then_close() -> None:
@@ -52,4 +52,4 @@ def test_async_sdk_close_cancels_the_upstream_stream(proxy_url, fake_state):
 
     asyncio.run(read_two_then_close())
     record = fake_state.records[-1]
-    assert wait_until(lambda: record.disconnected_at is not None, timeout_s=1.0)
+    assert wait_until(lambda: record.disconnected_at is not None, timeout_s=TIMEOUT_S)

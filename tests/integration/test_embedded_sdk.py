@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import re
+import threading
 
 import httpx
 import openai
@@ -16,6 +18,7 @@ from tests.tiny_model import build_tiny_model
 
 SPECIAL = r"<\|\w+\|>|<eos>"
 MESSAGES = [{"role": "user", "content": "the quick brown fox"}]
+TIMEOUT_S = 30  # bounds a hang only
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +34,8 @@ def embedded_proxy(tmp_path_factory):
     )
     app = create_app(settings)
     with serve_in_thread(app) as url:
-        assert wait_until(lambda: httpx.get(url + "/v1/models").json()["data"][0]["ready"], timeout_s=60)
+        # bounds a hang only: loading even a tiny model takes long on a busy machine
+        assert wait_until(lambda: httpx.get(url + "/v1/models", timeout=60).json()["data"][0]["ready"], timeout_s=180)
         yield url + "/v1", app
 
 
@@ -118,16 +122,37 @@ def test_a_model_that_failed_to_load_is_a_503_and_not_ready(sdk, embedded_proxy)
     assert ready["models"] == {"tiny": True, "broken": False}
 
 
-def test_client_disconnect_frees_the_engine(embedded_proxy):
+def test_client_disconnect_frees_the_engine(embedded_proxy, monkeypatch):
     url, app = embedded_proxy
     engine = app.state.services.registry.get("tiny").backend.engine
-    body = {"model": "tiny", "messages": MESSAGES, "stream": True, "max_tokens": 200, "temperature": 0}
-    with httpx.stream("POST", url + "/chat/completions", json=body) as response:
-        lines = response.iter_lines()
-        for _ in range(4):
-            next(lines)
-        assert engine.num_reserved_blocks > 0
-    assert wait_until(lambda: engine.num_reserved_blocks == 0, timeout_s=5)
+    # The batching thread stops after 5 of the 200 tokens until the test is done: the answer cannot
+    # end by itself, only the client's leaving frees it. With logprobs, each token is a chunk (the
+    # random model's first tokens show no text): the client's two chunks come before the stop.
+    release, num_chosen, record_choice = threading.Event(), itertools.count(1), engine.record_choice
+
+    def record_then_hold(request_id, choice) -> None:
+        record_choice(request_id, choice)
+        if next(num_chosen) >= 5:
+            release.wait(TIMEOUT_S)
+
+    monkeypatch.setattr(engine, "record_choice", record_then_hold)
+    body = {
+        "model": "tiny",
+        "messages": MESSAGES,
+        "stream": True,
+        "max_tokens": 200,
+        "temperature": 0,
+        "logprobs": True,
+    }
+    try:
+        with httpx.stream("POST", url + "/chat/completions", json=body, timeout=TIMEOUT_S) as response:
+            lines = response.iter_lines()
+            for _ in range(4):
+                next(lines)
+            assert engine.num_reserved_blocks > 0
+        assert wait_until(lambda: engine.num_reserved_blocks == 0, timeout_s=TIMEOUT_S)
+    finally:
+        release.set()
 
 
 async def test_concurrent_streams_match_their_solo_answers(embedded_proxy):

@@ -7,6 +7,7 @@ import openai
 import pytest
 
 MESSAGES = [{"role": "user", "content": "hi"}]
+TIMEOUT_S = 30  # bounds a hang only: a request the upstream answers, on a busy machine
 ERROR_KEYS = {"message", "type", "param", "code"}
 
 
@@ -136,6 +137,7 @@ def test_stream_error_after_first_byte_goes_in_band(proxy_url, failure):
         "POST",
         proxy_url + "/chat/completions",
         json={"model": "fake-small", "messages": MESSAGES, "stream": True, "fake": {"failure": failure}},
+        timeout=TIMEOUT_S,
     ) as response:
         assert response.status_code == 200
         events = [line for line in response.iter_lines() if line]
@@ -162,7 +164,7 @@ def test_sdk_raises_on_in_band_error(client):
 
 def test_a_trailing_slash_is_served_not_redirected(proxy_url):
     body = {"model": "fake-small", "messages": [{"role": "user", "content": "hi"}]}
-    answer = httpx.post(proxy_url + "/chat/completions/", json=body)
+    answer = httpx.post(proxy_url + "/chat/completions/", json=body, timeout=TIMEOUT_S)
     models = httpx.get(proxy_url + "/models/")
     live = httpx.get(proxy_url.removesuffix("/v1") + "/health/live/")
     assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["content"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 
 import httpx
@@ -14,8 +14,10 @@ from switchyard.proxy.app import create_app
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
 from tests.fakes.vllm_upstream import FakeVLLMUpstream, VLLMLoad
+from tests.helpers import wait_until
 
 HI = [{"role": "user", "content": "hi"}]
+TIMEOUT_S = 30  # bounds a hang only
 
 
 @pytest.fixture
@@ -39,12 +41,14 @@ def saturated():
                 },
                 {"name": "small", "base_url": small_url},
             ],
-            resilience={"saturation_wait_s": 3},
+            resilience={"saturation_wait_s": TIMEOUT_S},  # a priority request waits for the test to clear it
+            upstream={"health_timeout_s": TIMEOUT_S},  # a probe a busy machine answers slowly is no outage
         )
         app = create_app(settings)
         base = stack.enter_context(serve_in_thread(app))
-        sdk = stack.enter_context(openai.OpenAI(base_url=base + "/v1", api_key="k", max_retries=0))
-        assert app.state.services.registry.get("big").backend.is_saturated()
+        sdk = stack.enter_context(openai.OpenAI(base_url=base + "/v1", api_key="k", max_retries=0, timeout=TIMEOUT_S))
+        # the backend starts (and scrapes its replica's load) in the background
+        assert wait_until(app.state.services.registry.get("big").backend.is_saturated, timeout_s=TIMEOUT_S)
         yield sdk, big, small, load, app
 
 
@@ -60,7 +64,7 @@ def test_best_effort_degrades_to_the_smaller_model(saturated):
     assert raw.headers["x-switchyard-model"] == "small"
     assert raw.parse().choices[0].message.content.startswith("small")
     assert big.num_requests == 0
-    metrics = httpx.get(str(sdk.base_url).removesuffix("/v1/") + "/metrics").text
+    metrics = httpx.get(str(sdk.base_url).removesuffix("/v1/") + "/metrics", timeout=TIMEOUT_S).text
     assert "switchyard_degraded_total 1" in metrics
     assert 'switchyard_model_saturated{model="big"} 1' in metrics
 
@@ -75,10 +79,14 @@ def test_standard_goes_ahead(saturated):
 
 def test_priority_waits_until_the_saturation_clears(saturated):
     sdk, big, _, load, app = saturated
-    timer = threading.Timer(0.3, lambda: setattr(load, "waiting", 0))
-    timer.start()
-    raw = _ask(sdk, "priority")
-    timer.join()
+    with ThreadPoolExecutor(1) as pool:
+        asked = pool.submit(_ask, sdk, "priority")
+        try:
+            assert wait_until(lambda: app.state.services.saturation.num_waiting == 1, timeout_s=TIMEOUT_S)
+            assert big.num_requests == 0  # it waits
+        finally:
+            load.waiting = 0  # the saturation clears: seen at the next scrape
+        raw = asked.result(timeout=TIMEOUT_S)
     assert raw.headers["x-switchyard-model"] == "big"
     assert "x-switchyard-degraded" not in raw.headers
     assert big.num_requests == 1

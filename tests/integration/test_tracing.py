@@ -3,7 +3,6 @@ attempts; `traceparent` sent upstream; a client's trace continued; nothing when 
 
 from __future__ import annotations
 
-import threading
 from contextlib import ExitStack
 
 import httpx
@@ -19,7 +18,9 @@ from switchyard.proxy.request_tracing import RequestTracingMiddleware
 from tests.fakes.anthropic_upstream import AnthropicState, FakeAnthropicUpstream
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
+from tests.helpers import wait_until
 
+TIMEOUT_S = 30  # bounds a hang only
 TEAM_KEY = "sk-team-alpha-7f3e9c21d4"
 UPSTREAM_KEY = "sk-upstream-b81d55e0aa"
 PROMPT = "tell me a private thing, score="
@@ -63,18 +64,17 @@ def traced():
 def _ask(url: str, score: float, *, stream: bool = False, headers: dict[str, str] | None = None) -> httpx.Response:
     body = {"model": "auto", "messages": [{"role": "user", "content": f"{PROMPT}{score}"}], "stream": stream}
     headers = {"authorization": f"Bearer {TEAM_KEY}", **(headers or {})}
-    return httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=10)
+    return httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=TIMEOUT_S)
 
 
 def _request_spans(exporter: InMemorySpanExporter, count: int) -> list[ReadableSpan]:
     """The request spans once `count` have ended (a request's span ends just after its last byte)."""
-    ended = threading.Event()
-    for _ in range(500):
-        spans = [s for s in exporter.get_finished_spans() if s.name == REQUEST_SPAN]
-        if len(spans) >= count:
-            return spans
-        ended.wait(0.01)
-    raise AssertionError(f"{count} request span(s) expected, got {len(spans)}")
+
+    def spans() -> list[ReadableSpan]:
+        return [s for s in exporter.get_finished_spans() if s.name == REQUEST_SPAN]
+
+    assert wait_until(lambda: len(spans()) >= count, timeout_s=TIMEOUT_S), f"{count} request span(s) expected"
+    return spans()
 
 
 def _children(spans: list[ReadableSpan], parent: ReadableSpan, name: str) -> list[ReadableSpan]:
@@ -178,7 +178,7 @@ def test_litellm_sends_the_traceparent(provider):
         settings = Settings(models=[{**model, "api_key": UPSTREAM_KEY}], billing={"ledger_path": None})
         url = stack.enter_context(serve_in_thread(create_app(settings, span_exporter=exporter)))
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-        assert httpx.post(url + "/v1/chat/completions", json=body, timeout=30).status_code == 200
+        assert httpx.post(url + "/v1/chat/completions", json=body, timeout=TIMEOUT_S).status_code == 200
     (request,) = _request_spans(exporter, 1)
     sent = openai_state.records[-1].headers if provider == "openai" else anthropic_state.headers[-1]
     assert int(sent["traceparent"].split("-")[1], 16) == request.context.trace_id

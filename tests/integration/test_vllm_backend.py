@@ -13,6 +13,9 @@ from switchyard.core.protocol import ChatCompletionRequest
 from tests.fakes.openai_upstream import FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
 from tests.fakes.vllm_upstream import METRICS_TEMPLATE, FakeVLLMUpstream, VLLMLoad
+from tests.helpers import wait_until
+
+TIMEOUT_S = 30  # bounds a hang only: a scrape or probe a busy machine answers slowly is no outage
 
 
 def test_parse_prometheus_sums_label_sets_and_skips_comments():
@@ -45,7 +48,9 @@ def _request(system: str | None = None) -> ChatCompletionRequest:
 
 async def _with_backend(urls, body, **kwargs):
     async with aiohttp.ClientSession() as session:
-        backend = VLLMBackend("big", [VLLMReplica(u) for u in urls], session, metrics_interval_s=60, **kwargs)
+        backend = VLLMBackend(
+            "big", [VLLMReplica(u) for u in urls], session, metrics_interval_s=60, health_timeout_s=TIMEOUT_S, **kwargs
+        )
         await backend.start()
         try:
             return await body(backend)
@@ -154,9 +159,14 @@ def test_backend_vllm_in_the_proxy_config(fleet):
                 "replicas": [{"base_url": u} for u in urls[:2]],
                 "vllm": {"metrics_interval_s": 0.2, "max_waiting": 4},
             }
-        ]
+        ],
+        upstream={"health_timeout_s": TIMEOUT_S},
     )
-    with serve_in_thread(create_app(settings)) as url, openai.OpenAI(base_url=url + "/v1", api_key="k") as sdk:
+    app = create_app(settings)
+    with serve_in_thread(app) as url, openai.OpenAI(base_url=url + "/v1", api_key="k", timeout=TIMEOUT_S) as sdk:
+        # the backend starts (and scrapes its replicas' load) in the background
+        saturated = app.state.services.registry.get("big").backend.replicas[0]
+        assert wait_until(lambda: saturated.is_saturated, timeout_s=TIMEOUT_S)
         raw = sdk.chat.completions.with_raw_response.create(model="big", messages=[{"role": "user", "content": "hi"}])
     assert raw.headers["x-switchyard-backend"] == "vllm#1"  # replicas[1], the one not saturated
     assert states[1].num_requests == 1 and states[0].num_requests == 0
