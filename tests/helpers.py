@@ -4,8 +4,9 @@ import time
 from collections.abc import Callable
 
 
-def wait_until(predicate: Callable[[], object], timeout_s: float = 5.0, interval_s: float = 0.01) -> bool:
-    """Poll `predicate` until it is truthy or `timeout_s` passes; return whether it became true."""
+def wait_until(predicate: Callable[[], object], timeout_s: float = 30.0, interval_s: float = 0.01) -> bool:
+    """Poll `predicate` until it is truthy or `timeout_s` passes; return whether it became true.
+    The deadline only bounds a hang: a condition that holds returns at once."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
@@ -40,7 +41,7 @@ def read_ledger(app_or_url, **filters) -> list:
     return asyncio.run(read())
 
 
-def wait_for_records(app_or_url, count: int, timeout_s: float = 5.0, **filters) -> list:
+def wait_for_records(app_or_url, count: int, timeout_s: float = 30.0, **filters) -> list:
     """At least `count` records matching `filters`, once the ledger has written them."""
     assert wait_until(lambda: len(read_ledger(app_or_url, **filters)) >= count, timeout_s=timeout_s), read_ledger(
         app_or_url, **filters

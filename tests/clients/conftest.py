@@ -118,12 +118,14 @@ def switchyard(tiny_model_dir: Path) -> Iterator[Proxy]:
             },
             cascade={"ladder": ["tiny", "gpt"], "scorer": "mean_logprob", "threshold": -1e9, "stream_tokens": 4},
             resilience={"max_attempts": 1},
-            upstream={"health_interval_s": 0.2},
+            # a health probe late on a busy machine must not take a tier out of the routes
+            upstream={"health_interval_s": 0.2, "health_timeout_s": 30},
             billing={"ledger_path": None},
         )
         app = create_app(settings, score_batch=_score_from_prompt)
         url = stack.enter_context(serve_in_thread(app))
-        assert wait_until(lambda: all(m["ready"] for m in httpx.get(url + "/v1/models").json()["data"]), timeout_s=60)
+        models = lambda: httpx.get(url + "/v1/models", timeout=30).json()["data"]  # noqa: E731
+        assert wait_until(lambda: all(m["ready"] for m in models()), timeout_s=120)
         yield Proxy(url, url + "/v1", openai_state, anthropic_state, app)
 
 

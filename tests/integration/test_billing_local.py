@@ -73,7 +73,7 @@ def test_200_concurrent_requests_do_not_spend_20_times_the_budget(upstream, tmp_
         statuses = Counter(r.status_code for r in responses)
         assert 9 <= statuses[200] <= 10, statuses  # each reserved its $0.001: at most ten fit
         assert statuses[429] == 200 - statuses[200]
-        assert wait_until(lambda: len(read_ledger(app)) == statuses[200])
+        assert wait_until(lambda: len(read_ledger(app)) == statuses[200], timeout_s=30)
     spent = sum(r.cost_usd for r in read_ledger(f"sqlite:///{tmp_path / 'usage.db'}"))
     assert spent <= 0.01 + 1e-9
 
@@ -94,7 +94,7 @@ def test_the_ledger_keys_on_the_proxys_own_id_and_keeps_the_clients_for_correlat
             assert response.headers["x-client-request-id"] == "same-id"
             ids.add(response.headers["x-request-id"])
         assert len(ids) == 20 and all(i.startswith("req_") for i in ids)
-        assert wait_until(lambda: len(read_ledger(app, client_request_id="same-id")) == 20)
+        assert wait_until(lambda: len(read_ledger(app, client_request_id="same-id")) == 20, timeout_s=30)
         records = read_ledger(app, client_request_id="same-id")
     assert Counter(r.team for r in records) == {"a": 1, "b": 19}
     assert {r.request_id for r in records} == ids
@@ -167,7 +167,7 @@ def test_usage_is_a_teams_own_and_the_admins_for_any_team(upstream, tmp_path):
     with proxy(url_up, tmp_path, teams) as (url, app):
         for key in ("sk-a", "sk-a", "sk-b"):
             httpx.post(url + "/v1/chat/completions", json=_body(), headers={"authorization": f"Bearer {key}"})
-        assert wait_until(lambda: len(read_ledger(app)) == 3)
+        assert wait_until(lambda: len(read_ledger(app)) == 3, timeout_s=30)
         as_a = {"authorization": "Bearer sk-a"}
         own = httpx.get(url + "/v1/usage", headers=as_a, params={"group_by": "day"})
         other = httpx.get(url + "/v1/usage", headers=as_a, params={"team": "b"})
@@ -231,7 +231,7 @@ def test_valkey_down_with_fail_open_lets_requests_through(upstream, tmp_path, va
                 url + "/v1/chat/completions", json=_body(), headers={"authorization": "Bearer sk-metered"}
             )
         assert answered.status_code == 200
-        assert wait_until(lambda: len(read_ledger(app)) == 1)  # the ledger still has it
+        assert wait_until(lambda: len(read_ledger(app)) == 1, timeout_s=30)  # the ledger still has it
 
 
 @pytest.mark.slow
@@ -245,7 +245,7 @@ def test_the_report_from_the_cli_and_from_the_admin_api(upstream, tmp_path):
     with proxy(url_up, tmp_path, {"a": {"api_keys": ["sk-a"]}}) as (url, app):
         for _ in range(3):
             httpx.post(url + "/v1/chat/completions", json=_body(), headers={"authorization": "Bearer sk-a"})
-        assert wait_until(lambda: len(read_ledger(app)) == 3)
+        assert wait_until(lambda: len(read_ledger(app)) == 3, timeout_s=30)
         page = httpx.get(url + "/admin/report", headers=ADMIN, params={"team": "a"}, timeout=60)
         refused = httpx.get(url + "/admin/report", headers={"authorization": "Bearer sk-a"})
         bad_day = httpx.get(url + "/admin/report", headers=ADMIN, params={"since": "yesterday"})

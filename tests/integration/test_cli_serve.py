@@ -47,7 +47,7 @@ def test_serve_with_the_minimal_contract_file(tmp_path, fake_upstream):
             _check_serving(port, process, log)
         finally:
             process.terminate()
-            process.wait(timeout=10)
+            process.wait(timeout=30)
 
 
 def _check_serving(port: int, process: subprocess.Popen, log) -> None:
@@ -63,7 +63,7 @@ def _check_serving(port: int, process: subprocess.Popen, log) -> None:
     with openai.OpenAI(base_url=base + "/v1", api_key="sk", max_retries=0) as sdk:
         reply = sdk.chat.completions.create(model="fake-small", messages=[{"role": "user", "content": "hi"}])
     assert reply.choices[0].message.content == "alpha bravo charlie delta echo "
-    assert wait_until(lambda: httpx.get(base + "/health/ready").status_code == 200, timeout_s=10)
+    assert wait_until(lambda: httpx.get(base + "/health/ready", timeout=30).status_code == 200, timeout_s=30)
 
 
 def test_bad_config_exits_2_naming_the_key(tmp_path):

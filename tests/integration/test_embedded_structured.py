@@ -103,7 +103,8 @@ def embedded_proxy(tmp_path_factory):
     )
     app = create_app(settings)
     with serve_in_thread(app) as url:
-        assert wait_until(lambda: all(m["ready"] for m in httpx.get(url + "/v1/models").json()["data"]), timeout_s=60)
+        models = lambda: httpx.get(url + "/v1/models", timeout=30).json()["data"]  # noqa: E731
+        assert wait_until(lambda: all(m["ready"] for m in models()), timeout_s=120)
         yield url + "/v1", app
 
 

@@ -48,10 +48,11 @@ def fuzzed_proxy(tmp_path_factory) -> Iterator[str]:
             teams={"fuzz": {"api_keys": [TEAM_KEY]}},
             auth={"admin_key": ADMIN_KEY},
             billing={"database_url": f"sqlite:///{database}"},
-            upstream={"health_interval_s": 0.5},
+            # a health probe late on a busy machine must not make the model unready (a 503)
+            upstream={"health_interval_s": 0.5, "health_timeout_s": 30},
         )
         with serve_in_thread(create_app(settings)) as url:
-            assert wait_until(lambda: httpx.get(url + "/health/ready").status_code == 200, timeout_s=10)
+            assert wait_until(lambda: httpx.get(url + "/health/ready", timeout=30).status_code == 200, timeout_s=30)
             yield url
 
 

@@ -42,6 +42,7 @@ def proxy(tmp_path_factory):
             },
             cascade={"ladder": ["cheap", "strong"], "scorer": "mean_logprob", "threshold": -0.5},
             resilience={"max_attempts": 1},
+            upstream={"health_timeout_s": 30},  # a probe late on a busy machine must not take a tier out of the routes
         )
 
         def score_batch(texts):

@@ -114,7 +114,7 @@ def test_ledger_rows_name_the_deployment(guarded):
         guarded.post("guarded-down").headers["x-request-id"],
         guarded.post("guarded", stream=True, fake={"failure": "drop"}).headers["x-request-id"],
     ]
-    records = [record for request_id in ids for record in wait_for_records(guarded.app, 1, request_id=request_id)]
+    records = [r for request_id in ids for r in wait_for_records(guarded.app, 1, timeout_s=30, request_id=request_id)]
     assert [(r.model, r.backend, r.status) for r in records] == [
         ("guarded", "openai#0", "completed"),
         ("guarded-down", "openai#0", "failed"),

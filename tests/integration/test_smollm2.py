@@ -56,7 +56,10 @@ def engine_server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def proxy(engine_server):
-    settings = Settings(models=[{"name": "local-small", "base_url": engine_server, "upstream_model": "smollm2"}])
+    settings = Settings(
+        models=[{"name": "local-small", "base_url": engine_server, "upstream_model": "smollm2"}],
+        resilience={"first_token_timeout_s": 300},  # a CPU model on a busy machine: only a hang is cut
+    )
     with serve_in_thread(create_app(settings)) as url:
         yield url + "/v1"
 

@@ -43,9 +43,12 @@ ASK = [{"role": "user", "content": "Describe Paris as JSON."}]
 @pytest.fixture(scope="module")
 def sdk():
     engine = {"context_window": 1024, "num_blocks": 64, "page_size": 32}
-    settings = Settings(models=[{"name": "smol", "backend": "embedded", "model": "smollm2-135m", "engine": engine}])
+    settings = Settings(
+        models=[{"name": "smol", "backend": "embedded", "model": "smollm2-135m", "engine": engine}],
+        resilience={"first_token_timeout_s": 300},  # a CPU model on a busy machine: only a hang is cut
+    )
     with serve_in_thread(create_app(settings)) as url:
-        assert wait_until(lambda: httpx.get(url + "/v1/models").json()["data"][0]["ready"], timeout_s=240)
+        assert wait_until(lambda: httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["ready"], timeout_s=240)
         with openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0, timeout=300) as client:
             yield client
 

@@ -68,6 +68,7 @@ def proxy(urls, tmp_path, fallbacks=None):
             "thresholds_file": thresholds,
             "auto": {"tiers": ["small", "large"], "warm_up": False, "deadline_ms": 10_000},
         },
+        upstream={"health_timeout_s": 30},  # a probe late on a busy machine must not take a tier out of the routes
     )
     app = create_app(settings, score_batch=lambda texts: np.array([float(t.split("=")[-1]) for t in texts]))
     with serve_in_thread(app) as url:
@@ -164,7 +165,7 @@ def test_budget_headroom_routes_down_reserves_then_refuses_and_a_restart_remembe
         )
         with pytest.raises(openai.RateLimitError) as refused:
             _auto(sdk, 0.1)
-        assert wait_until(lambda: len([r for r in read_ledger(app) if r.team == "research"]) == 3)
+        assert wait_until(lambda: len([r for r in read_ledger(app) if r.team == "research"]) == 3, timeout_s=30)
         spent = _spent(app, "research")
         with _sdk(url, "sk-search") as search:  # other teams are not affected
             assert search.chat.completions.create(model="m-small", messages=[{"role": "user", "content": "hi"}])
