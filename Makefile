@@ -115,6 +115,7 @@ bench: $(STAMP) $(VENV)/.installed-bench .venv-litellm-proxy/.installed
 	$(BIN)/python bench/slow_clients.py
 	$(BIN)/python bench/faults.py
 	$(BIN)/python bench/soak.py
+	$(BIN)/python bench/breaker_trials.py
 
 clean:
 	rm -rf $(VENV) .venv-litellm-proxy $(CLIENTS_OPENAI2_VENV) .pytest_cache build *.egg-info

@@ -6,22 +6,31 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
-from switchyard.backends.breaker import Breaker
+from switchyard.backends.breaker import Breaker, Ticket
 from switchyard.core.capabilities import EVERYTHING, Capabilities
-from switchyard.core.context import answered_by
 from switchyard.core.prices import Price
 from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest, CompletionResult, StreamChunk
 from switchyard.core.supervision import SupervisedTask
 
 AnyRequest = ChatCompletionRequest | CompletionRequest
 
-__all__ = ["AnyRequest", "Backend", "BackendHealth", "answered_by"]
+__all__ = ["AnyRequest", "Backend", "BackendHealth", "Pick"]
 
 
 @dataclass(frozen=True, slots=True)
 class BackendHealth:
     is_ready: bool
     detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """Where one attempt goes, chosen before the call: the deployment's label (`openai#1`,
+    `litellm#0`; never its address), and the ticket of that replica's breaker when the executor
+    keeps one per replica (the executor settles it with the attempt's outcome)."""
+
+    label: str | None = None
+    ticket: Ticket | None = None
 
 
 class Backend(ABC):
@@ -32,16 +41,20 @@ class Backend(ABC):
     `as_chat_completion()` for the typed model). `stream()` yields the upstream's chunks. Both raise
     `switchyard.core.errors.BackendError` subclasses; `stream()` raises before its first chunk when
     it can. The methods below the abstract ones are optional abilities with their defaults.
+
+    A call goes to the deployment `pick()` chose (the executor picks first, so that it knows where
+    the attempt went); called without a pick, a backend picks for itself.
     """
 
     name: str
+    label: str | None = None  # the deployment's label, when the backend has one deployment
     starts_in_background = False  # `start()` does real work (loads a model, starts polling)
 
     @abstractmethod
-    async def complete(self, request: AnyRequest) -> CompletionResult: ...
+    async def complete(self, request: AnyRequest, pick: Pick | None = None) -> CompletionResult: ...
 
     @abstractmethod
-    def stream(self, request: AnyRequest) -> AsyncIterator[StreamChunk]: ...
+    def stream(self, request: AnyRequest, pick: Pick | None = None) -> AsyncIterator[StreamChunk]: ...
 
     @abstractmethod
     async def health(self) -> BackendHealth: ...
@@ -59,6 +72,12 @@ class Backend(ABC):
     def is_saturated(self) -> bool:
         """Busy enough that best-effort requests should go elsewhere."""
         return False
+
+    def pick(self, request: AnyRequest, *, use_breakers: bool = False) -> Pick:
+        """The deployment `request` goes to. A backend with several replicas balances them; with
+        `use_breakers`, only among those whose breaker (`attach_breakers`) admits a call now, and
+        raises CircuitOpen or CoolingDown when none does."""
+        return Pick(self.label)
 
     def attach_breakers(self, make_breaker: Callable[[], Breaker]) -> Sequence[tuple[str, Breaker]]:
         """Give each of several replicas its own breaker (`make_breaker()`); returns them by replica

@@ -13,9 +13,9 @@ An upstream's 429 instead starts a cooldown, apart from the state: no request is
 its `Retry-After` (capped) has passed, and the cooldown never counts as a failure.
 
 Each attempt takes a `Ticket` from every breaker it passes (the model's, the replica's) and
-settles them all with its outcome in one place (`AttemptTickets.settle`): the model's executor
-holds the attempt's tickets in `current_attempt`, and a backend that balances over replicas adds
-the one of the replica it chose. A stream's tickets are settled when the stream ends.
+settles them all with its outcome in one place (`AttemptTickets.settle`): the executor takes the
+model's, and the replica's comes with the backend's `pick()` of a replica. A stream's tickets are
+settled when the stream ends.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import asyncio
 import math
 import time
 from collections.abc import AsyncIterator, Callable
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from switchyard.core.errors import (
@@ -181,9 +180,6 @@ class AttemptTickets:
     def settle(self, outcome: BaseException | None) -> None:
         for ticket in self.tickets:
             ticket.settle(outcome)
-
-
-current_attempt: ContextVar[AttemptTickets | None] = ContextVar("current_attempt", default=None)
 
 
 class SettlingStream:

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
-from switchyard.backends.base import AnyRequest, Backend, BackendHealth, answered_by
+from switchyard.backends.base import AnyRequest, Backend, BackendHealth, Pick
 from switchyard.backends.litellm_models import capabilities_of
 from switchyard.backends.litellm_params import litellm_arguments
 from switchyard.core.capabilities import Capabilities
@@ -197,8 +197,7 @@ class CommercialBackend(Backend):
             return BackendUnavailable(message, backend=self.name, retry_after_s=_retry_after_s(exc))
         return BackendError(message, backend=self.name)
 
-    async def complete(self, request: AnyRequest) -> CompletionResult:
-        answered_by.set(self.label)
+    async def complete(self, request: AnyRequest, pick: Pick | None = None) -> CompletionResult:
         litellm = _litellm()
         kwargs = self._kwargs(request, stream=False)
         try:
@@ -210,8 +209,7 @@ class CommercialBackend(Backend):
         body["model"] = self.name
         return CompletionResult.from_dict(body, upstream_model)
 
-    async def stream(self, request: AnyRequest) -> AsyncIterator[StreamChunk]:
-        answered_by.set(self.label)
+    async def stream(self, request: AnyRequest, pick: Pick | None = None) -> AsyncIterator[StreamChunk]:
         litellm = _litellm()
         kwargs = self._kwargs(request, stream=True)
         try:

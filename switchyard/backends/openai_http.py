@@ -18,8 +18,8 @@ import aiohttp
 import orjson
 
 from switchyard.backends.balancer import LeastOutstanding
-from switchyard.backends.base import AnyRequest, Backend, BackendHealth, answered_by
-from switchyard.backends.breaker import Breaker, CircuitOpen, CoolingDown, current_attempt
+from switchyard.backends.base import AnyRequest, Backend, BackendHealth, Pick
+from switchyard.backends.breaker import Breaker, CircuitOpen, CoolingDown
 from switchyard.backends.sse import SSEDecodeError, iter_sse_data
 from switchyard.core.errors import (
     BackendError,
@@ -138,22 +138,20 @@ class OpenAIHTTPBackend(Backend):
             replica.breaker = make_breaker()
         return [(replica.label, replica.breaker) for replica in self.replicas if replica.breaker is not None]
 
-    def _pick(self, request: AnyRequest) -> Replica:
-        """The replica for `request`, among those whose breaker admits it (when the executor keeps
-        breakers for them): the chosen one's ticket joins the attempt's."""
-        tickets = current_attempt.get()
-        if tickets is None or self.replicas[0].breaker is None:
-            replica = self._choose(request, self.replicas)
-        else:
-            admitted = [r for r in self.replicas if r.breaker is not None and r.breaker.refusal() is None]
-            if not admitted:
-                raise self._none_admitted()
-            replica = self._choose(request, admitted)
-            ticket = replica.breaker.admit() if replica.breaker is not None else None
-            if ticket is not None:
-                tickets.add(ticket)
-        answered_by.set(replica.label)
-        return replica
+    def pick(self, request: AnyRequest, *, use_breakers: bool = False) -> Pick:
+        """The replica for `request`; with `use_breakers`, among those whose breaker admits a call
+        (when the executor keeps breakers for them), with the chosen one's ticket."""
+        if not use_breakers or self.replicas[0].breaker is None:
+            return Pick(self._choose(request, self.replicas).label)
+        admitted = [r for r in self.replicas if r.breaker is not None and r.breaker.refusal() is None]
+        if not admitted:
+            raise self._none_admitted()
+        replica = self._choose(request, admitted)
+        return Pick(replica.label, replica.breaker.admit() if replica.breaker is not None else None)
+
+    def _replica(self, request: AnyRequest, pick: Pick | None) -> Replica:
+        label = (pick or self.pick(request)).label
+        return next(replica for replica in self.replicas if replica.label == label)
 
     def _none_admitted(self) -> BackendError:
         cooling = [r.breaker.cooldown_left_s() for r in self.replicas if r.breaker is not None]
@@ -238,8 +236,8 @@ class OpenAIHTTPBackend(Backend):
             return BackendTimeout(reason, backend=self.name)
         return BackendError(reason, backend=self.name)
 
-    async def complete(self, request: AnyRequest) -> CompletionResult:
-        replica = self._pick(request)
+    async def complete(self, request: AnyRequest, pick: Pick | None = None) -> CompletionResult:
+        replica = self._replica(request, pick)
         replica.num_outstanding += 1
         try:
             response = await self._post(replica, request, stream=False)
@@ -259,8 +257,8 @@ class OpenAIHTTPBackend(Backend):
             raise BackendError(f"upstream {self.name} sent a malformed response", backend=self.name)
         return result.named(self.name)
 
-    async def stream(self, request: AnyRequest) -> AsyncIterator[StreamChunk]:
-        replica = self._pick(request)
+    async def stream(self, request: AnyRequest, pick: Pick | None = None) -> AsyncIterator[StreamChunk]:
+        replica = self._replica(request, pick)
         replica.num_outstanding += 1
         response: aiohttp.ClientResponse | None = None
         is_complete = False

@@ -182,6 +182,7 @@ class Spending:
         self.started_at = started_at
         self.reservation_id = uuid.uuid4().hex
         self.reserved_usd = 0.0
+        self.reserved_for: set[str] = set()  # the models whose worst case is held
         self.cost_usd = 0.0  # every attempt's cost so far
         self.is_settled = False
         self._on_settle: list = []
@@ -189,6 +190,15 @@ class Spending:
     def on_settle(self, callback) -> None:
         """Run `callback()` when the request is over (a priority tier's slot given back)."""
         self._on_settle.append(callback)
+
+    async def reserve_for(self, model: str, amount_usd: float) -> bool:
+        """Hold a call to `model`'s worst case, unless it is held already (True: it fits, or is held)."""
+        if model in self.reserved_for:
+            return True
+        if not await self.reserve(amount_usd):
+            return False
+        self.reserved_for.add(model)
+        return True
 
     async def reserve(self, amount_usd: float) -> bool:
         """Hold `amount_usd` more in every budget; False (and nothing held) if it does not fit."""

@@ -6,7 +6,6 @@ the cascade and metering.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, replace
 
 from switchyard.billing.metering import RequestMeter
@@ -16,11 +15,27 @@ from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
 
 
 @dataclass(frozen=True, slots=True)
+class Deadline:
+    """By when the whole request must be answered (event-loop time), and what the client hears
+    when it passes."""
+
+    ends_at: float
+    reason: str
+
+    @classmethod
+    def after(cls, started_at: float, timeout_s: float | None) -> Deadline | None:
+        """The request deadline `timeout_s` after `started_at` (None: no deadline)."""
+        if timeout_s is None:
+            return None
+        return cls(started_at + timeout_s, f"request deadline of {timeout_s:g} s")
+
+
+@dataclass(frozen=True, slots=True)
 class RequestContext:
     request_id: str
     meter: RequestMeter
     principal: Principal | None = None
-    deadline: float | None = None  # event-loop time by which the whole request must be answered
+    deadline: Deadline | None = None  # computed once, from the model routing chose
 
     @property
     def team(self) -> Team | None:
@@ -30,11 +45,6 @@ class RequestContext:
         """May the calling team use `model` (True when no teams are configured)."""
         return self.principal is None or self.principal.team.may_use(model)
 
-    def remaining_s(self) -> float | None:
-        if self.deadline is None:
-            return None
-        return max(0.0, self.deadline - asyncio.get_running_loop().time())
-
     def with_meter(self, meter: RequestMeter) -> RequestContext:
         """The same request, metered by another meter (a cascade rung's fork)."""
         return replace(self, meter=meter)
@@ -43,8 +53,9 @@ class RequestContext:
         return estimated_cost_usd(request, self.meter.prices.get(model))
 
     async def reserve_for(self, model: str, request: ChatCompletionRequest | CompletionRequest) -> bool:
-        """Hold the worst-case cost of a call to `model` in the caller's budgets (True: it fits)."""
+        """Hold the worst-case cost of calls to `model` in the caller's budgets, once per model and
+        request however often it is asked (True: it fits, or is held already)."""
         spending = self.meter.spending
         if spending is None:
             return True
-        return await spending.reserve(self.worst_case_cost_usd(model, request))
+        return await spending.reserve_for(model, self.worst_case_cost_usd(model, request))

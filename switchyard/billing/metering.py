@@ -18,7 +18,6 @@ import orjson
 from switchyard.billing.budgets import Spending
 from switchyard.billing.ledger import Ledger
 from switchyard.billing.records import UsageRecord
-from switchyard.core.context import answered_by
 from switchyard.core.errors import SwitchyardError
 from switchyard.core.metrics import Metrics
 from switchyard.core.prices import Price
@@ -87,8 +86,6 @@ class RequestMeter:
     counts: Counter | None = None  # (model, status) -> attempts, for /metrics
     prompt_tokens_estimate: int = 0  # used when an attempt ends without the upstream's usage
     attempt_started_at: float = field(default_factory=time.time)
-    current_entry: ModelEntry | None = None
-    backend_label: str | None = None  # the deployment, when it answered in another task (a cascade rung)
     team: str | None = None  # the calling team (teams configured)
     spending: Spending | None = None  # the request's budgets: each attempt's cost is charged to them
     tags: RequestTags = field(default_factory=RequestTags)
@@ -138,18 +135,28 @@ class RequestMeter:
         if self.first_token_at is None:
             self.first_token_at = time.time()
 
-    def failed(self, entry: ModelEntry, error: SwitchyardError) -> None:
+    def failed(self, entry: ModelEntry, error: SwitchyardError, *, deployment: str | None = None) -> None:
+        """An attempt that failed (`deployment`: where it went, if it was called)."""
         num_chunks, self.num_chunks = self.num_chunks, 0  # a refusal that follows was not called
-        self._write(entry, "failed", None, num_chunks, error=error.message)
+        self._write(entry, "failed", None, num_chunks, error=error.message, deployment=deployment)
 
-    def escalated(self, entry: ModelEntry, usage: dict | None, num_tokens: int, reason: str) -> None:
+    def escalated(
+        self, entry: ModelEntry, usage: dict | None, num_tokens: int, reason: str, *, deployment: str | None = None
+    ) -> None:
         """An answer the cascade judged and did not send (a stream cut short, or a whole answer)."""
-        self.finished(entry, "escalated", usage, num_tokens, reason)
+        self.finished(entry, "escalated", usage, num_tokens, reason, deployment=deployment)
 
     def finished(
-        self, entry: ModelEntry, status: str, usage: dict | None, num_chunks: int = 0, error: str | None = None
+        self,
+        entry: ModelEntry,
+        status: str,
+        usage: dict | None,
+        num_chunks: int = 0,
+        error: str | None = None,
+        *,
+        deployment: str | None = None,
     ) -> None:
-        """The answering attempt: once, however it ended."""
+        """The answering attempt: once, however it ended (`deployment`: where it went)."""
         if self.is_closed:
             return
         self.is_closed = True
@@ -157,7 +164,7 @@ class RequestMeter:
         if status != "escalated" and totals.answer_status != "completed":
             totals.answer_model, totals.answer_status = entry.name, status
             totals.ttft_s = self.first_token_at - self.attempt_started_at if self.first_token_at is not None else None
-        self._write(entry, status, usage, num_chunks, error)
+        self._write(entry, status, usage, num_chunks, error, deployment)
 
     def tokens(self, usage: dict | None, num_chunks: int) -> tuple[int, int]:
         """(prompt, completion) tokens: the upstream's usage, else estimated (a chunk a token)."""
@@ -169,7 +176,15 @@ class RequestMeter:
         price = self.prices.get(model) if model is not None else None
         return price.cost_usd(prompt, completion) if price is not None else 0.0
 
-    def _write(self, entry: ModelEntry, status: str, usage: dict | None, num_chunks: int, error: str | None = None):
+    def _write(
+        self,
+        entry: ModelEntry,
+        status: str,
+        usage: dict | None,
+        num_chunks: int,
+        error: str | None = None,
+        deployment: str | None = None,
+    ) -> None:
         totals = self.totals
         totals.num_attempts += 1
         if self.counts is not None:
@@ -197,7 +212,7 @@ class RequestMeter:
                     request_id=self.request_id,
                     attempt=self.num_attempts,
                     model=entry.name,
-                    backend=answered_by.get() or self.backend_label or entry.backend_kind,
+                    backend=deployment or entry.backend_kind,
                     status=status,
                     prompt_tokens=prompt,
                     completion_tokens=completion,

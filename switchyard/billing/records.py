@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-STATUSES = ("completed", "cancelled", "failed", "escalated")
-
 
 @dataclass(frozen=True, slots=True)
 class UsageRecord:

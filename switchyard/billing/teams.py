@@ -114,33 +114,3 @@ def same_digest(a: bytes, b: bytes) -> bool:
 def yaml_keys(team: str, keys: Iterable[str]) -> list[ApiKey]:
     """The keys a YAML team lists, as ApiKey records (no expiry, no limits of their own)."""
     return [ApiKey(key_id_for(d := digest(k)), team, shown_prefix(k), d) for k in keys]
-
-
-class UnknownKey(Exception):
-    """No key, or one no team holds; the message says which (never the key)."""
-
-
-class TeamDirectory:
-    def __init__(self, teams: Iterable[tuple[Team, Iterable[str]]] = ()) -> None:
-        self._by_key: dict[bytes, Team] = {}
-        self.teams: dict[str, Team] = {}
-        for team, keys in teams:
-            self.teams[team.name] = team
-            for key in keys:
-                self._by_key[digest(key)] = team
-
-    @property
-    def is_enabled(self) -> bool:
-        return bool(self.teams)
-
-    def authenticate(self, authorization: str | None) -> Team | None:
-        """The team whose key the `Authorization` header carries; None when no teams are configured."""
-        if not self.is_enabled:
-            return None
-        scheme, _, key = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not key.strip():
-            raise UnknownKey("No API key: send 'Authorization: Bearer <key>' with a key of your team.")
-        team = self._by_key.get(digest(key.strip()))
-        if team is None:
-            raise UnknownKey("Incorrect API key: no team holds it.")
-        return team

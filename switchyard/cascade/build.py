@@ -13,6 +13,7 @@ from switchyard.backends.resilience import ResilientExecutor
 from switchyard.cascade.confidence import FeatureScorer, Scorer, scorer_from_dict
 from switchyard.cascade.runtime import Cascade, CascadePolicy, Rung
 from switchyard.cascade.thrash import ThrashGuard, ThrashPolicy
+from switchyard.core.metrics import Metrics
 from switchyard.core.settings import CascadeSettings
 from switchyard.core.thresholds import ThresholdsFile
 
@@ -44,7 +45,11 @@ def rung_specs(settings: CascadeSettings, thresholds_file: ThresholdsFile | None
 
 
 def build_cascade(
-    settings: CascadeSettings, specs: list[RungSpec], registry: ModelRegistry, executor: ResilientExecutor
+    settings: CascadeSettings,
+    specs: list[RungSpec],
+    registry: ModelRegistry,
+    executor: ResilientExecutor,
+    metrics: Metrics | None = None,
 ) -> Cascade:
     policy = CascadePolicy(
         top_logprobs=settings.top_logprobs,
@@ -55,4 +60,4 @@ def build_cascade(
     )
     guard = ThrashGuard(ThrashPolicy(**settings.thrash.model_dump()))
     rungs = [Rung(registry.get(spec.model), spec.scorer, spec.threshold) for spec in specs]
-    return Cascade(rungs, policy, executor, guard)
+    return Cascade(rungs, policy, executor, guard, metrics)

@@ -41,6 +41,7 @@ class SwitchyardError(Exception):
     status_code = 500
     error_type = "server_error"
     code: str | None = "internal_error"
+    requested_model: str | None = None  # a refused body's `model`, when it was read that far (the request count)
 
     def __init__(
         self,

@@ -194,27 +194,6 @@ class ChatCompletion(_Open):
     usage: Usage | None = None
 
 
-class ChunkDelta(_Open):
-    role: str | None = None
-    content: str | None = None
-
-
-class ChunkChoice(_Open):
-    index: int = 0
-    delta: ChunkDelta = Field(default_factory=ChunkDelta)
-    logprobs: ChoiceLogprobs | None = None
-    finish_reason: str | None = None
-
-
-class ChatCompletionChunk(_Open):
-    id: str
-    object: str = "chat.completion.chunk"
-    created: int = Field(default_factory=lambda: int(time.time()))
-    model: str
-    choices: list[ChunkChoice] = Field(default_factory=list)
-    usage: Usage | None = None
-
-
 class CompletionChoice(_Open):
     index: int = 0
     text: str = ""
@@ -356,7 +335,7 @@ class StreamChunk(RawJSON):
         parts = []
         for choice in self.parsed.get("choices") or ():
             delta = choice.get("delta")
-            piece = delta.get("content") if delta else choice.get("str")
+            piece = delta.get("content") if delta else choice.get("text")
             if piece:
                 parts.append(piece)
         return "".join(parts)
@@ -378,6 +357,3 @@ class CompletionResult(RawJSON):
 
     def as_chat_completion(self) -> ChatCompletion:
         return ChatCompletion.model_validate(self.parsed)
-
-    def as_completion(self) -> Completion:
-        return Completion.model_validate(self.parsed)

@@ -55,29 +55,6 @@ class ResponsesRequest(WireRequest):
 # ---------------------------------------------------------------------------------------------
 
 
-class OutputText(_Open):
-    type: Literal["output_text"] = "output_text"
-    text: str
-    annotations: list[Any] = Field(default_factory=list)
-
-
-class OutputMessage(_Open):
-    type: Literal["message"] = "message"
-    id: str
-    status: str = "completed"
-    role: Literal["assistant"] = "assistant"
-    content: list[dict[str, Any]]
-
-
-class FunctionCall(_Open):
-    type: Literal["function_call"] = "function_call"
-    id: str
-    call_id: str
-    name: str
-    arguments: str
-    status: str = "completed"
-
-
 class ResponseUsage(_Open):
     input_tokens: int = 0
     input_tokens_details: dict[str, int] = Field(default_factory=lambda: {"cached_tokens": 0})

@@ -22,6 +22,9 @@ import orjson
 
 from switchyard.backends.registry import ModelEntry
 from switchyard.backends.resilience import ResilientExecutor
+from switchyard.billing.context import Deadline, RequestContext
+from switchyard.billing.metering import RequestMeter
+from switchyard.core.capabilities import needs
 from switchyard.core.errors import SwitchyardError
 from switchyard.core.prices import Price
 from switchyard.core.protocol import ChatCompletionRequest
@@ -162,8 +165,12 @@ class Collector:
         }
         if self.has_logprobs.get(entry.name, True):
             payload |= {"logprobs": True, "top_logprobs": self.top_logprobs}
-        _, result = await self.executor.complete(entry, ChatCompletionRequest.from_payload(payload))
-        return _outcome(item, result.parsed, self.prices.get(entry.name))
+        request = ChatCompletionRequest.from_payload(payload)
+        started_at = asyncio.get_running_loop().time()
+        deadline = Deadline.after(started_at, self.executor.request_timeout_s(entry))
+        ctx = RequestContext(f"collect-{item.id}", RequestMeter(None, {}, f"collect-{item.id}"), deadline=deadline)
+        answer = await self.executor.complete(entry, request, ctx, needs(request))
+        return _outcome(item, answer.result.parsed, self.prices.get(entry.name))
 
     async def run(
         self,

@@ -85,13 +85,6 @@ def load_gsm8k() -> list[Trace]:
     return traces
 
 
-def gsm8k_references() -> dict[str, str]:
-    """GSM8K question -> reference final answer (the number after '####')."""
-    with gzip.open(DATA_DIR / "gsm8k_test.jsonl.gz", "rb") as handle:
-        rows = [orjson.loads(line) for line in handle if line.strip()]
-    return {row["question"]: row["answer"].rsplit("####", 1)[-1].strip().replace(",", "") for row in rows}
-
-
 LOADERS: dict[str, Callable[[], list[Trace]]] = {"mmlu": load_mmlu, "gsm8k": load_gsm8k}
 
 

@@ -42,12 +42,6 @@ def rich_table(title: str, results: Sequence[RouterResult]) -> Table:
     return table
 
 
-def markdown_table(results: Sequence[RouterResult]) -> str:
-    lines = ["| " + " | ".join(HEADERS) + " |", "| --- |" + " ---: |" * (len(HEADERS) - 1)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows(results)]
-    return "\n".join(lines)
-
-
 def anchors(test: Outcomes) -> str:
     return (
         f"test split: {len(test.traces)} prompts; weak quality {test.quality_weak:.3f} at "

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from starlette.responses import Response
+
 from switchyard.core.errors import SwitchyardError, error_body
 from switchyard.core.protocol import StreamChunk
 
@@ -36,6 +38,14 @@ class AnswerShape:
     def end(self) -> bytes:
         """The stream's last bytes, whether it completed or failed."""
         return DONE_EVENT
+
+    def refusal(self, exc: SwitchyardError) -> Response:
+        """A request refused before its first byte: the OpenAI-shaped error with its status."""
+        return error_response(exc)
+
+
+def error_response(exc: SwitchyardError) -> Response:
+    return Response(error_body(exc), status_code=exc.status_code, headers=exc.headers(), media_type="application/json")
 
 
 PASS_THROUGH = AnswerShape()

@@ -17,8 +17,6 @@ from switchyard.proxy.cors import OpenAICORSMiddleware
 from switchyard.proxy.error_handlers import install_error_handlers
 from switchyard.proxy.middleware import InFlight, RequestIdMiddleware, TrailingSlashMiddleware
 from switchyard.proxy.openapi import install_openapi
-from switchyard.proxy.request_count import RequestCountMiddleware
-from switchyard.proxy.request_log import RequestLogMiddleware
 from switchyard.proxy.request_tracing import RequestTracingMiddleware
 from switchyard.proxy.routes import ROUTERS
 from switchyard.proxy.services import ScoreBatch, build_services, check_startup
@@ -69,9 +67,6 @@ def create_app(
     app.add_middleware(TrailingSlashMiddleware)
     if tracing is not None:
         app.add_middleware(RequestTracingMiddleware, tracing=tracing)
-    app.add_middleware(RequestCountMiddleware)
-    if settings.logging.requests:
-        app.add_middleware(RequestLogMiddleware, settings=settings.logging)
     app.add_middleware(RequestIdMiddleware, in_flight=in_flight)
     if settings.server.cors_origins:  # outermost: every answer carries CORS headers, its last-resort 500 too
         app.add_middleware(OpenAICORSMiddleware, origins=settings.server.cors_origins)

@@ -16,7 +16,7 @@ import asyncio
 import gc
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -25,9 +25,9 @@ from fastapi import Request
 from pydantic import ValidationError
 
 from switchyard.core.body_limits import BodyLimits, check_body_limits, too_deep_error
-from switchyard.core.errors import InvalidRequest, InvalidType, MalformedJSON, RequestTooLarge
+from switchyard.core.errors import InvalidRequest, InvalidType, MalformedJSON, RequestTooLarge, SwitchyardError
 from switchyard.core.protocol import WireRequest
-from switchyard.proxy.request_count import note_requested_model
+from switchyard.core.settings import ServerSettings
 
 M = TypeVar("M", bound=WireRequest)
 
@@ -99,10 +99,9 @@ class _CollectorPause:
 _COLLECTOR = _CollectorPause()
 
 
-def parse_request(
-    model: type[M], body: bytes, limits: BodyLimits, on_payload: Callable[[dict[str, Any]], None] | None = None
-) -> M:
-    """`on_payload` sees the parsed JSON object before it is checked (the request count reads its `model`)."""
+def parse_request(model: type[M], body: bytes, limits: BodyLimits) -> M:
+    """The body as a `model`; a refusal after the JSON parsed carries the `model` it named
+    (`SwitchyardError.requested_model`: the request count labels it)."""
     try:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -113,30 +112,29 @@ def parse_request(
         ) from exc
     if not isinstance(payload, dict):
         raise InvalidRequest("The request body must be a JSON object.")
-    if on_payload is not None:
-        on_payload(payload)
-    check_body_limits(payload, limits)
     try:
-        return model.from_payload(payload)
-    except ValidationError as exc:
-        raise invalid_request(exc) from exc
+        check_body_limits(payload, limits)
+        try:
+            return model.from_payload(payload)
+        except ValidationError as exc:
+            raise invalid_request(exc) from exc
+    except SwitchyardError as exc:
+        name = payload.get("model")
+        exc.requested_model = name if isinstance(name, str) else None
+        raise
 
 
-async def read_request(request: Request, model: type[M]) -> M:
-    server = request.app.state.services.settings.server
+async def read_request(request: Request, model: type[M], server: ServerSettings) -> M:
+    """The request's body, read (up to the server's limits) and validated into `model`."""
     body = await read_body(request, server.max_body_bytes, server.body_timeout_s)
-
-    def on_payload(payload: dict[str, Any]) -> None:
-        note_requested_model(request.scope, payload.get("model"))
-
     if len(body) < OFF_LOOP_BYTES:
-        return parse_request(model, body, server.body_limits(), on_payload)
-    return await asyncio.to_thread(_parse_large, model, body, server.body_limits(), on_payload)
+        return parse_request(model, body, server.body_limits())
+    return await asyncio.to_thread(_parse_large, model, body, server.body_limits())
 
 
-def _parse_large(model: type[M], body: bytes, limits: BodyLimits, on_payload: Callable[[dict[str, Any]], None]) -> M:
+def _parse_large(model: type[M], body: bytes, limits: BodyLimits) -> M:
     with _COLLECTOR.paused():
-        return parse_request(model, body, limits, on_payload)
+        return parse_request(model, body, limits)
 
 
 def invalid_request(exc: ValidationError) -> InvalidRequest:

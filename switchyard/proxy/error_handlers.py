@@ -9,19 +9,12 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from switchyard.billing.store.errors import StoreConflict, StoreError, StoreNotFound, StoreUnavailable
-from switchyard.core.errors import Conflict, InvalidRequest, NotFound, RequestTooLarge, SwitchyardError, error_body
+from switchyard.core.errors import Conflict, InvalidRequest, NotFound, RequestTooLarge, SwitchyardError
+from switchyard.proxy.answer_shape import error_response
+from switchyard.proxy.exchange import not_routed
 from switchyard.proxy.middleware import PATH_AS_SENT
 
 logger = logging.getLogger("switchyard.errors")
-
-
-def error_response(exc: SwitchyardError) -> Response:
-    return Response(
-        error_body(exc),
-        status_code=exc.status_code,
-        headers=exc.headers(),
-        media_type="application/json",
-    )
 
 
 _HTTP_STATUS_TO_ERROR: dict[int, type[SwitchyardError]] = {
@@ -54,6 +47,8 @@ async def _handle_http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code in (404, 405):
         error = _routing_error(request, exc)
+        if request.url.path.startswith("/v1/") and getattr(request.app.state, "services", None) is not None:
+            not_routed(request, exc.status_code)
     else:
         error = _HTTP_STATUS_TO_ERROR.get(exc.status_code, SwitchyardError)(str(exc.detail), code=None)
     error.status_code = exc.status_code

@@ -1,12 +1,9 @@
 """Hands a parsed request to the backend that serves its model and relays the answer.
 
-Two steps a request goes through, in this order:
-
-- `decide()`: the team's budget, then the route (`auto`), the cascade's first rung (`cascade`) or
-  the named model, then saturation admission, then the cascade's plan when the admitted model is
-  a rung. Everything here finishes before the first byte.
-- `execute()`: the cascade's own entry point when it has a plan, else the resilient executor
-  (retries, fallbacks), then the answer or the stream is relayed and each attempt metered.
+`decide()` (switchyard.proxy.decide) finishes before the first byte; then the cascade's own entry
+point runs when it has a plan, else the resilient executor (retries, fallbacks), and the answer or
+the stream is relayed. What happened comes back as a `Relayed` value: the response, the meter of
+every attempt, the decision and the model and deployment that answered.
 """
 
 from __future__ import annotations
@@ -15,44 +12,62 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
-from fastapi import Request
-from fastapi.responses import Response, StreamingResponse
 from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
 
-from switchyard.backends.base import AnyRequest, answered_by
+from switchyard.backends.base import AnyRequest
 from switchyard.backends.registry import ModelEntry
-from switchyard.billing.context import RequestContext
-from switchyard.billing.limits.errors import RateLimitExceeded
+from switchyard.billing.context import Deadline, RequestContext
 from switchyard.billing.metering import RequestMeter, RequestTags, usage_of
-from switchyard.billing.teams import Principal, Team
+from switchyard.billing.teams import Principal
 from switchyard.cascade.runtime import Plan
-from switchyard.core.capabilities import needs, unsupported
-from switchyard.core.errors import ModelNotAllowed, SwitchyardError
-from switchyard.core.estimates import estimated_prompt_tokens, worst_case_tokens
-from switchyard.core.metrics import route_of
+from switchyard.core.capabilities import needs
+from switchyard.core.errors import SwitchyardError
+from switchyard.core.estimates import estimated_prompt_tokens
 from switchyard.core.protocol import RawJSON, StreamChunk
-from switchyard.proxy.access import saturation_priority
+from switchyard.core.tracing import annotate_request
 from switchyard.proxy.answer_shape import PASS_THROUGH, AnswerShape
-from switchyard.proxy.request_count import model_label, note_counted
-from switchyard.proxy.request_log import CLIENT_CLOSED_REQUEST, note_request
-from switchyard.proxy.routing import CASCADE_MODEL, auto_not_configured, cascade_not_configured
+from switchyard.proxy.decide import Asked, Decision, decide
+from switchyard.proxy.request_log import CLIENT_CLOSED_REQUEST
+from switchyard.proxy.services import Services
 from switchyard.proxy.streams import LiveStreams, ShuttingDown
-
-if TYPE_CHECKING:
-    from switchyard.proxy.services import Services
 
 logger = logging.getLogger("switchyard")
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
-def _answer_headers(entry: ModelEntry, backend: str | None = None) -> dict[str, str]:
-    return {
-        "x-switchyard-model": entry.name,
-        "x-switchyard-backend": backend or answered_by.get() or entry.backend_kind,
-    }
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """The model and deployment that answered (before the first byte, for a stream)."""
+
+    entry: ModelEntry
+    deployment: str
+    cascade: str | None = None  # what the cascade did (`x-switchyard-cascade`), when it answered
+
+
+@dataclass(frozen=True, slots=True)
+class Relayed:
+    """What the relay did with one request. A stream's response ends (and settles its budgets)
+    later: the request is over when its background has run."""
+
+    response: Response
+    status: int
+    started_at: float  # event-loop time the relay took the request
+    meter: RequestMeter | None = None  # None: refused before metering began (a priority tier's cap)
+    decision: Decision | None = None  # None: refused before routing
+    answered: Answered | None = None  # None: refused, or every attempt failed
+
+    @property
+    def is_whole(self) -> bool:
+        """Not a stream: the response was whole when the relay returned it."""
+        return not isinstance(self.response, StreamingResponse)
+
+
+def _answer_headers(answered: Answered) -> dict[str, str]:
+    return {"x-switchyard-model": answered.entry.name, "x-switchyard-backend": answered.deployment}
 
 
 def _upstream_model_header(answer: RawJSON | None) -> dict[str, str]:
@@ -69,93 +84,14 @@ def _cost_header(meter: RequestMeter) -> dict[str, str]:
     return {"x-switchyard-cost-usd": f"{meter.total_cost_usd:.8f}"}
 
 
-@dataclass(slots=True)
-class Decision:
-    """Where a request goes, and why (the headers that explain it)."""
-
-    entry: ModelEntry
-    headers: dict[str, str]
-    plan: Plan | None = None  # the cascade's rungs, when the cascade answers
-    score: float | None = None  # the classifier's (auto)
-    ceiling: str | None = None  # the strongest model the route could have reached (auto, cascade)
-    needed: dict[str, str] | None = None  # what the request needs of a model (`needs()`), computed once
-
-
-def _allowed(team: Team | None, entry: ModelEntry, asked_for: str) -> ModelEntry:
-    if team is not None and not team.may_use(entry.name):
-        raise ModelNotAllowed(f"Team '{team.name}' may not use model '{asked_for}'.", param="model")
-    return entry
-
-
-async def decide(request: Request, parsed: AnyRequest, ctx: RequestContext) -> Decision:
-    """Rate limits, the caller's budget, routing (for "auto") or the cascade's first rung that can
-    serve the request (for "cascade"), the named model's capabilities, saturation admission, the
-    worst-case reservation, then the cascade's plan. A request no model may serve is refused here,
-    before any call: like every 400 before a call, it is not metered."""
-    state = request.app.state.services
-    principal, team = ctx.principal, ctx.team
-    try:
-        rate = await state.budgets.check_rate(principal, worst_case_tokens(parsed))
-    except RateLimitExceeded as exc:
-        state.metrics.rate_limit_refused(team.name if team is not None else None, exc.limit)
-        raise
-    headers: dict[str, str] = rate.headers() if rate is not None else {}
-    # Only "auto" routes by what is left; everything else is held to its reservation below.
-    headroom = await state.budgets.headroom(principal) if parsed.model == "auto" else None
-    is_near = False
-    score = ceiling = None
-    needed = needs(parsed)
-    if parsed.model == "auto":
-        if state.auto_router is None:
-            raise auto_not_configured()
-        quality = request.headers.get("x-switchyard-quality")
-        decision = await state.auto_router.route(parsed, quality, team, headroom, needed)
-        entry, score = decision.entry, decision.score
-        ceiling = state.auto_router.strongest(team).name
-        headers["x-switchyard-route"] = decision.reason
-        if decision.score is not None:
-            headers["x-switchyard-score"] = f"{decision.score:.4f}"
-        margin = state.cascade.policy.hedge_margin if state.cascade is not None else None
-        is_near = margin is not None and decision.margin is not None and decision.margin <= margin
-    elif parsed.model == CASCADE_MODEL:
-        if state.cascade is None:
-            raise cascade_not_configured()
-        _allowed(team, state.cascade.rungs[0].entry, CASCADE_MODEL)  # the cascade is the team's if its first rung is
-        first, notes = state.cascade.first_capable(needed)
-        entry = _allowed(team, first, CASCADE_MODEL)
-        headers["x-switchyard-route"] = f"cascade->{entry.name}" + "".join(notes)
-    else:
-        entry = _allowed(team, state.registry.get(parsed.model), parsed.model)
-        lacking = entry.capabilities.lacks(needed)
-        if lacking:
-            raise unsupported(entry.name, lacking)
-    admission = await state.saturation.admit(entry, saturation_priority(request, principal), ctx, needed)
-    if admission.is_degraded:
-        headers["x-switchyard-degraded"] = "1"
-    if not await ctx.reserve_for(admission.entry.name, parsed):
-        cost = ctx.worst_case_cost_usd(admission.entry.name, parsed)
-        raise await state.budgets.refusal(principal, (cost, admission.entry.name))
-    plan = None
-    if state.cascade is not None and parsed.model in ("auto", CASCADE_MODEL):
-        mode = request.headers.get("x-switchyard-cascade")
-        planned = state.cascade.plan(admission.entry, parsed, mode, is_near, ctx, needed)
-        if isinstance(planned, str):
-            headers["x-switchyard-cascade"] = planned
-        else:
-            plan = planned
-            if parsed.model == CASCADE_MODEL or ceiling is None:
-                ceiling = plan.rungs[-1].entry.name
-    if parsed.model == CASCADE_MODEL and ceiling is None:
-        ceiling = admission.entry.name
-    return Decision(admission.entry, headers, plan, score, ceiling, needed)
-
-
-def _tags(request: Request, parsed: AnyRequest, decision: Decision, principal: Principal | None) -> RequestTags:
+def _tags(
+    client_request_id: str | None, parsed: AnyRequest, decision: Decision, principal: Principal | None
+) -> RequestTags:
     route = decision.headers.get("x-switchyard-route")
     if "x-switchyard-degraded" in decision.headers:
         route = (route or "") + ";degraded"
     return RequestTags(
-        client_request_id=request.scope["state"].get("client_request_id"),
+        client_request_id=client_request_id,
         key_id=principal.key.id if principal is not None else None,
         requested_model=parsed.model,
         route=route,
@@ -165,27 +101,62 @@ def _tags(request: Request, parsed: AnyRequest, decision: Decision, principal: P
 
 
 async def relay(
-    request: Request, principal: Principal | None, parsed: AnyRequest, shape: AnswerShape = PASS_THROUGH
-) -> Response:
-    """`shape` writes the answer in the API the request came in by (`switchyard.proxy.answer_shape`).
+    services: Services,
+    request: Request,
+    principal: Principal | None,
+    parsed: AnyRequest,
+    asked: Asked,
+    shape: AnswerShape = PASS_THROUGH,
+) -> Relayed:
+    """`shape` writes the answer (or a refusal) in the API the request came in by
+    (`switchyard.proxy.answer_shape`).
 
     Everything before the first byte can be cancelled by the client leaving: the upstream calls
-    stop, and their own handlers meter them as cancelled. A watcher task cancels this one when the
-    disconnect arrives; a cancellation that did not come from it (server shutdown) propagates."""
+    stop, and the resilience layer meters them as cancelled. A watcher task cancels this one when
+    the disconnect arrives; a cancellation that did not come from it (server shutdown) propagates."""
     this = asyncio.current_task()
     assert this is not None
+    started_at = asyncio.get_running_loop().time()
+    spending = services.budgets.open(principal)
+    release = services.tier_slots.enter(principal, parsed)  # a priority tier's caps: refused before metering
+    if release is not None:
+        spending.on_settle(release)
+    team = principal.team if principal is not None else None
+    meter = RequestMeter(
+        services.ledger,
+        services.prices,
+        request.state.request_id,
+        services.attempt_counts,
+        prompt_tokens_estimate=estimated_prompt_tokens(parsed),
+        team=team.name if team is not None else None,
+        spending=spending,
+        metrics=services.metrics,
+    )
+    annotate_request(requested_model=parsed.model, stream=bool(parsed.stream))
+    ctx = RequestContext(meter.request_id, meter, principal)
+    decision: Decision | None = None
+    response: Response | None = None
     left: list[bool] = []
     watcher = asyncio.ensure_future(_cancel_when_client_leaves(request, this, left))
     try:
-        return await _respond(request, parsed, principal, shape)
+        decision = await decide(services, parsed, ctx, asked, needs(parsed))
+        # the deadline, once: from the start, by the model that answers first
+        ctx = replace(ctx, deadline=Deadline.after(started_at, services.executor.request_timeout_s(decision.entry)))
+        meter.tags = _tags(request.state.client_request_id, parsed, decision, principal)
+        response, answered = await _execute(services, decision, parsed, ctx, shape)
+        return Relayed(response, response.status_code, started_at, meter, decision, answered)
+    except SwitchyardError as exc:
+        return Relayed(shape.refusal(exc), exc.status_code, started_at, meter, decision)
     except asyncio.CancelledError:
         if not left or this.cancelling() > 1:
             raise
         this.uncancel()
         logger.info("the client left before the first byte; its request was cancelled")
-        return Response(status_code=CLIENT_CLOSED_REQUEST)
+        return Relayed(Response(status_code=CLIENT_CLOSED_REQUEST), CLIENT_CLOSED_REQUEST, started_at, meter, decision)
     finally:
         watcher.cancel()
+        if not isinstance(response, StreamingResponse):  # a stream settles when it ends
+            spending.settle()
 
 
 async def _cancel_when_client_leaves(request: Request, task: asyncio.Task, left: list[bool]) -> None:
@@ -196,143 +167,57 @@ async def _cancel_when_client_leaves(request: Request, task: asyncio.Task, left:
     task.cancel()
 
 
-async def _respond(request: Request, parsed: AnyRequest, principal: Principal | None, shape: AnswerShape) -> Response:
-    state = request.app.state.services
-    spending = state.budgets.open(principal)
-    release = state.tier_slots.enter(principal, parsed)
-    if release is not None:
-        spending.on_settle(release)
-    team = principal.team if principal is not None else None
-    meter = RequestMeter(
-        state.ledger,
-        state.prices,
-        request.scope["state"]["request_id"],
-        state.attempt_counts,
-        prompt_tokens_estimate=estimated_prompt_tokens(parsed),
-        team=team.name if team is not None else None,
-        spending=spending,
-        metrics=state.metrics,
-    )
-    note_request(request.scope, meter, parsed)
-    started_at = asyncio.get_running_loop().time()
-    deadline = _deadline(started_at, state.settings.resilience.request_timeout_s)
-    ctx = RequestContext(meter.request_id, meter, principal, deadline)
-    response: Response | None = None
-    decision: Decision | None = None
-    status = 500
-    try:
-        decision = await decide(request, parsed, ctx)
-        # the model that answers first may have a deadline of its own
-        ctx = replace(ctx, deadline=_deadline(started_at, state.executor.request_timeout_s(decision.entry)))
-        meter.tags = _tags(request, parsed, decision, principal)
-        response = await execute(state, decision, parsed, ctx, shape)
-        status = response.status_code
-        return response
-    except asyncio.CancelledError:
-        status = CLIENT_CLOSED_REQUEST
-        raise
-    except Exception as exc:
-        status = getattr(exc, "status_code", 500)
-        raise
-    finally:
-        note_counted(request.scope)
-        done = RequestDone(state, parsed, decision, response, status, started_at, meter)
-        if isinstance(response, StreamingResponse):  # a stream settles, and is counted, when it ends
-            response.background = BackgroundTask(done.after, response.background)
-        else:
-            spending.settle()
-            done.record()
-
-
-@dataclass(slots=True)
-class RequestDone:
-    """Counts one request in the app's metrics, once, when it has ended (a stream: at its end)."""
-
-    state: Services
-    parsed: AnyRequest
-    decision: Decision | None
-    response: Response | None
-    status: int
-    started_at: float
-    meter: RequestMeter
-
-    async def after(self, background: BackgroundTask | None) -> None:
-        try:
-            if background is not None:
-                await background()
-        finally:
-            self.record()
-
-    def record(self) -> None:
-        metrics = self.state.metrics
-        duration_s = asyncio.get_running_loop().time() - self.started_at
-        headers = self.response.headers if self.response is not None else {}
-        entry = self.decision.entry if self.decision is not None else None
-        if "x-switchyard-model" in headers:
-            model = headers["x-switchyard-model"]
-            backend = headers.get("x-switchyard-backend", "")
-        elif entry is not None:
-            model, backend = entry.name, entry.backend_kind
-        else:  # refused before routing
-            model, backend = model_label(self.state.registry, self.parsed.model), ""
-        answered = self.state.registry.find(model)
-        tier = (answered.tier or "") if answered is not None else ""
-        is_cascade = self.decision is not None and self.decision.plan is not None
-        if entry is not None and answered is not None and answered.name != entry.name and not is_cascade:
-            metrics.fell_back(entry.name, answered.name)  # one of the routed model's fallbacks answered
-        metrics.request_done(
-            model=model,
-            backend=backend,
-            tier=tier,
-            route=route_of(self.parsed.model),
-            status=self.status,
-            duration_s=duration_s,
-        )
-        is_plain = self.response is not None and not isinstance(self.response, StreamingResponse)
-        if is_plain and (self.decision is None or self.decision.plan is None) and self.meter.upstream_s > 0:
-            metrics.overhead.observe(max(duration_s - self.meter.upstream_s, 0.0))
-
-
-def _deadline(started_at: float, timeout_s: float | None) -> float | None:
-    return started_at + timeout_s if timeout_s is not None else None
-
-
-async def execute(
-    state, decision: Decision, parsed: AnyRequest, ctx: RequestContext, shape: AnswerShape = PASS_THROUGH
-) -> Response:
-    entry, route_headers, meter = decision.entry, decision.headers, ctx.meter
+async def _execute(
+    services: Services, decision: Decision, parsed: AnyRequest, ctx: RequestContext, shape: AnswerShape
+) -> tuple[Response, Answered]:
     if decision.plan is not None:
-        return await _relay_cascade(state, decision.plan, parsed, route_headers, ctx, shape)
+        return await _relay_cascade(services, decision.plan, parsed, decision.headers, ctx, shape)
+    meter = ctx.meter
     if parsed.stream:
-        return await _relay_stream(state, entry, parsed, route_headers, ctx, shape, decision.needed)
-    try:
-        entry, result = await state.executor.complete(entry, parsed, ctx, decision.needed)
-    except asyncio.CancelledError:
-        meter.finished(meter.current_entry or entry, "cancelled", None)
-        raise
-    meter.finished(entry, "completed", usage_of(result), meter.num_chunks)
-    headers = _answer_headers(entry) | _upstream_model_header(result) | route_headers | _cost_header(meter)
-    return Response(shape.whole(result.data), media_type="application/json", headers=headers)
+        # Decide before the first byte: retries, fallbacks and errors up to the first chunk are real
+        # HTTP outcomes; after it, only in-band errors remain.
+        opened = await services.executor.stream(decision.entry, parsed, ctx, decision.needed)
+        answered = Answered(opened.entry, opened.deployment)
+        headers = _answer_headers(answered) | _upstream_model_header(opened.first) | decision.headers
+        response = _sse_response(opened.first, opened.rest, parsed, meter, answered, headers, services.streams, shape)
+        return response, answered
+    answer = await services.executor.complete(decision.entry, parsed, ctx, decision.needed)
+    answered = Answered(answer.entry, answer.deployment)
+    meter.finished(answer.entry, "completed", usage_of(answer.result), meter.num_chunks, deployment=answer.deployment)
+    headers = _answer_headers(answered) | _upstream_model_header(answer.result) | decision.headers | _cost_header(meter)
+    return Response(shape.whole(answer.result.data), media_type="application/json", headers=headers), answered
 
 
 async def _relay_cascade(
-    state, plan: Plan, parsed: AnyRequest, route_headers: dict[str, str], ctx: RequestContext, shape: AnswerShape
-):
+    services: Services,
+    plan: Plan,
+    parsed: AnyRequest,
+    route_headers: dict[str, str],
+    ctx: RequestContext,
+    shape: AnswerShape,
+) -> tuple[Response, Answered]:
     """The cascade meters each rung's attempt itself, cancellations included; the answer's is finished here."""
-    outcome = await state.cascade.run(plan, parsed, ctx)
+    assert services.cascade is not None
+    outcome = await services.cascade.run(plan, parsed, ctx)
+    answered = Answered(outcome.entry, outcome.deployment, outcome.header)
     headers = (
-        _answer_headers(outcome.entry, outcome.meter.backend_label)
+        _answer_headers(answered)
         | _upstream_model_header(outcome.result if not parsed.stream else outcome.first)
         | route_headers
         | {"x-switchyard-cascade": outcome.header}
     )
     if not parsed.stream:
-        outcome.meter.finished(outcome.entry, "completed", usage_of(outcome.result), outcome.meter.num_chunks)
+        assert outcome.result is not None
+        num_chunks = outcome.meter.num_chunks
+        usage = usage_of(outcome.result)
+        outcome.meter.finished(outcome.entry, "completed", usage, num_chunks, deployment=outcome.deployment)
         body = shape.whole(outcome.result.data)
-        return Response(body, media_type="application/json", headers=headers | _cost_header(ctx.meter))
-    return _sse_response(
-        outcome.first, outcome.rest, parsed, outcome.meter, outcome.entry, headers, state.streams, shape
+        return Response(body, media_type="application/json", headers=headers | _cost_header(ctx.meter)), answered
+    assert outcome.rest is not None
+    response = _sse_response(
+        outcome.first, outcome.rest, parsed, outcome.meter, answered, headers, services.streams, shape
     )
+    return response, answered
 
 
 def _client_wants_usage(parsed: AnyRequest) -> bool:
@@ -355,39 +240,21 @@ def _with_cost(chunk: StreamChunk, meter: RequestMeter, entry: ModelEntry) -> St
     return StreamChunk.from_dict({**chunk.parsed, "usage": {**usage, "cost_usd": round(cost, 10)}})
 
 
-async def _relay_stream(
-    state,
-    entry: ModelEntry,
-    parsed: AnyRequest,
-    route_headers: dict[str, str],
-    ctx: RequestContext,
-    shape: AnswerShape,
-    needed: dict[str, str] | None = None,
-) -> Response:
-    # Decide before the first byte: retries, fallbacks and errors up to the first chunk are real
-    # HTTP outcomes; after it, only in-band errors remain.
-    meter = ctx.meter
-    try:
-        entry, first, chunks = await state.executor.stream(entry, parsed, ctx, needed)
-    except asyncio.CancelledError:
-        meter.finished(meter.current_entry or entry, "cancelled", None)
-        raise
-    headers = _answer_headers(entry) | _upstream_model_header(first) | route_headers
-    return _sse_response(first, chunks, parsed, meter, entry, headers, state.streams, shape)
-
-
 def _sse_response(
     first: StreamChunk | None,
     rest: AsyncIterator[StreamChunk],
     parsed: AnyRequest,
     meter: RequestMeter,
-    entry: ModelEntry,
+    answered: Answered,
     headers: dict[str, str],
     streams: LiveStreams,
     shape: AnswerShape,
 ) -> StreamingResponse:
     include_usage = _client_wants_usage(parsed)
-    body = _sse_body(first, rest, include_usage=include_usage, meter=meter, entry=entry, streams=streams, shape=shape)
+    body = _sse_body(
+        first, rest, include_usage=include_usage, meter=meter, answered=answered, streams=streams, shape=shape
+    )
+    entry, deployment = answered.entry, answered.deployment
 
     async def settle() -> None:
         # A body cut off while it waited to send (a slow reader who left): closing it runs its
@@ -396,10 +263,10 @@ def _sse_response(
         # the upstream here. Otherwise a no-op.
         await body.aclose()
         if not meter.is_closed:
-            meter.finished(entry, "cancelled", None, 1 if first is not None else 0)
+            meter.finished(entry, "cancelled", None, 1 if first is not None else 0, deployment=deployment)
             if meter.spending is not None:
                 meter.spending.settle()
-            await rest.aclose()
+            await rest.aclose()  # type: ignore[attr-defined]
 
     return StreamingResponse(
         body, media_type="text/event-stream", headers={**SSE_HEADERS, **headers}, background=BackgroundTask(settle)
@@ -412,10 +279,11 @@ async def _sse_body(
     *,
     include_usage: bool,
     meter: RequestMeter,
-    entry: ModelEntry,
+    answered: Answered,
     streams: LiveStreams,
     shape: AnswerShape,
 ) -> AsyncIterator[bytes]:
+    entry = answered.entry
     usage, num_chunks, status, error = None, 0, "cancelled", None  # unless the loop below ends otherwise
     this = asyncio.current_task()
     streams.add(this)
@@ -454,8 +322,8 @@ async def _sse_body(
         yield shape.failed(SwitchyardError("The server had an internal error."))
     finally:
         streams.discard(this)
-        meter.finished(entry, status, usage, num_chunks, error)
+        meter.finished(entry, status, usage, num_chunks, error, deployment=answered.deployment)
         if meter.spending is not None:
             meter.spending.settle()
-        await rest.aclose()
+        await rest.aclose()  # type: ignore[attr-defined]
     yield shape.end()

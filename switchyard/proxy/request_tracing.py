@@ -2,7 +2,7 @@
 
 The span is named after the method and path (`POST /v1/chat/completions`) and continues the trace
 of a client that sent a W3C `traceparent`. Its attributes: the request id, the team and requested
-model (noted by `note_caller` and `note_request`), and from the response's own headers the
+model (annotated by the model-request handler and the relay), and from the response's own headers the
 answering model, backend and route, and the status. Never prompt text, never a key.
 """
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import orjson
+from starlette.responses import Response
 
 from switchyard.core.errors import SwitchyardError
 from switchyard.core.protocol import StreamChunk
@@ -27,6 +28,7 @@ from switchyard.proxy.responses import (
     function_call_item,
     message_item,
     new_id,
+    responses_param,
     status_of,
     usage_of,
     whole_response,
@@ -46,6 +48,12 @@ class ResponsesShape(AnswerShape):
         self._finish_reason: str | None = None
         self._model: str | None = None
         self._is_started = self._has_failed = False
+
+    def refusal(self, exc: SwitchyardError) -> Response:
+        """Refused before the first byte: the parameter named as the client sent it (`text.format`,
+        not `response_format`)."""
+        exc.param = responses_param(exc.param)
+        return super().refusal(exc)
 
     def whole(self, data: bytes) -> bytes:
         return whole_response(self.draft, data)

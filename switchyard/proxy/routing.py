@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from switchyard.backends.registry import ModelEntry, ModelRegistry
 from switchyard.billing.teams import Team
 from switchyard.classifier.runtime import MicroBatcher, ScoreUnavailable
-from switchyard.core.capabilities import explain, needs, unsupported_by_any
+from switchyard.core.capabilities import explain, unsupported_by_any
 from switchyard.core.errors import InvalidRequest, ModelNotAllowed, ModelNotFound
 from switchyard.core.estimates import estimated_cost_usd, estimated_tokens, routing_text
 from switchyard.core.metrics import Metrics
@@ -65,12 +65,13 @@ class AutoRouter:
         default_tier: str,
         deadline_ms: float,
         prices: dict[str, Price] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.registry = registry
         self.tiers = tiers
         self.thresholds = thresholds  # quality mode -> ascending thresholds, len(tiers) - 1 each
         self.scorer = scorer
-        self.metrics: Metrics | None = None  # the app's, set when the services are built
+        self.metrics = metrics  # the app's
         self.router_name = router_name
         self.default_tier = default_tier
         self.deadline_s = deadline_ms / 1000
@@ -84,11 +85,11 @@ class AutoRouter:
         self,
         request: ChatCompletionRequest | CompletionRequest,
         quality: str | None,
-        team: Team | None = None,
-        headroom_usd: float | None = None,
-        needed: dict[str, str] | None = None,
+        team: Team | None,
+        headroom_usd: float | None,
+        needed: dict[str, str],
     ) -> RouteDecision:
-        """`needed`: what the request needs of a model (`needs(request)` unless the caller has it)."""
+        """`needed`: what the request needs of a model (`core.capabilities.needs`)."""
         mode = quality or "balanced"
         if mode not in QUALITY_MODES:
             raise InvalidRequest(
@@ -118,7 +119,7 @@ class AutoRouter:
             finally:
                 if self.metrics is not None:
                     self.metrics.classifier_decision.observe(time.perf_counter() - started_at)
-        entry, notes = self._constrain(index, request, team, headroom_usd, needs(request) if needed is None else needed)
+        entry, notes = self._constrain(index, request, team, headroom_usd, needed)
         margin = min(abs(score - t) for t in thresholds) if score is not None and thresholds else None
         kind = notes[-1][0] if notes else kind
         if self.metrics is not None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 import numpy as np
+from starlette.requests import Request
 
 from switchyard.backends.base import Backend
 from switchyard.backends.registry import ModelRegistry, build_http_session, build_registry
@@ -43,11 +44,11 @@ from switchyard.core.prices import Price
 from switchyard.core.settings import Settings
 from switchyard.core.supervision import SupervisedTask
 from switchyard.core.thresholds import ThresholdsError, ThresholdsFile, read_thresholds
-from switchyard.proxy.access import TierSlots
 from switchyard.proxy.metrics import LiveGauges, SharedGauges
 from switchyard.proxy.routing import AutoRouter, resolve_thresholds
 from switchyard.proxy.saturation import SaturationGate
 from switchyard.proxy.streams import LiveStreams
+from switchyard.proxy.tiers import TierSlots
 
 logger = logging.getLogger("switchyard")
 
@@ -109,6 +110,13 @@ class Services:
         return [*self.background, *(task for entry in self.registry for task in entry.backend.background_tasks())]
 
 
+def services_of(request: Request) -> Services:
+    """The running app's services: the one way a route or the relay reaches them."""
+    services = request.app.state.services
+    assert isinstance(services, Services)
+    return services
+
+
 @contextlib.asynccontextmanager
 async def build_services(
     settings: Settings,
@@ -127,17 +135,11 @@ async def build_services(
     """
     check = check if check is not None else check_startup(settings)
     is_offline = only_models is not None
-    session = build_http_session(settings.upstream)
-    tasks: list[asyncio.Task] = []
-    database: Database | None = None
-    ledger: LedgerWriter | None = None
-    directory = Directory()
-    budgets: Budgets | None = None
-    registry = ModelRegistry([])
-    auto_router: AutoRouter | None = None
-    services: Services | None = None
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        session = build_http_session(settings.upstream)
+        stack.push_async_callback(session.close)
         registry = build_registry(settings, session, backends=backends, only=only_models)
+        stack.push_async_callback(_close_backends, registry)
         if not len(registry):
             logger.warning("no models are configured: pass --config FILE (see README)")
         prices = model_prices(settings, registry)
@@ -146,28 +148,16 @@ async def build_services(
             {} if is_offline else {m.name: m.fallbacks for m in settings.models if m.fallbacks},
             ResiliencePolicy(**settings.resilience.model_dump()),
         )
-        url = settings.billing.resolved_database_url()
-        if not is_offline and url is not None:
-            database = await open_database(url)
-            ledger = LedgerWriter(database, settings.billing.spill_path.expanduser())
-            await ledger.start()
-        if not is_offline:
-            directory = Directory(_yaml_teams(settings), database)
-            await directory.start()
-        budgets = Budgets(
-            open_limiter(settings.billing) if not is_offline else LocalLimiter(),
-            reservation_ttl_s=settings.billing.reservation_ttl_s,
-        )
-        await budgets.limiter.start()
-        if database is not None:
-            await budgets.seed(database.spend_since, _all_budget_scopes(directory))
+        metrics = Metrics()
+        auto_router = None
         if not is_offline and check.auto_thresholds is not None:
-            auto_router = _build_auto_router(settings, registry, check.auto_thresholds, prices, score_batch)
-        cascade = (
-            build_cascade(settings.cascade, check.cascade_specs, registry, executor)
-            if check.cascade_specs and not is_offline
-            else None
-        )
+            auto_router = _build_auto_router(settings, registry, check.auto_thresholds, prices, score_batch, metrics)
+            stack.callback(_close_router, auto_router)
+        cascade = None
+        if check.cascade_specs and not is_offline:
+            cascade = build_cascade(settings.cascade, check.cascade_specs, registry, executor, metrics)
+        # closed in the reverse order: budgets settled, then the ledger flushed, then the database
+        accounts = await stack.enter_async_context(_accounts(settings, is_offline))
         services = Services(
             settings=settings,
             thresholds=check.thresholds,
@@ -175,10 +165,10 @@ async def build_services(
             registry=registry,
             prices=prices,
             executor=executor,
-            database=database,
-            ledger=ledger,
-            directory=directory,
-            budgets=budgets,
+            database=accounts.database,
+            ledger=accounts.ledger,
+            directory=accounts.directory,
+            budgets=accounts.budgets,
             tier_slots=TierSlots(settings.billing.priority_tiers),
             attempt_counts=Counter(),
             saturation=SaturationGate(
@@ -189,49 +179,92 @@ async def build_services(
             ),
             auto_router=auto_router,
             cascade=cascade,
+            metrics=metrics,
         )
         if multiprocess_dir() is None or is_offline:
-            services.metrics.registry.register(LiveGauges(services))
+            metrics.registry.register(LiveGauges(services))
         else:
             services.shared_gauges = SharedGauges(services)
-        for user in (auto_router, cascade):
-            if user is not None:
-                user.metrics = services.metrics
-        if is_offline:
-            for entry in registry:
-                await entry.backend.start()
-        else:
-            # Backends that load something (the embedded engine's model) do it in the background:
-            # the server answers at once, and /health/ready says when each model is ready.
-            for entry in registry:
-                tasks.append(asyncio.create_task(entry.backend.start(), name=f"start:{entry.name}"))
-                tasks[-1].add_done_callback(_log_failed_start)
-            interval_s = settings.upstream.health_interval_s
-            services.background.append(SupervisedTask("health-watcher", lambda: _watch_health(registry, interval_s)))
-            services.background[-1].start()
-            if services.shared_gauges is not None:
-                services.background.append(SupervisedTask("shared-gauges", services.shared_gauges.sync_forever))
-                services.background[-1].start()
+        await _start(services, stack, is_offline)
         yield services
-    finally:
-        if budgets is not None:
-            await budgets.aclose()  # reservations settled to what the requests cost
-        if ledger is not None:
-            await ledger.aclose()  # everything metered so far is written (or spilled) before anything else closes
-        await directory.aclose()
+
+
+@dataclass(frozen=True, slots=True)
+class _Accounts:
+    """What billing runs on: the database and its ledger writer, the teams and keys, the budgets."""
+
+    database: Database | None
+    ledger: LedgerWriter | None
+    directory: Directory
+    budgets: Budgets
+
+
+@contextlib.asynccontextmanager
+async def _accounts(settings: Settings, is_offline: bool) -> AsyncIterator[_Accounts]:
+    """Opened in order, closed in reverse: the budgets settled to what the requests cost, then
+    everything metered so far written (or spilled) before the database closes."""
+    async with contextlib.AsyncExitStack() as stack:
+        database: Database | None = None
+        ledger: LedgerWriter | None = None
+        url = settings.billing.resolved_database_url()
+        if not is_offline and url is not None:
+            database = await open_database(url)
+            stack.push_async_callback(database.aclose)
+            ledger = LedgerWriter(database, settings.billing.spill_path.expanduser())
+            stack.push_async_callback(ledger.aclose)
+            await ledger.start()
+        directory = Directory()
+        if not is_offline:
+            directory = Directory(_yaml_teams(settings), database)
+            stack.push_async_callback(directory.aclose)
+            await directory.start()
+        budgets = Budgets(
+            open_limiter(settings.billing) if not is_offline else LocalLimiter(),
+            reservation_ttl_s=settings.billing.reservation_ttl_s,
+        )
+        stack.push_async_callback(budgets.aclose)
+        await budgets.limiter.start()
         if database is not None:
-            await database.aclose()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if services is not None:
-            for supervised in services.background:
-                await supervised.aclose()
+            await budgets.seed(database.spend_since, _all_budget_scopes(directory))
+        yield _Accounts(database, ledger, directory, budgets)
+
+
+async def _start(services: Services, stack: contextlib.AsyncExitStack, is_offline: bool) -> None:
+    """Start the backends (offline: each before this returns; serving: in the background, so the
+    server answers at once and /health/ready says when each model is ready) and the supervised
+    background tasks, each stopped when the stack closes."""
+    registry = services.registry
+    if is_offline:
         for entry in registry:
-            await entry.backend.aclose()
-        if auto_router is not None and auto_router.scorer is not None:
-            auto_router.scorer.close()
-        await session.close()
+            await entry.backend.start()
+        return
+    tasks = [asyncio.create_task(entry.backend.start(), name=f"start:{entry.name}") for entry in registry]
+    for task in tasks:
+        task.add_done_callback(_log_failed_start)
+    stack.push_async_callback(_cancel_all, tasks)
+    interval_s = services.settings.upstream.health_interval_s
+    services.background.append(SupervisedTask("health-watcher", lambda: _watch_health(registry, interval_s)))
+    if services.shared_gauges is not None:
+        services.background.append(SupervisedTask("shared-gauges", services.shared_gauges.sync_forever))
+    for supervised in services.background:
+        supervised.start()
+        stack.push_async_callback(supervised.aclose)
+
+
+async def _cancel_all(tasks: list[asyncio.Task]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _close_backends(registry: ModelRegistry) -> None:
+    for entry in registry:
+        await entry.backend.aclose()
+
+
+def _close_router(router: AutoRouter) -> None:
+    if router.scorer is not None:
+        router.scorer.close()
 
 
 def _log_failed_start(task: asyncio.Task) -> None:
@@ -270,6 +303,7 @@ def _build_auto_router(
     thresholds: dict[str, list[float]],
     prices: dict[str, Price],
     score_batch: ScoreBatch | None,
+    metrics: Metrics,
 ) -> AutoRouter:
     """The classifier loads on its worker thread at the first batch; a warm-up batch starts that now."""
     auto = settings.routing.auto
@@ -293,6 +327,7 @@ def _build_auto_router(
         default_tier=auto.default_tier or auto.tiers[0],
         deadline_ms=auto.deadline_ms,
         prices=prices,
+        metrics=metrics,
     )
     if auto.warm_up:
         warm_up = asyncio.get_running_loop().create_task(batcher.score("warm-up", deadline_s=600))

@@ -11,13 +11,14 @@ import pytest
 from typer.testing import CliRunner
 
 from switchyard.classifier.embedder import Embedder
-from switchyard.classifier.model import MINILM_ARTIFACT, ArtifactError, ComplexityClassifier
+from switchyard.classifier.model import DEFAULT_ARTIFACT, MINILM_ARTIFACT, ArtifactError, ComplexityClassifier
 from switchyard.cli import app
+from switchyard.core.traces import Trace
 from switchyard.evals import metrics
 from switchyard.evals.classifier_train import train
 from switchyard.evals.datasets import STRONG_MODEL, WEAK_MODEL, load_mmlu
 from switchyard.evals.evaluate import Outcomes
-from switchyard.evals.routers import RandomRouter
+from switchyard.evals.routers import RandomRouter, make_router
 
 pytestmark = pytest.mark.slow
 
@@ -75,6 +76,14 @@ def test_the_shipped_artifact_loads_with_its_metrics(embedder):
     assert set(classifier.metadata["test"]) == {"gsm8k", "mmlu"}
     scores = classifier.score(["hi", "A train leaves at 3pm at 60 mph; another at 4pm at 80 mph. When do they meet?"])
     assert np.all((scores >= 0) & (scores <= 1))
+
+
+def test_the_eval_router_named_classifier_scores_prompts_with_the_default_artifact():
+    prompts = ["hi", "Prove that every bounded monotone sequence of reals converges."]
+    router = make_router("classifier")
+    scores = router.score([Trace(str(i), p, "unit", "test", {}) for i, p in enumerate(prompts)])
+    assert router.name == "classifier"
+    assert np.allclose(scores, ComplexityClassifier.load(DEFAULT_ARTIFACT).score(prompts))
 
 
 def test_classifier_score_cli(tmp_path):

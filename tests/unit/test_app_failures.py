@@ -21,10 +21,10 @@ WAIT_S = 30.0  # a generous bound on what the tests wait for: it only catches a 
 class BrokenBackend(Backend):
     name = "broken"
 
-    async def complete(self, request):
+    async def complete(self, request, pick=None):
         raise RuntimeError("secret internal detail")
 
-    async def stream(self, request) -> AsyncIterator[StreamChunk]:
+    async def stream(self, request, pick=None) -> AsyncIterator[StreamChunk]:
         yield StreamChunk(b'{"choices": [{"index": 0, "delta": {"content": "Hi"}}]}')
         raise RuntimeError("secret internal detail")
 

@@ -208,7 +208,7 @@ async def test_large_bodies_are_parsed_off_the_event_loop(num_messages, is_on_lo
     body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "word " * 20}] * num_messages})
     assert (len(body) < OFF_LOOP_BYTES) == is_on_loop
     _PARSED_ON.clear()
-    request = await read_request(_request(body), _Recorded)
+    request = await read_request(_request(body), _Recorded, Settings().server)
     assert len(request.messages) == num_messages
     [(thread, was_collecting)] = _PARSED_ON
     assert (thread is threading.current_thread()) == is_on_loop

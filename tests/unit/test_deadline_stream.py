@@ -7,7 +7,8 @@ import asyncio
 
 import pytest
 
-from switchyard.backends.resilience import _Deadline, _DeadlineStream
+from switchyard.backends.deadlines import DeadlineStream
+from switchyard.billing.context import Deadline
 from switchyard.core.errors import BackendTimeout
 from switchyard.core.protocol import StreamChunk
 
@@ -29,9 +30,9 @@ class Upstream:
             self.is_closed = True
 
 
-def _stream(upstream: Upstream, in_s: float) -> _DeadlineStream:
-    deadline = _Deadline(asyncio.get_running_loop().time() + in_s, "request deadline of 0.5 s")
-    return _DeadlineStream(upstream.chunks(), deadline, "m")
+def _stream(upstream: Upstream, in_s: float) -> DeadlineStream:
+    deadline = Deadline(asyncio.get_running_loop().time() + in_s, "request deadline of 0.5 s")
+    return DeadlineStream(upstream.chunks(), deadline, "m")
 
 
 async def test_a_stalled_stream_is_cut_at_its_deadline_and_the_upstream_closed():
@@ -65,6 +66,6 @@ async def test_a_finished_stream_drops_its_timer():
     async def two():
         yield StreamChunk.from_dict({"i": 0})
 
-    stream = _DeadlineStream(two(), _Deadline(asyncio.get_running_loop().time() + 30, "x"), "m")
+    stream = DeadlineStream(two(), Deadline(asyncio.get_running_loop().time() + 30, "x"), "m")
     assert [c.parsed["i"] async for c in stream] == [0]
     assert stream._timer.cancelled()

@@ -39,6 +39,11 @@ def test_stream_chunk_is_parsed_only_when_read():
     assert usage.has_usage and not usage.has_choices
 
 
+def test_a_legacy_completion_chunk_has_its_text():
+    chunk = StreamChunk(b'{"object": "text_completion", "choices": [{"index": 0, "text": "Hello"}]}')
+    assert chunk.text() == "Hello"
+
+
 def test_completion_result_shape_check_and_typed_view():
     good = CompletionResult(b'{"id": "x", "model": "m", "choices": [{"index": 0, "message": {"content": "ok"}}]}')
     assert good.looks_like_completion()

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from switchyard.backends.assemble import AnswerAssembler
-from switchyard.backends.base import AnyRequest, Backend, BackendHealth, answered_by
+from switchyard.backends.base import AnyRequest, Backend, BackendHealth, Pick
 from switchyard.backends.embedded import openai_format as fmt
 from switchyard.backends.embedded import tool_calls
 from switchyard.backends.embedded.constraints import JsonGrammar
@@ -116,7 +116,6 @@ class EmbeddedBackend(Backend):
         if self.engine is None:
             detail = self._load_error or "the model is still loading"
             raise BackendUnavailable(f"{self.name} is not ready: {detail}", backend=self.name, retry_after_s=5)
-        answered_by.set(self.label)
         return self.engine
 
     # -- requests -------------------------------------------------------------------------------
@@ -154,13 +153,13 @@ class EmbeddedBackend(Backend):
         except Exception as exc:  # the schema parser's own errors: a schema it cannot follow
             raise InvalidRequest(f"{self.name} cannot follow this JSON schema: {exc}", param=param) from exc
 
-    async def complete(self, request: AnyRequest) -> CompletionResult:
+    async def complete(self, request: AnyRequest, pick: Pick | None = None) -> CompletionResult:
         assembler = AnswerAssembler(self.name)
         async for chunk in self.stream(request):
             assembler.add(chunk)
         return assembler.result()
 
-    async def stream(self, request: AnyRequest) -> AsyncIterator[StreamChunk]:
+    async def stream(self, request: AnyRequest, pick: Pick | None = None) -> AsyncIterator[StreamChunk]:
         engine, tokenizer, is_chat, prompt_ids, params = await self._prepare(request)
         base = {
             "id": ("chatcmpl-" if is_chat else "cmpl-") + uuid.uuid4().hex,

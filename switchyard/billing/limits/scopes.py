@@ -63,10 +63,6 @@ class RateScope:
     rpm: int | None = None  # requests per minute; None: no limit
     tpm: int | None = None  # tokens per minute; None: no limit
 
-    @property
-    def is_limited(self) -> bool:
-        return self.rpm is not None or self.tpm is not None
-
 
 @dataclass(frozen=True, slots=True)
 class RateStatus:

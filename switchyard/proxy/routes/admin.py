@@ -26,6 +26,7 @@ from switchyard.proxy.body import read_request
 from switchyard.proxy.openapi import json_body, query
 from switchyard.proxy.routes.admin_support import database_of, require_admin
 from switchyard.proxy.routes.usage import USAGE_QUERY, usage_response
+from switchyard.proxy.services import services_of
 
 logger = logging.getLogger("switchyard.admin")
 router = APIRouter()
@@ -39,7 +40,7 @@ async def _refresh(request: Request) -> None:
     """This process sees the change at once (the others within a second); the change is made
     either way, so a failed re-read is only logged."""
     try:
-        await request.app.state.services.directory.refresh()
+        await services_of(request).directory.refresh()
     except StoreError as exc:
         logger.warning("teams and keys changed but could not be re-read now: %s", exc)
 
@@ -47,7 +48,7 @@ async def _refresh(request: Request) -> None:
 @router.get("/admin/teams")
 async def list_teams(request: Request) -> Response:
     require_admin(request)
-    services = request.app.state.services
+    services = services_of(request)
     teams = await admin.list_teams(database_of(request), services.settings)
     return _json({"object": "list", "data": [team_view(team) for team in teams]})
 
@@ -55,9 +56,9 @@ async def list_teams(request: Request) -> Response:
 @router.post("/admin/teams", status_code=201, openapi_extra=json_body(TeamCreate))
 async def create_team(request: Request) -> Response:
     require_admin(request)
-    body = await read_request(request, TeamCreate)
+    body = await read_request(request, TeamCreate, services_of(request).settings.server)
     team = Team(body.name, **body.changes())
-    created = await admin.create_team(database_of(request), request.app.state.services.settings, team)
+    created = await admin.create_team(database_of(request), services_of(request).settings, team)
     await _refresh(request)
     return _json(team_view(created), 201)
 
@@ -65,8 +66,8 @@ async def create_team(request: Request) -> Response:
 @router.patch("/admin/teams/{name}", openapi_extra=json_body(TeamChanges))
 async def update_team(request: Request, name: str) -> Response:
     require_admin(request)
-    body = await read_request(request, TeamChanges)
-    updated = await admin.update_team(database_of(request), request.app.state.services.settings, name, body.changes())
+    body = await read_request(request, TeamChanges, services_of(request).settings.server)
+    updated = await admin.update_team(database_of(request), services_of(request).settings, name, body.changes())
     await _refresh(request)
     return _json(team_view(updated))
 
@@ -81,10 +82,10 @@ async def list_keys(request: Request) -> Response:
 @router.post("/admin/keys", status_code=201, openapi_extra=json_body(KeyCreate))
 async def create_key(request: Request) -> Response:
     require_admin(request)
-    body = await read_request(request, KeyCreate)
+    body = await read_request(request, KeyCreate, services_of(request).settings.server)
     key, record = await admin.create_key(
         database_of(request),
-        request.app.state.services.settings,
+        services_of(request).settings,
         body.team,
         budget_usd_per_day=body.budget_usd_per_day,
         budget_usd_per_month=body.budget_usd_per_month,
@@ -108,7 +109,7 @@ async def revoke_key(request: Request, key_id: str) -> Response:
 async def usage(request: Request) -> Response:
     require_admin(request)
     team = request.query_params.get("team")
-    if team is not None and team not in request.app.state.services.directory.teams:
+    if team is not None and team not in services_of(request).directory.teams:
         raise NotFound(f"No team '{team}'.", param="team")
     return await usage_response(request, team)
 
@@ -148,8 +149,8 @@ async def report(request: Request) -> Response:
     team = request.query_params.get("team")
     built = await build_report(
         database.iter_usage(_start_of(since), _start_of(until, days=1), team),  # `until` is inclusive
-        prices=request.app.state.services.prices,
-        key_prefixes={key.id: key.prefix for key in request.app.state.services.directory.keys()},
+        prices=services_of(request).prices,
+        key_prefixes={key.id: key.prefix for key in services_of(request).directory.keys()},
         since=since,
         until=until,
         team=team,

@@ -7,17 +7,18 @@ from fastapi import Request
 from switchyard.billing.store import Database
 from switchyard.core.errors import AuthenticationFailed, InvalidRequest
 from switchyard.proxy.access import is_admin
+from switchyard.proxy.services import services_of
 
 
 def require_admin(request: Request) -> None:
-    if request.app.state.services.settings.auth.admin_key is None:
+    if services_of(request).settings.auth.admin_key is None:
         raise AuthenticationFailed("The admin API is off: set auth.admin_key in the configuration to use it.")
-    if not is_admin(request):
+    if not is_admin(services_of(request), request):
         raise AuthenticationFailed("This endpoint needs the admin key: send 'Authorization: Bearer <auth.admin_key>'.")
 
 
 def database_of(request: Request) -> Database:
-    database = request.app.state.services.database
+    database = services_of(request).database
     if database is None:
         raise InvalidRequest(
             "Usage, teams and keys need a database: set billing.database_url (or billing.ledger_path)."

@@ -5,6 +5,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from switchyard.proxy.openapi import NO_KEY
+from switchyard.proxy.services import services_of
 
 router = APIRouter()
 
@@ -27,7 +28,7 @@ async def ready(request: Request) -> Response:
     background task (the health watcher, vLLM's metrics scrapers): `running`, or `restarting`
     after a crash (with how many restarts and the last exception's class).
     """
-    services = request.app.state.services
+    services = services_of(request)
     models = {entry.name: entry.backend.is_ready() for entry in services.registry}
     is_ready = any(models.values())
     body = {

@@ -5,10 +5,11 @@ from fastapi.responses import PlainTextResponse, Response
 
 from switchyard.proxy.metrics import CONTENT_TYPE_LATEST, exposition
 from switchyard.proxy.openapi import NO_KEY
+from switchyard.proxy.services import services_of
 
 router = APIRouter()
 
 
 @router.get("/metrics", response_class=PlainTextResponse, openapi_extra=NO_KEY)
 async def metrics(request: Request) -> Response:
-    return Response(await exposition(request.app.state.services), media_type=CONTENT_TYPE_LATEST)
+    return Response(await exposition(services_of(request)), media_type=CONTENT_TYPE_LATEST)

@@ -3,26 +3,28 @@ from fastapi.responses import Response
 
 from switchyard.core.protocol import ModelCard, ModelList
 from switchyard.proxy.access import authenticate
+from switchyard.proxy.exchange import LoggedRoute
 from switchyard.proxy.model_cards import model_card, model_cards
 from switchyard.proxy.openapi import answers
+from switchyard.proxy.services import services_of
 
-router = APIRouter()
+router = APIRouter(route_class=LoggedRoute)
 
 
 @router.get("/v1/models", responses=answers(ModelList))
 async def list_models(request: Request) -> Response:
     """The models the caller may use (all of them when no teams are configured), then `auto` and
     `cascade` when configured."""
-    principal = authenticate(request)
+    principal = authenticate(services_of(request), request)
     team = principal.team if principal is not None else None
-    cards = model_cards(request.app.state.services, team)
+    cards = model_cards(services_of(request), team)
     return Response(ModelList(data=cards).model_dump_json(), media_type="application/json")
 
 
 @router.get("/v1/models/{model:path}", responses=answers(ModelCard))
 async def retrieve_model(request: Request, model: str) -> Response:
     """One model's card; 404 `model_not_found` for a model that does not exist or the caller may not use."""
-    principal = authenticate(request)
+    principal = authenticate(services_of(request), request)
     team = principal.team if principal is not None else None
-    card = model_card(request.app.state.services, team, model)
+    card = model_card(services_of(request), team, model)
     return Response(card.model_dump_json(), media_type="application/json")

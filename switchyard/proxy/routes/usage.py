@@ -14,10 +14,12 @@ from fastapi.responses import Response
 
 from switchyard.core.errors import Forbidden, InvalidRequest, NotFound
 from switchyard.proxy.access import authenticate, is_admin
+from switchyard.proxy.exchange import LoggedRoute
 from switchyard.proxy.openapi import query
 from switchyard.proxy.routes.admin_support import database_of
+from switchyard.proxy.services import services_of
 
-router = APIRouter()
+router = APIRouter(route_class=LoggedRoute)
 
 GROUPS = ("model", "day")
 USAGE_QUERY = query(
@@ -54,11 +56,11 @@ async def usage_response(request: Request, team: str | None) -> Response:
 @router.get("/v1/usage", openapi_extra=USAGE_QUERY)
 async def usage(request: Request) -> Response:
     asked = request.query_params.get("team")
-    if is_admin(request):
-        if asked is not None and asked not in request.app.state.services.directory.teams:
+    if is_admin(services_of(request), request):
+        if asked is not None and asked not in services_of(request).directory.teams:
             raise NotFound(f"No team '{asked}'.", param="team")
         return await usage_response(request, asked)
-    principal = authenticate(request)
+    principal = authenticate(services_of(request), request)
     if principal is None:  # an open proxy: no teams, no secrets between them
         return await usage_response(request, asked)
     if asked is not None and asked != principal.team.name:

@@ -8,12 +8,17 @@ import pytest
 from switchyard.backends.base import BackendHealth
 from switchyard.backends.registry import ModelEntry, ModelRegistry
 from switchyard.classifier.runtime import MicroBatcher
-from switchyard.core.capabilities import Capabilities
+from switchyard.core.capabilities import Capabilities, needs
 from switchyard.core.errors import InvalidRequest
 from switchyard.core.prices import Price
 from switchyard.core.protocol import ChatCompletionRequest
 from switchyard.core.thresholds import ThresholdsFile
 from switchyard.proxy.routing import AutoRouter, resolve_thresholds, routing_text
+
+
+async def _route(router, request, quality=None, team=None, headroom_usd=None):
+    """The router's decision, given what the request needs (as the relay works it out, once)."""
+    return await router.route(request, quality, team, headroom_usd, needs(request))
 
 
 class StubBackend:
@@ -84,7 +89,7 @@ def _request(score: float, **extra) -> ChatCompletionRequest:
     ],
 )
 async def test_scores_either_side_of_each_threshold(score, tier, reason):
-    decision = await _router(_registry()).route(_request(score), None)
+    decision = await _route(_router(_registry()), _request(score), None)
     assert decision.entry.tier == tier
     assert decision.reason == reason
     assert decision.score == pytest.approx(score)
@@ -92,17 +97,17 @@ async def test_scores_either_side_of_each_threshold(score, tier, reason):
 
 async def test_quality_modes_pick_their_threshold_set():
     router = _router(_registry())
-    assert (await router.route(_request(0.45), "economy")).entry.tier == "small"
-    assert (await router.route(_request(0.45), "max")).entry.tier == "commercial"
-    assert (await router.route(_request(0.45), "max")).reason.endswith("(max)->commercial")
+    assert (await _route(router, _request(0.45), "economy")).entry.tier == "small"
+    assert (await _route(router, _request(0.45), "max")).entry.tier == "commercial"
+    assert (await _route(router, _request(0.45), "max")).reason.endswith("(max)->commercial")
     with pytest.raises(InvalidRequest, match="economy, balanced, max"):
-        await router.route(_request(0.45), "cheap")
+        await _route(router, _request(0.45), "cheap")
 
 
 async def test_a_late_classifier_routes_by_default_and_says_so():
     gate = threading.Event()  # late for sure: it answers only after the routing decision
     try:
-        decision = await _router(_registry(), gate=gate, deadline_ms=50).route(_request(0.9), None)
+        decision = await _route(_router(_registry(), gate=gate, deadline_ms=50), _request(0.9), None)
     finally:
         gate.set()
     assert decision.entry.tier == "small"
@@ -112,21 +117,21 @@ async def test_a_late_classifier_routes_by_default_and_says_so():
 
 async def test_context_window_skips_upward():
     registry = _registry(windows=(64, 4096, None))
-    decision = await _router(registry).route(_request(0.1, max_tokens=200), None)
+    decision = await _route(_router(registry), _request(0.1, max_tokens=200), None)
     assert decision.entry.tier == "large"
     assert "(context>small)" in decision.reason
     with pytest.raises(InvalidRequest, match="can hold"):
-        await _router(_registry(windows=(64, 64, 64))).route(_request(0.1, max_tokens=200), None)
+        await _route(_router(_registry(windows=(64, 64, 64))), _request(0.1, max_tokens=200), None)
 
 
 async def test_an_unready_or_saturated_tier_degrades_first():
     registry = _registry()
     registry.get("m-large").backend.ready = False
-    decision = await _router(registry).route(_request(0.5), None)
+    decision = await _route(_router(registry), _request(0.5), None)
     assert decision.entry.tier == "small"
     assert decision.reason.endswith("->small(large busy or down)")
     registry.get("m-small").backend.saturated = True
-    decision = await _router(registry).route(_request(0.5), None)
+    decision = await _route(_router(registry), _request(0.5), None)
     assert decision.entry.tier == "commercial"
 
 
@@ -174,14 +179,14 @@ async def test_a_tier_the_team_may_not_use_gives_way_below_first_then_above():
 
     router = _priced_router()
     only_small = Team("t", frozenset({"m-small"}))
-    decision = await router.route(_request(0.9), None, only_small)
+    decision = await _route(router, _request(0.9), None, only_small)
     assert decision.entry.name == "m-small"
     assert decision.reason == "auto:classifier=0.900>=0.700->small(commercial not allowed)"
     only_commercial = Team("t", frozenset({"m-commercial"}))
-    decision = await router.route(_request(0.1), None, only_commercial)
+    decision = await _route(router, _request(0.1), None, only_commercial)
     assert decision.entry.name == "m-commercial"
     assert decision.reason.endswith("->commercial(small not allowed)")
-    assert (await router.route(_request(0.5), None, Team("all"))).entry.name == "m-large"
+    assert (await _route(router, _request(0.5), None, Team("all"))).entry.name == "m-large"
 
 
 async def test_a_team_with_no_routable_model_is_refused():
@@ -189,7 +194,7 @@ async def test_a_team_with_no_routable_model_is_refused():
     from switchyard.core.errors import ModelNotAllowed
 
     with pytest.raises(ModelNotAllowed, match="Team 'x' may use none of the models"):
-        await _priced_router().route(_request(0.5), None, Team("x", frozenset()))
+        await _route(_priced_router(), _request(0.5), None, Team("x", frozenset()))
 
 
 async def test_budget_headroom_moves_down_to_the_nearest_tier_that_fits():
@@ -197,16 +202,16 @@ async def test_budget_headroom_moves_down_to_the_nearest_tier_that_fits():
     # score=0.9 is 3 prompt tokens; with max_tokens 100: 103 tokens at $1 / $10 / $100 per million.
     request = _request(0.9, max_tokens=100)
     costs = {name: price.cost_usd(103, 0) for name, price in PRICES.items()}
-    plenty = await router.route(request, None, headroom_usd=1.0)
+    plenty = await _route(router, request, None, headroom_usd=1.0)
     assert plenty.entry.name == "m-commercial" and "budget" not in plenty.reason
-    tight = await router.route(request, None, headroom_usd=costs["m-large"] * 1.01)
+    tight = await _route(router, request, None, headroom_usd=costs["m-large"] * 1.01)
     assert tight.entry.name == "m-large"
     assert tight.reason == "auto:classifier=0.900>=0.700->large(commercial over budget)"
-    tighter = await router.route(request, None, headroom_usd=costs["m-small"] * 1.01)
+    tighter = await _route(router, request, None, headroom_usd=costs["m-small"] * 1.01)
     assert tighter.entry.name == "m-small"
-    nothing_fits = await router.route(request, None, headroom_usd=costs["m-small"] / 2)
+    nothing_fits = await _route(router, request, None, headroom_usd=costs["m-small"] / 2)
     assert nothing_fits.entry.name == "m-small"  # the cheapest usable tier: budgets are soft by one request
-    at_bottom = await router.route(_request(0.1, max_tokens=100), None, headroom_usd=0.0)
+    at_bottom = await _route(router, _request(0.1, max_tokens=100), None, headroom_usd=0.0)
     assert at_bottom.entry.name == "m-small" and "budget" not in at_bottom.reason
 
 
@@ -215,7 +220,7 @@ async def test_the_budget_step_skips_unhealthy_tiers():
     registry.get("m-large").backend.ready = False
     router = _priced_router(registry)
     request = _request(0.9, max_tokens=100)
-    decision = await router.route(request, None, headroom_usd=103 * 10.0 / 1e6 * 1.01)
+    decision = await _route(router, request, None, headroom_usd=103 * 10.0 / 1e6 * 1.01)
     assert decision.entry.name == "m-small"
     assert decision.reason.endswith("->small(commercial over budget)")
 

@@ -1,0 +1,228 @@
+"""The rungs of one cascade request: a task per rung started, each metered by its own fork of the
+request's meter, and a rung's answer while it is judged (a whole answer, or a stream held back),
+for non-stream and stream requests alike (`WHOLE`, `STREAMS`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from switchyard.backends.base import AnyRequest
+from switchyard.backends.registry import ModelEntry
+from switchyard.backends.resilience import Answer, OpenedStream, ResilientExecutor
+from switchyard.billing.context import RequestContext
+from switchyard.billing.metering import RequestMeter
+from switchyard.cascade import wire
+from switchyard.cascade.buffer import Buffered, cancel_and_wait
+from switchyard.cascade.confidence import TokenEvidence
+from switchyard.core.errors import BackendError, BudgetExceeded
+from switchyard.core.protocol import CompletionResult, StreamChunk
+from switchyard.core.tracing import child_span
+
+ForClient = Callable[[Any], Any]  # logprobs cut back to what the client asked for
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the cascade answered: the model and deployment, the fork of the meter that metered it
+    (the relay finishes it), `x-switchyard-cascade`, and the answer (`result`) or the stream."""
+
+    entry: ModelEntry
+    deployment: str
+    meter: RequestMeter
+    header: str
+    result: CompletionResult | None = None
+    first: StreamChunk | None = None
+    rest: AsyncIterator[StreamChunk] | None = None
+
+
+class Candidate(Protocol):
+    """A judged rung's answer, held until the verdict."""
+
+    entry: ModelEntry
+
+    def evidence(self) -> TokenEvidence: ...
+
+    def outcome(self, meter: RequestMeter, header: str, for_client: ForClient) -> Outcome: ...
+
+    async def drop(self, meter: RequestMeter) -> None:
+        """Not sent: metered as escalated (its tokens counted)."""
+
+
+@dataclass(slots=True)
+class WholeCandidate:
+    answer: Answer
+
+    @property
+    def entry(self) -> ModelEntry:
+        return self.answer.entry
+
+    def evidence(self) -> TokenEvidence:
+        return wire.evidence_of(self.answer.result).evidence()
+
+    def outcome(self, meter: RequestMeter, header: str, for_client: ForClient) -> Outcome:
+        answer = self.answer
+        return Outcome(answer.entry, answer.deployment, meter, header, result=for_client(answer.result))
+
+    async def drop(self, meter: RequestMeter) -> None:
+        answer = self.answer
+        usage = answer.result.parsed.get("usage")
+        meter.escalated(answer.entry, usage, meter.num_chunks, "low confidence", deployment=answer.deployment)
+
+
+@dataclass(slots=True)
+class StreamCandidate:
+    opened: OpenedStream
+    buffered: Buffered
+
+    @property
+    def entry(self) -> ModelEntry:
+        return self.opened.entry
+
+    def evidence(self) -> TokenEvidence:
+        return self.buffered.evidence.evidence()
+
+    def outcome(self, meter: RequestMeter, header: str, for_client: ForClient) -> Outcome:
+        first, rest = self.buffered.replay(for_client)
+        return Outcome(self.opened.entry, self.opened.deployment, meter, header, first=first, rest=rest)
+
+    async def drop(self, meter: RequestMeter) -> None:
+        await self.buffered.aclose()
+        opened, buffered = self.opened, self.buffered
+        meter.escalated(
+            opened.entry, buffered.usage, buffered.num_tokens, "low confidence", deployment=opened.deployment
+        )
+
+
+class WholeAnswers:
+    """Non-stream: a rung's whole answer is judged; a hedge that answers first wins outright."""
+
+    races_hedge = True
+
+    @staticmethod
+    def call(executor: ResilientExecutor) -> Callable[..., Awaitable[Answer]]:
+        return executor.complete
+
+    @staticmethod
+    async def judged(answer: Answer, meter: RequestMeter, tokens: int, budget_s: float) -> Candidate:
+        return WholeCandidate(answer)
+
+    @staticmethod
+    def last(answer: Answer, meter: RequestMeter, header: str) -> Outcome:
+        return Outcome(answer.entry, answer.deployment, meter, header, result=answer.result)
+
+    @staticmethod
+    async def abandon(answer: Answer, meter: RequestMeter) -> None:
+        """An answer that came and was not used (a hedge that lost the verdict's race)."""
+        usage = answer.result.parsed.get("usage")
+        meter.finished(answer.entry, "cancelled", usage, meter.num_chunks, deployment=answer.deployment)
+
+
+class Streams:
+    """Stream: decided before the first byte. A judged rung's stream is held back until
+    `stream_tokens` tokens, its end, or `stream_budget_s` after its first chunk."""
+
+    races_hedge = False
+
+    @staticmethod
+    def call(executor: ResilientExecutor) -> Callable[..., Awaitable[OpenedStream]]:
+        return executor.stream
+
+    @staticmethod
+    async def judged(opened: OpenedStream, meter: RequestMeter, tokens: int, budget_s: float) -> Candidate:
+        buffered = Buffered(opened.first, opened.rest)
+        try:
+            await buffered.fill(tokens, budget_s)
+        except BackendError as exc:  # broke after its first byte: a failed attempt
+            meter.finished(opened.entry, "failed", None, buffered.num_chunks, exc.message, deployment=opened.deployment)
+            await buffered.aclose()
+            raise
+        except BaseException:
+            meter.finished(opened.entry, "cancelled", buffered.usage, buffered.num_tokens, deployment=opened.deployment)
+            await buffered.aclose()
+            raise
+        return StreamCandidate(opened, buffered)
+
+    @staticmethod
+    def last(opened: OpenedStream, meter: RequestMeter, header: str) -> Outcome:
+        return Outcome(opened.entry, opened.deployment, meter, header, first=opened.first, rest=opened.rest)
+
+    @staticmethod
+    async def abandon(opened: OpenedStream, meter: RequestMeter) -> None:
+        """An opened stream nobody will read."""
+        await opened.rest.aclose()  # type: ignore[attr-defined]
+        if not meter.is_closed:
+            num_chunks = 1 if opened.first is not None else 0
+            meter.finished(opened.entry, "cancelled", None, num_chunks, deployment=opened.deployment)
+
+
+Kind = type[WholeAnswers] | type[Streams]
+
+
+class RungTasks:
+    """One task per rung, each metered by its own fork of the request's meter. Judged rungs get the
+    request with logprobs; the last rung gets the client's request as it came."""
+
+    def __init__(
+        self,
+        rungs: list[ModelEntry],
+        request: AnyRequest,
+        judged_request: AnyRequest,
+        ctx: RequestContext,
+        needed: dict[str, str],
+        call: Callable[..., Awaitable[Any]],
+        *,
+        hedge: bool,
+    ) -> None:
+        self.rungs, self.request, self.judged_request, self.ctx = rungs, request, judged_request, ctx
+        self.needed, self.call, self.hedge = needed, call, hedge
+        self.tasks: dict[int, asyncio.Task] = {}
+        self.meters: dict[int, RequestMeter] = {}
+        self.handed_over: set[int] = set()
+
+    def request_of(self, i: int) -> AnyRequest:
+        return self.request if i == len(self.rungs) - 1 else self.judged_request
+
+    async def reserve(self, i: int) -> bool:
+        """Hold rung i's worst-case cost in the caller's budgets before starting it (True: it fits)."""
+        return await self.ctx.reserve_for(self.rungs[i].name, self.request_of(i))
+
+    async def reserve_or_refuse(self, i: int) -> None:
+        """Rung i is the only way to an answer (the first, or the one above a failed rung), if the
+        budget allows it."""
+        if not await self.reserve(i):
+            why = f"The cascade's {self.rungs[i - 1].name} failed, and w" if i > 0 else "W"
+            raise BudgetExceeded(
+                f"{why}hat is left of the budget does not cover {self.rungs[i].name}.", retry_after_s=1
+            )
+
+    def start(self, i: int) -> asyncio.Task:
+        if i not in self.tasks:
+            climbed_from = self.rungs[i - 1].name if i > 0 else None
+            is_hedge = self.hedge and i == 1 and 0 in self.tasks and not self.tasks[0].done()
+            self.meters[i] = self.ctx.meter.fork(escalated_from=climbed_from, is_hedge=is_hedge)
+            rung_ctx = self.ctx.with_meter(self.meters[i])
+            self.tasks[i] = asyncio.ensure_future(self._rung(self.rungs[i], self.request_of(i), rung_ctx))
+        return self.tasks[i]
+
+    async def _rung(self, entry: ModelEntry, request: AnyRequest, ctx: RequestContext) -> Any:
+        """One rung through the resilience layer (which meters a cancellation), in its own task.
+        Its fallbacks must serve what the client's request needs, whatever the rung is asked."""
+        with child_span("cascade rung", rung=entry.name):
+            return await self.call(entry, request, ctx, self.needed)
+
+    def hand_over(self, i: int, outcome: Outcome) -> Outcome:
+        self.handed_over.add(i)
+        return outcome
+
+    async def close(self, kind: Kind) -> None:
+        """Every rung's task not handed over to the relay: cancelled, or its answer dropped, metered once."""
+        for i, task in self.tasks.items():
+            if i in self.handed_over:
+                continue
+            if not task.done():
+                await cancel_and_wait(task)  # the resilience layer metered the cancellation
+            elif not task.cancelled() and task.exception() is None:
+                await kind.abandon(task.result(), self.meters[i])

@@ -1,0 +1,108 @@
+"""Where a request goes, decided before any call and before the first byte.
+
+In this order: the caller's rate limits, then the route (`auto`), the cascade's first rung that
+can serve the request (`cascade`) or the named model and its capabilities, then saturation
+admission, then the worst-case reservation in the caller's budgets, then the cascade's plan when
+the admitted model is a rung. A request no model may serve is refused here, before any call: like
+every 400 before a call, it is not metered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from switchyard.backends.base import AnyRequest
+from switchyard.backends.registry import ModelEntry
+from switchyard.billing.context import RequestContext
+from switchyard.billing.limits.errors import RateLimitExceeded
+from switchyard.billing.teams import Team
+from switchyard.cascade.runtime import Plan
+from switchyard.core.capabilities import unsupported
+from switchyard.core.errors import ModelNotAllowed
+from switchyard.core.estimates import worst_case_tokens
+from switchyard.proxy.routing import CASCADE_MODEL, auto_not_configured, cascade_not_configured
+from switchyard.proxy.services import Services
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """What the client asked of routing in its headers."""
+
+    quality: str | None = None  # x-switchyard-quality
+    cascade_mode: str | None = None  # x-switchyard-cascade
+    priority: str | None = None  # how it meets a saturated model: its team's tier, else x-switchyard-priority
+
+
+@dataclass(slots=True)
+class Decision:
+    """Where a request goes, and why (the headers that explain it)."""
+
+    entry: ModelEntry
+    headers: dict[str, str]
+    needed: dict[str, str]  # what the request needs of a model (`core.capabilities.needs`)
+    plan: Plan | None = None  # the cascade's rungs, when the cascade answers
+    score: float | None = None  # the classifier's (auto)
+    ceiling: str | None = None  # the strongest model the route could have reached (auto, cascade)
+
+
+def _allowed(team: Team | None, entry: ModelEntry, asked_for: str) -> ModelEntry:
+    if team is not None and not team.may_use(entry.name):
+        raise ModelNotAllowed(f"Team '{team.name}' may not use model '{asked_for}'.", param="model")
+    return entry
+
+
+async def decide(
+    services: Services, parsed: AnyRequest, ctx: RequestContext, asked: Asked, needed: dict[str, str]
+) -> Decision:
+    principal, team = ctx.principal, ctx.team
+    try:
+        rate = await services.budgets.check_rate(principal, worst_case_tokens(parsed))
+    except RateLimitExceeded as exc:
+        services.metrics.rate_limit_refused(team.name if team is not None else None, exc.limit)
+        raise
+    headers: dict[str, str] = rate.headers() if rate is not None else {}
+    is_near = False
+    score = ceiling = None
+    if parsed.model == "auto":
+        if services.auto_router is None:
+            raise auto_not_configured()
+        # Only "auto" routes by what is left; everything else is held to its reservation below.
+        headroom = await services.budgets.headroom(principal)
+        decision = await services.auto_router.route(parsed, asked.quality, team, headroom, needed)
+        entry, score = decision.entry, decision.score
+        ceiling = services.auto_router.strongest(team).name
+        headers["x-switchyard-route"] = decision.reason
+        if decision.score is not None:
+            headers["x-switchyard-score"] = f"{decision.score:.4f}"
+        margin = services.cascade.policy.hedge_margin if services.cascade is not None else None
+        is_near = margin is not None and decision.margin is not None and decision.margin <= margin
+    elif parsed.model == CASCADE_MODEL:
+        if services.cascade is None:
+            raise cascade_not_configured()
+        _allowed(team, services.cascade.rungs[0].entry, CASCADE_MODEL)  # the cascade is the team's if its first rung is
+        first, notes = services.cascade.first_capable(needed)
+        entry = _allowed(team, first, CASCADE_MODEL)
+        headers["x-switchyard-route"] = f"cascade->{entry.name}" + "".join(notes)
+    else:
+        entry = _allowed(team, services.registry.get(parsed.model), parsed.model)
+        lacking = entry.capabilities.lacks(needed)
+        if lacking:
+            raise unsupported(entry.name, lacking)
+    admission = await services.saturation.admit(entry, asked.priority, ctx, needed)
+    if admission.is_degraded:
+        headers["x-switchyard-degraded"] = "1"
+    if not await ctx.reserve_for(admission.entry.name, parsed):
+        cost = ctx.worst_case_cost_usd(admission.entry.name, parsed)
+        raise await services.budgets.refusal(principal, (cost, admission.entry.name))
+    plan = None
+    if services.cascade is not None and parsed.model in ("auto", CASCADE_MODEL):
+        planned = services.cascade.plan(admission.entry, parsed, asked.cascade_mode, is_near, ctx, needed=needed)
+        if isinstance(planned, str):
+            headers["x-switchyard-cascade"] = planned
+        else:
+            plan = planned
+            if parsed.model == CASCADE_MODEL or ceiling is None:
+                ceiling = plan.rungs[-1].entry.name
+    if parsed.model == CASCADE_MODEL and ceiling is None:
+        ceiling = admission.entry.name
+    return Decision(admission.entry, headers, needed, plan, score, ceiling)

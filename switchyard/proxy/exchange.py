@@ -1,0 +1,230 @@
+"""One API request from its handler's first line to its last byte, and the one place it ends: the
+request count (`switchyard_requests_total` and the duration histograms) and the request log's line,
+both from values the handler got back along the way (the caller, the parsed request, the relay's
+`Relayed`), never read back from the response or the ASGI scope.
+
+- Model requests (`serve_model_request`): chat completions, completions, responses.
+- Every other `/v1/` endpoint (`LoggedRoute`: a log line).
+- A `/v1/` path or method nothing serves (`not_routed`: the 404 or 405, logged, and counted when
+  the path is a model's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from fastapi.routing import APIRoute
+from starlette.background import BackgroundTask
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+
+from switchyard.backends.base import AnyRequest
+from switchyard.billing.directory import UnknownKey
+from switchyard.billing.teams import Principal
+from switchyard.core.errors import SwitchyardError
+from switchyard.core.metrics import route_of
+from switchyard.core.protocol import WireRequest
+from switchyard.core.tracing import annotate_request
+from switchyard.proxy.access import authenticate, saturation_priority
+from switchyard.proxy.answer_shape import PASS_THROUGH, AnswerShape, error_response
+from switchyard.proxy.body import read_request
+from switchyard.proxy.decide import Asked
+from switchyard.proxy.relay import Relayed, relay
+from switchyard.proxy.request_log import CLIENT_CLOSED_REQUEST, RequestLine, write_line
+from switchyard.proxy.services import Services, services_of
+
+MODEL_PATHS = frozenset(("/v1/chat/completions", "/v1/completions", "/v1/responses"))
+AUTO_NAMES = ("auto", "cascade")
+
+W = TypeVar("W", bound=WireRequest)
+# How an API's request becomes the chat path's request, and how its answer is written.
+Prepare = Callable[[Any, Services], tuple[AnyRequest, AnswerShape]]
+
+
+def _as_it_came(parsed: Any, services: Services) -> tuple[AnyRequest, AnswerShape]:
+    return parsed, PASS_THROUGH
+
+
+def _line(request: Request) -> RequestLine:
+    return RequestLine(
+        request_id=request.state.request_id,
+        method=request.method,
+        path=request.url.path,
+        started_at=time.time(),
+        client_request_id=request.state.client_request_id,
+    )
+
+
+def _note_caller(line: RequestLine, principal: Principal | None) -> None:
+    if principal is not None:
+        line.team, line.key_id = principal.team.name, principal.key.id
+        annotate_request(team=principal.team.name)
+
+
+async def serve_model_request(request: Request, wire: type[W], prepare: Prepare = _as_it_came) -> Response:
+    """Authenticate, read and validate the body, relay it; end the request (counted, logged) when
+    its response is over, whatever ends it: the answer, a refusal, the client leaving, a bug."""
+    services = services_of(request)
+    loop = asyncio.get_running_loop()
+    started_at = loop.time()
+    line = _line(request)
+    relayed: Relayed | None = None
+    try:
+        try:
+            principal = authenticate(services, request)  # before the body: a caller without a key learns that first
+            _note_caller(line, principal)
+            asked = await read_request(request, wire, services.settings.server)
+            line.requested_model, line.is_stream = asked.model, bool(asked.stream)
+            parsed, shape = prepare(asked, services)
+            if services.settings.logging.prompts:
+                line.prompt = parsed.model_dump(mode="json", include={"messages", "prompt"}, exclude_none=True)
+            routing = Asked(
+                quality=request.headers.get("x-switchyard-quality"),
+                cascade_mode=request.headers.get("x-switchyard-cascade"),
+                priority=saturation_priority(services, request, principal),
+            )
+            relayed = await relay(services, request, principal, parsed, routing, shape)
+            response, status = relayed.response, relayed.status
+        except SwitchyardError as exc:
+            line.requested_model = line.requested_model or exc.requested_model
+            response, status = error_response(exc), exc.status_code
+    except BaseException as exc:  # the client left (499), the server is stopping, or a bug (500)
+        cut = isinstance(exc, asyncio.CancelledError | ClientDisconnect)
+        end_exchange(services, line, relayed, CLIENT_CLOSED_REQUEST if cut else 500, started_at)
+        raise
+
+    def end() -> None:
+        end_exchange(services, line, relayed, status, started_at)
+
+    response.background = _then(response.background, end)
+    return response
+
+
+def _then(background: BackgroundTask | None, end: Callable[[], None]) -> BackgroundTask:
+    """`background` (a stream's settlement), then `end`, however the first ends."""
+
+    async def run() -> None:
+        try:
+            if background is not None:
+                await background()
+        finally:
+            end()
+
+    return BackgroundTask(run)
+
+
+def end_exchange(
+    services: Services, line: RequestLine, relayed: Relayed | None, status: int, started_at: float
+) -> None:
+    """The request is over: counted once, and its line written."""
+    now = asyncio.get_running_loop().time()
+    line.status = status
+    if relayed is not None:
+        _count_relayed(services, line, relayed, now - relayed.started_at)
+    else:
+        _count_refused(services, line.requested_model or "", status)
+    if services.settings.logging.requests:
+        write_line(line, now - started_at, services.settings.logging.format)
+
+
+def _count_relayed(services: Services, line: RequestLine, relayed: Relayed, duration_s: float) -> None:
+    registry, metrics = services.registry, services.metrics
+    decision, answered, meter = relayed.decision, relayed.answered, relayed.meter
+    requested = line.requested_model or ""
+    if meter is not None:
+        line.totals = meter.totals
+    if decision is not None:
+        line.route = decision.headers.get("x-switchyard-route")
+        cascade = answered.cascade if answered is not None else None
+        line.cascade = cascade or decision.headers.get("x-switchyard-cascade")
+    if answered is not None:
+        model, backend = answered.entry.name, answered.deployment
+        line.model, line.backend = model, backend
+    elif decision is not None:
+        model, backend = decision.entry.name, decision.entry.backend_kind
+    else:  # refused before routing
+        model, backend = model_label(services, requested), ""
+    entry = registry.find(model)
+    is_cascade = decision is not None and decision.plan is not None
+    if decision is not None and answered is not None and answered.entry is not decision.entry and not is_cascade:
+        metrics.fell_back(decision.entry.name, answered.entry.name)  # one of the routed model's fallbacks answered
+    tier = (entry.tier or "") if entry is not None else ""
+    metrics.request_done(
+        model=model, backend=backend, tier=tier, route=route_of(requested), status=relayed.status, duration_s=duration_s
+    )
+    if relayed.is_whole and not is_cascade and meter is not None and meter.upstream_s > 0:
+        metrics.overhead.observe(max(duration_s - meter.upstream_s, 0.0))
+
+
+def model_label(services: Services, requested: str) -> str:
+    """The `model` label for a request that named `requested` and was refused before a model was
+    picked: that name if it is configured (or auto, cascade), else "" (never a client's free text)."""
+    return requested if requested in AUTO_NAMES or services.registry.find(requested) is not None else ""
+
+
+def _count_refused(services: Services, requested: str, status: int) -> None:
+    """A model request that ended before the relay took it: counted, with the labels the relay gives
+    its own refusals; no backend, no duration (it never ran)."""
+    entry = services.registry.find(requested)
+    services.metrics.request_refused(
+        model=model_label(services, requested),
+        tier=(entry.tier or "") if entry is not None else "",
+        route=route_of(requested),
+        status=status,
+    )
+
+
+class LoggedRoute(APIRoute):
+    """A `/v1/` endpoint other than a model's: its request-log line, when its response is over."""
+
+    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        handler = super().get_route_handler()
+
+        async def logged(request: Request) -> Response:
+            services = services_of(request)
+            if not services.settings.logging.requests:
+                return await handler(request)
+            loop = asyncio.get_running_loop()
+            started_at = loop.time()
+            line = _line(request)
+            _note_caller(line, _identify(services, request))
+            form = services.settings.logging.format
+            try:
+                response = await handler(request)
+            except BaseException as exc:
+                cut = isinstance(exc, asyncio.CancelledError | ClientDisconnect)
+                line.status = CLIENT_CLOSED_REQUEST if cut else getattr(exc, "status_code", 500)
+                write_line(line, loop.time() - started_at, form)
+                raise
+            line.status = response.status_code
+
+            def end() -> None:
+                write_line(line, loop.time() - started_at, form)
+
+            response.background = _then(response.background, end)
+            return response
+
+        return logged
+
+
+def _identify(services: Services, request: Request) -> Principal | None:
+    """The caller, for the log line only (the endpoint authenticates for itself)."""
+    try:
+        return services.directory.authenticate(request.headers.get("authorization"))
+    except UnknownKey:
+        return None
+
+
+def not_routed(request: Request, status: int) -> None:
+    """Under /v1/, a path nothing serves (404) or a method its route does not serve (405): logged,
+    and counted when the path is a model's (the router's own refusals, see `error_handlers`)."""
+    services = services_of(request)
+    line = _line(request)
+    line.status = status
+    if request.url.path in MODEL_PATHS:
+        _count_refused(services, "", status)
+    if services.settings.logging.requests:
+        write_line(line, 0.0, services.settings.logging.format)
