@@ -84,6 +84,8 @@ def _refused_before_sending(exc: BaseException) -> bool:
 
 
 class CommercialBackend(Backend):
+    label: str  # one deployment, always labelled
+
     def __init__(
         self,
         name: str,

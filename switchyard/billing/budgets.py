@@ -16,7 +16,6 @@ import calendar
 import datetime as dt
 import logging
 import time
-import uuid
 from collections.abc import Iterable, Sequence
 
 from switchyard.billing.limits import BudgetScope, Limiter, LimitsUnavailable, RateScope, RateStatus
@@ -140,9 +139,10 @@ class Budgets:
                     ratios[team.name] = max(ratios.get(team.name, 0.0), spent / limit)
         return ratios
 
-    def open(self, principal: Principal | None, started_at: float | None = None) -> Spending:
+    def open(self, principal: Principal | None, request_id: str, started_at: float | None = None) -> Spending:
         """One request's spending: reserve before each call, settle once at the end."""
-        return Spending(self, budget_scopes(principal), started_at if started_at is not None else time.time())
+        now = started_at if started_at is not None else time.time()
+        return Spending(self, budget_scopes(principal), now, request_id)
 
     async def seed(self, spend_since, scopes: Sequence[BudgetScope]) -> None:
         """Budgets survive a restart: today's and this month's spend, read back from the ledger,
@@ -176,11 +176,11 @@ class Budgets:
 class Spending:
     """One request against its budgets: what it holds in reserve, and what it really cost."""
 
-    def __init__(self, budgets: Budgets, scopes: list[BudgetScope], started_at: float) -> None:
+    def __init__(self, budgets: Budgets, scopes: list[BudgetScope], started_at: float, reservation_id: str) -> None:
         self.budgets = budgets
         self.scopes = scopes
         self.started_at = started_at
-        self.reservation_id = uuid.uuid4().hex
+        self.reservation_id = reservation_id  # unique per request: the request's own id
         self.reserved_usd = 0.0
         self.reserved_for: set[str] = set()  # the models whose worst case is held
         self.cost_usd = 0.0  # every attempt's cost so far

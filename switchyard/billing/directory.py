@@ -50,7 +50,7 @@ class Directory:
         self._keys: dict[bytes, ApiKey] = {}
         self._keys_by_id: dict[str, ApiKey] = {}
         self._version: int | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._apply([], [])
 
     def _apply(self, db_teams: list[Team], db_keys: list[ApiKey]) -> None:

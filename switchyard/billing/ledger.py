@@ -105,7 +105,7 @@ class LedgerWriter:
         self._num_spilled = 0
         self._lock = asyncio.Lock()  # one writer at a time: the task, flush() and aclose()
         self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._is_closing = False
         self._is_closed = False
         self._backoff_s = 0.0
@@ -229,6 +229,7 @@ class LedgerWriter:
             num_replayed = 0
             with aside.open(encoding="utf-8") as file:
                 batches = _read_spill(file, aside, self.batch_size)  # a batch at a time: it may be large
+                batch: list[UsageRecord]
                 try:
                     while batch := await asyncio.to_thread(next, batches, []):
                         await self._insert(batch)

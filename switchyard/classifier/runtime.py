@@ -104,30 +104,32 @@ class MicroBatcher:
                 raise ValueError(f"the scorer returned {len(scores)} scores for {len(texts)} prompts")
         except Exception as exc:  # a scorer bug must not take routing down: callers fall back
             logger.exception("classifier failed on a batch of %d", len(texts))
-            self._settle(batch, None, ScoreUnavailable(f"classifier failed ({type(exc).__name__})"))
+            self._settle(batch, ScoreUnavailable(f"classifier failed ({type(exc).__name__})"))
         except asyncio.CancelledError:
-            self._settle(batch, None, ScoreUnavailable("classifier stopped"))
+            self._settle(batch, ScoreUnavailable("classifier stopped"))
             raise
         else:
             self.num_batches += 1
             self.num_scored += len(texts)
-            self._settle(batch, scores, None)
+            self._settle(batch, scores)
         finally:
             self._batch_task = None
         if self._queued:  # what arrived while the worker was busy goes now, as one batch
             self._start_batch()
 
-    def _settle(self, batch: list[tuple[str, str]], scores: np.ndarray | None, error: Exception | None) -> None:
+    def _settle(self, batch: list[tuple[str, str]], outcome: np.ndarray | Exception) -> None:
+        """Each text of `batch` gets its score from `outcome`, or `outcome` as its error."""
         for i, (key, _) in enumerate(batch):
             future = self._futures.pop(key)
-            if scores is not None:
-                value = float(scores[i])
+            if isinstance(outcome, Exception):
+                if not future.done():
+                    future.set_exception(outcome)
+                    future.exception()  # retrieved: a caller that already left must not log it as lost
+            else:
+                value = float(outcome[i])
                 self._remember(key, value)
                 if not future.done():
                     future.set_result(value)
-            elif not future.done():
-                future.set_exception(error)
-                future.exception()  # retrieved: a caller that already left must not log it as lost
 
     def _score_on_worker(self, texts: list[str]) -> np.ndarray:
         # The worker shares the machine's cores with the event loop; BLAS threads spinning on the

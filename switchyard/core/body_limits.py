@@ -65,15 +65,15 @@ def check_body_limits(payload: dict[str, Any], limits: BodyLimits) -> None:
             raise too_deep_error(limits.max_json_depth, name)
 
 
-def _is_deeper_than(root: dict | list, max_depth: int) -> bool:
+def _is_deeper_than(root: dict[str, Any] | list[Any], max_depth: int) -> bool:
     """Whether containers nest more than `max_depth` levels, `root` being level 1 (level by level,
     without recursion)."""
-    level: list[dict | list] = [root]
+    level: list[dict[str, Any] | list[Any]] = [root]
     for _ in range(max_depth):
-        below: list[dict | list] = []
+        below: list[dict[str, Any] | list[Any]] = []
         append = below.append
         for node in level:
-            for child in node.values() if type(node) is dict else node:
+            for child in node.values() if isinstance(node, dict) else node:
                 if type(child) in _CONTAINERS:
                     append(child)
         if not below:

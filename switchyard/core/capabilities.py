@@ -61,7 +61,8 @@ def _fields(request: Any) -> dict[str, Any]:
     only), else its attributes with a pydantic model's extra fields."""
     if isinstance(request, WireRequest) and (payload := request.payload) is not None:
         return payload
-    return vars(request) | (getattr(request, "model_extra", None) or {})
+    extra: dict[str, Any] = getattr(request, "model_extra", None) or {}
+    return {**vars(request), **extra}
 
 
 def needs(request: Any) -> dict[str, str]:

@@ -34,7 +34,22 @@ never sends a stack trace.
 
 from __future__ import annotations
 
+from typing import Any, TypedDict, Unpack
+
 import orjson
+
+
+class _ErrorOptions(TypedDict, total=False):
+    """`SwitchyardError`'s keyword arguments, for subclasses that pass them on."""
+
+    param: str | None
+    code: str | None
+    retry_after_s: float | None
+
+
+class _BackendErrorOptions(_ErrorOptions, total=False):
+    backend: str | None
+    detail: str | None
 
 
 class SwitchyardError(Exception):
@@ -63,7 +78,7 @@ class SwitchyardError(Exception):
         """What the log says: the message, with what only operators should read (`BackendError.detail`)."""
         return self.message
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "message": self.message,
             "type": self.error_type,
@@ -80,7 +95,7 @@ class SwitchyardError(Exception):
 class InvalidRequest(SwitchyardError):
     status_code = 400
     error_type = "invalid_request_error"
-    code = None
+    code: str | None = None
 
 
 class MalformedJSON(InvalidRequest):
@@ -193,9 +208,16 @@ class BackendError(SwitchyardError):
 
     status_code = 502
     error_type = "upstream_error"
-    code = "upstream_error"
+    code: str | None = "upstream_error"
 
-    def __init__(self, message: str, *, backend: str | None = None, detail: str | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        backend: str | None = None,
+        detail: str | None = None,
+        **kwargs: Unpack[_ErrorOptions],
+    ) -> None:
         super().__init__(message, **kwargs)
         self.backend = backend
         self.detail = detail
@@ -209,9 +231,9 @@ class BackendRejected(BackendError):
     """The upstream refused the request as invalid (its 4xx); the client hears the same status."""
 
     error_type = "invalid_request_error"
-    code = None
+    code: str | None = None
 
-    def __init__(self, message: str, *, status_code: int, **kwargs) -> None:
+    def __init__(self, message: str, *, status_code: int, **kwargs: Unpack[_BackendErrorOptions]) -> None:
         super().__init__(message, **kwargs)
         self.status_code = status_code
 

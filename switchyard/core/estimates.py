@@ -6,6 +6,8 @@ limits count the tokens (prompt plus the answer budget, as OpenAI counts them).
 
 from __future__ import annotations
 
+from typing import cast
+
 from switchyard.core.prices import Price, estimate_tokens
 from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest, message_text
 
@@ -24,12 +26,13 @@ def routing_text(request: ChatCompletionRequest | CompletionRequest) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def _prompts(request: CompletionRequest) -> list:
+def _prompts(request: CompletionRequest) -> list[str | list[int]]:
     """A completions request's prompts: one string, one list of token ids, or a batch of either."""
     prompt = request.prompt
     if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)):
         return [prompt]
-    return list(prompt)
+    # a batch; mypy cannot tell list[int] out by its first item
+    return list(cast("list[str] | list[list[int]]", prompt))
 
 
 def estimated_prompt_tokens(request: ChatCompletionRequest | CompletionRequest) -> int:

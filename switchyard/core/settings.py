@@ -12,7 +12,7 @@ The built-in default config and `load_settings()` live in `switchyard.backends.d
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, SecretStr, Tag, ValidationError, model_validator
@@ -392,16 +392,22 @@ class _UnknownBackend(BaseModel):
     backend: Literal["openai", "vllm", "litellm", "embedded"]
 
 
-ModelSettings = Annotated[
-    Annotated[OpenAIModel, Tag("openai")]
-    | Annotated[VLLMModel, Tag("vllm")]
-    | Annotated[LiteLLMModel, Tag("litellm")]
-    | Annotated[EmbeddedModel, Tag("embedded")]
-    | Annotated[_UnknownBackend, Tag("unknown")],
-    Discriminator(_backend_of),
-]
-"""A model's settings: one class per `backend`, each with only its own fields."""
 AnyModelSettings = OpenAIModel | VLLMModel | LiteLLMModel | EmbeddedModel
+
+# A model's settings: one class per `backend`, each with only its own fields.
+if TYPE_CHECKING:
+    # _UnknownBackend never validates (its Literal refuses every tag routed to it), so a
+    # validated model is always one of the four classes.
+    ModelSettings: TypeAlias = AnyModelSettings
+else:
+    ModelSettings = Annotated[
+        Annotated[OpenAIModel, Tag("openai")]
+        | Annotated[VLLMModel, Tag("vllm")]
+        | Annotated[LiteLLMModel, Tag("litellm")]
+        | Annotated[EmbeddedModel, Tag("embedded")]
+        | Annotated[_UnknownBackend, Tag("unknown")],
+        Discriminator(_backend_of),
+    ]
 
 
 class Settings(BaseSettings):

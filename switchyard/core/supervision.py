@@ -45,7 +45,7 @@ class SupervisedTask:
         self.num_restarts = 0
         self.last_error: str | None = None
         self.last_failed_at: float | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         if self._task is None:

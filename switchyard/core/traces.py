@@ -16,7 +16,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Literal
 
 import orjson
 
@@ -112,7 +112,7 @@ def trace_from_dict(raw: Any, where: str = "trace") -> Trace:
     )
 
 
-def _open(path: Path, mode: str):
+def _open(path: Path, mode: Literal["rb", "wb"]) -> gzip.GzipFile | BinaryIO:
     return gzip.open(path, mode) if path.suffix == ".gz" else path.open(mode)
 
 

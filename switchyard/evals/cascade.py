@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 
@@ -132,7 +133,23 @@ def pick_threshold(
     return int(allowed[np.flatnonzero(curve.quality[allowed] >= best - 1e-12)][0])
 
 
-def operating_point(data: CascadeData, confidence: np.ndarray, threshold: float) -> dict[str, float]:
+class OperatingPoint(TypedDict):
+    """The cascade at one threshold; `auroc` and `pgr` are None where they are undefined."""
+
+    quality: float
+    cost_usd: float
+    escalation_rate: float
+    auroc: float | None
+    pgr: float | None
+    quality_weak: float
+    quality_strong: float
+    cost_weak_usd: float
+    cost_strong_usd: float
+    num_prompts: int
+    num_unjudged: int
+
+
+def operating_point(data: CascadeData, confidence: np.ndarray, threshold: float) -> OperatingPoint:
     escalate = confidence < threshold
     quality = float(np.where(escalate, data.q_strong, data.q_weak).mean())
     cost = float((data.c_weak + escalate * data.c_strong).mean())
@@ -212,8 +229,8 @@ class CascadeReport:
     scorer: Scorer
     threshold: float
     target: dict[str, float]
-    train: dict[str, float]
-    test: dict[str, float]
+    train: OperatingPoint
+    test: OperatingPoint
     train_auroc: dict[str, float | None]
     test_auroc: dict[str, float | None]
     curve: CascadeCurve

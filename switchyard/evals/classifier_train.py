@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import platform
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,7 +84,7 @@ def _apgr(outcomes: Outcomes, scores: np.ndarray) -> float:
 
 
 def train(
-    datasets: dict[str, Sequence[Trace]],
+    datasets: Mapping[str, Sequence[Trace]],
     weak: str,
     strong: str,
     encode: Callable[[list[str]], np.ndarray],
@@ -135,7 +135,7 @@ def train(
                 label = f"{kind} C={c}" + (" +subject-prior" if use_prior else "")
                 scores_by_choice[label] = float(np.mean(per_dataset))
                 choices[label] = (kind, c, use_prior)
-    best = max(scores_by_choice, key=scores_by_choice.get)
+    best = max(scores_by_choice, key=lambda label: scores_by_choice[label])
     kind, c, use_prior = choices[best]
     y = target(outcomes, kind)
     subject_prior = None

@@ -128,6 +128,7 @@ def thresholds(
     )
     test_point = operating_point(test, test_scores, value)
     test_point["apgr"] = round(metrics.apgr(test.curve(test_scores), test.quality_weak, test.quality_strong), 6)
+    train_point = operating_point(train, train_scores, value)
     section = {
         "router": router,
         "threshold": value,
@@ -140,7 +141,7 @@ def thresholds(
             "num_train": len(train.traces),
             "num_test": len(test.traces),
         },
-        "train": operating_point(train, train_scores, value),
+        "train": train_point,
         "test": test_point,
     }
     try:
@@ -148,7 +149,7 @@ def thresholds(
     except ThresholdsError as exc:
         raise cli_error(str(exc)) from exc
     typer.echo(f"{router}: route to {strong} when score >= {value:.6g}")
-    for name, point in (("train", section["train"]), ("test", test_point)):
+    for name, point in (("train", train_point), ("test", test_point)):
         typer.echo(
             f"  {name:5}: {point['strong_share'] * 100:.1f}% strong calls, quality {point['quality']:.3f} "
             f"(PGR {point['pgr']:.3f}), ${point['cost_usd_per_1k']:.4f} / 1k prompts"

@@ -202,9 +202,10 @@ class Collector:
             models = dict(existing.get(item.id, {}))
             missing = [e for e in self.entries if e.name not in models]
             outcomes = await asyncio.gather(*(one(e, item) for e in missing))
-            if any(o is None for o in outcomes):
+            answered = [o for o in outcomes if o is not None]
+            if len(answered) < len(outcomes):
                 return  # not written: a later run asks again
-            models |= {e.name: o for e, o in zip(missing, outcomes, strict=True)}
+            models |= {e.name: o for e, o in zip(missing, answered, strict=True)}
             trace = Trace(item.id, item.prompt, item.category, item.split, models)
             with out.open("ab") as handle:
                 handle.write(orjson.dumps(trace.to_dict()) + b"\n")

@@ -27,6 +27,7 @@ def pick_threshold(
         reached = np.flatnonzero(curve.quality >= quality_fraction * train.quality_strong)
         index = int(reached[0]) if len(reached) else len(curve.quality) - 1
     else:
+        assert max_strong_share is not None  # exactly one target: checked above
         allowed = np.flatnonzero(curve.strong_share <= max_strong_share + 1e-12)
         index = int(allowed[np.argmax(curve.quality[allowed])])
     threshold = float(curve.thresholds[index])

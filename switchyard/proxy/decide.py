@@ -99,7 +99,7 @@ async def decide(
         planned = services.cascade.plan(admission.entry, parsed, asked.cascade_mode, is_near, ctx, needed=needed)
         if isinstance(planned, str):
             headers["x-switchyard-cascade"] = planned
-        else:
+        elif planned is not None:  # None: admission degraded the request to a model that is no rung
             plan = planned
             if parsed.model == CASCADE_MODEL or ceiling is None:
                 ceiling = plan.rungs[-1].entry.name

@@ -22,6 +22,7 @@ import fcntl
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -34,6 +35,9 @@ from switchyard.billing.limits import LimitsUnavailable
 from switchyard.core.metrics import multiprocess_dir
 from switchyard.proxy.saturation import is_saturated
 
+MultiprocessMode: TypeAlias = Literal[
+    "all", "liveall", "min", "livemin", "max", "livemax", "sum", "livesum", "mostrecent", "livemostrecent"
+]  # prometheus-client's multiprocess_mode
 BREAKER_STATES = {"closed": 0, "half-open": 1, "open": 2}
 SHARED_SYNC_INTERVAL_S = 1.0
 
@@ -63,7 +67,7 @@ class LiveFamily:
     help_text: str
     labels: tuple[str, ...] = ()
     # several workers: how their values combine (prometheus-client's multiprocess_mode); counters add up
-    mode: str = "livemax"
+    mode: MultiprocessMode = "livemax"
     samples: list[tuple[tuple[str, ...], float]] = field(default_factory=list)
 
     def add(self, label_values: Iterable[str], value: float) -> None:
@@ -77,7 +81,7 @@ class LiveFamily:
         return family
 
 
-def _gauge(name: str, help_text: str, labels: tuple[str, ...] = (), mode: str = "livemax") -> LiveFamily:
+def _gauge(name: str, help_text: str, labels: tuple[str, ...] = (), mode: MultiprocessMode = "livemax") -> LiveFamily:
     return LiveFamily(name, "gauge", help_text, labels, mode)
 
 

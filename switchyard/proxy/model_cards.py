@@ -71,6 +71,6 @@ def _any_of(entries: Sequence[ModelEntry]) -> dict[str, Any]:
     """Each capability at least one entry has; the largest context window (None if one is unknown)."""
     each = [entry.capabilities for entry in entries]
     combined: dict[str, Any] = {name: any(getattr(c, name) for c in each) for name in CAPABILITY_NAMES}
-    windows = [c.context_window for c in each]
-    combined["context_window"] = None if None in windows else max(windows)
+    windows = [c.context_window for c in each if c.context_window is not None]
+    combined["context_window"] = max(windows) if len(windows) == len(each) else None
     return combined

@@ -117,7 +117,7 @@ async def relay(
     this = asyncio.current_task()
     assert this is not None
     started_at = asyncio.get_running_loop().time()
-    spending = services.budgets.open(principal)
+    spending = services.budgets.open(principal, request.state.request_id)
     release = services.tier_slots.enter(principal, parsed)  # a priority tier's caps: refused before metering
     if release is not None:
         spending.on_settle(release)

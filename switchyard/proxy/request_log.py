@@ -13,14 +13,16 @@ request up.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import logging
+import os
 import queue
 import sys
+import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from logging.handlers import QueueHandler, QueueListener
-from typing import Any
+from typing import Any, TextIO
 
 import orjson
 
@@ -107,29 +109,90 @@ def _text_value(value: Any) -> str:
 
 
 def write_line(line: RequestLine, duration_s: float, form: str) -> None:
-    """Hand the line to the log's writer thread; a log line never fails a request."""
+    """The line to stdout's writer thread (`switchyard serve`), else to the `switchyard.requests`
+    logger (an application that embeds the proxy, tests); a log line never fails a request."""
     try:
-        if logger.isEnabledFor(logging.INFO):
+        writer = _writer
+        if writer is not None:
+            writer.put(render(line.fields(duration_s), form))
+        elif logger.isEnabledFor(logging.INFO):
             logger.info(render(line.fields(duration_s), form))
     except Exception:
         logging.getLogger("switchyard").exception("could not write the request log line")
 
 
+class _LineWriter(logging.Handler):
+    """The request log's lines to a stream, written by a thread of its own: the event loop only
+    appends a line to a batch, and hands the batch over every `batch_wait_s` (or when it is large);
+    the thread writes it with one write and one flush. A slow stdout never holds a request up, and
+    neither thread wakes the other for every line."""
+
+    batch_wait_s = 0.05
+    max_batch = 2000
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__()
+        self.stream = stream
+        self.batch: list[str] = []
+        self.fd = stream.fileno()
+        self.batches: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._handing_over = False
+        self.thread = threading.Thread(target=self._write_forever, name="switchyard-request-log", daemon=True)
+        self.thread.start()
+        atexit.register(self.close)  # the lines still waiting are written before the process exits
+
+    def put(self, line: str) -> None:
+        self.batch.append(line)
+        if len(self.batch) >= self.max_batch:
+            self._hand_over()
+        elif not self._handing_over:
+            try:
+                asyncio.get_running_loop().call_later(self.batch_wait_s, self._hand_over)
+                self._handing_over = True
+            except RuntimeError:  # no event loop in this thread: hand it over at once
+                self._hand_over()
+
+    def _hand_over(self) -> None:
+        self._handing_over = False
+        if self.batch:
+            batch, self.batch = self.batch, []
+            self.batches.put(("\n".join(batch) + "\n").encode())
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.put(record.getMessage())
+
+    def _write_forever(self) -> None:
+        while (data := self.batches.get()) is not None:
+            try:
+                self.stream.flush()  # what else was printed first
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self.fd, view) :]
+            except Exception:  # a log line must never take the proxy down
+                pass
+
+    def close(self) -> None:
+        if self.thread.is_alive():
+            self._hand_over()
+            self.batches.put(None)
+            self.thread.join(timeout=5)
+        super().close()
+
+
 def install_request_log_handler(settings: LoggingSettings) -> None:
     """Send the request log to stdout, one line each, unformatted (the line is already rendered),
-    through a queue that a thread of its own writes out. Called by `switchyard serve`; an embedding
-    application configures logging itself."""
+    written by a thread of its own. Called by `switchyard serve`; an embedding application
+    configures logging itself."""
+    global _writer
     if not settings.requests:
         return
-    if not any(getattr(handler, "_switchyard_requests", False) for handler in logger.handlers):
-        lines: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
-        stdout = logging.StreamHandler(sys.stdout)
-        stdout.setFormatter(logging.Formatter("%(message)s"))
-        listener = QueueListener(lines, stdout)
-        listener.start()
-        atexit.register(listener.stop)  # the lines still queued are written before the process exits
-        handler = QueueHandler(lines)
-        handler._switchyard_requests = True  # type: ignore[attr-defined]
-        logger.addHandler(handler)
+    if _writer is None:
+        _writer = _LineWriter(sys.stdout)
+        logger.addHandler(_writer)  # what else logs to `switchyard.requests` goes the same way
     logger.setLevel(logging.INFO)
     logger.propagate = False
+
+
+# The process's stdout writer, once `switchyard serve` installed it: lines skip the logging machinery
+# (a LogRecord, and the caller's frame looked up, for every request).
+_writer: _LineWriter | None = None

@@ -122,11 +122,10 @@ class AutoRouter:
         entry, notes = self._constrain(index, request, team, headroom_usd, needed)
         margin = min(abs(score - t) for t in thresholds) if score is not None and thresholds else None
         kind = notes[-1][0] if notes else kind
+        tier = entry.tier or ""  # always set: every candidate came from models_by_tier
         if self.metrics is not None:
-            self.metrics.route_decided(entry.tier or "", kind)
-        return RouteDecision(
-            entry, reason + "->" + entry.tier + "".join(text for _, text in notes), score, margin, kind
-        )
+            self.metrics.route_decided(tier, kind)
+        return RouteDecision(entry, reason + "->" + tier + "".join(text for _, text in notes), score, margin, kind)
 
     def strongest(self, team: Team | None) -> ModelEntry:
         """The model of the highest tier the team may use: what 'auto' could have reached at most."""

@@ -67,7 +67,7 @@ class TierSlots:
                 retry_after_s=1,
             )
         self.running[name] += 1
-        released = []
+        released: list[bool] = []
 
         def release() -> None:
             if not released:

@@ -116,7 +116,7 @@ class _Supervisor:
             self._signal_workers(signal.SIGKILL if self.num_signals > 1 else signal.SIGTERM)  # one started meanwhile
             for slot in self.slots:
                 slot.process.join()
-                retire_process(slot.process.pid, self.metrics_dir)
+                self._retire(slot.process)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -131,6 +131,10 @@ class _Supervisor:
         process.start()
         logger.info("worker %d started (pid %d)", index, process.pid)
         return _Slot(index, process, time.monotonic())
+
+    def _retire(self, process: SpawnProcess) -> None:
+        if process.pid is not None:  # None only for a process never started, which left nothing
+            retire_process(process.pid, self.metrics_dir)
 
     def _give_up(self, slot: _Slot) -> None:
         slot.process.join()
@@ -147,7 +151,7 @@ class _Supervisor:
         process = slot.process
         lived_s = time.monotonic() - slot.started_at
         process.join()
-        retire_process(process.pid, self.metrics_dir)
+        self._retire(process)
         num_quick_deaths = 0 if lived_s >= STABLE_AFTER_S else slot.num_quick_deaths + 1
         delay_s = min(MAX_RESTART_DELAY_S, MIN_RESTART_DELAY_S * 2 ** (num_quick_deaths - 1)) if num_quick_deaths else 0
         logger.error(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 
 import httpx
 import openai
@@ -20,8 +20,8 @@ HI = [{"role": "user", "content": "hi"}]
 TIMEOUT_S = 30  # bounds a hang only
 
 
-@pytest.fixture
-def saturated():
+@contextmanager
+def _saturated(cascade: dict):
     big, small, load = (
         FakeState(behaviour=FakeBehaviour(words=("big",))),
         FakeState(behaviour=FakeBehaviour(words=("small",))),
@@ -40,7 +40,9 @@ def saturated():
                     "vllm": {"metrics_interval_s": 0.05, "max_waiting": 4},
                 },
                 {"name": "small", "base_url": small_url},
+                {"name": "top", "base_url": small_url},
             ],
+            cascade=cascade,
             resilience={"saturation_wait_s": TIMEOUT_S},  # a priority request waits for the test to clear it
             upstream={"health_timeout_s": TIMEOUT_S},  # a probe a busy machine answers slowly is no outage
         )
@@ -50,6 +52,12 @@ def saturated():
         # the backend starts (and scrapes its replica's load) in the background
         assert wait_until(app.state.services.registry.get("big").backend.is_saturated, timeout_s=TIMEOUT_S)
         yield sdk, big, small, load, app
+
+
+@pytest.fixture
+def saturated():
+    with _saturated({}) as parts:
+        yield parts
 
 
 def _ask(sdk, priority: str | None):
@@ -67,6 +75,19 @@ def test_best_effort_degrades_to_the_smaller_model(saturated):
     metrics = httpx.get(str(sdk.base_url).removesuffix("/v1/") + "/metrics", timeout=TIMEOUT_S).text
     assert "switchyard_degraded_total 1" in metrics
     assert 'switchyard_model_saturated{model="big"} 1' in metrics
+
+
+def test_a_cascade_request_degraded_off_the_ladder_is_answered_by_the_smaller_model():
+    # `small` is no rung of the ladder: the degraded request is answered without the cascade
+    with _saturated({"ladder": ["big", "top"]}) as (sdk, big, small, _, _):
+        raw = sdk.chat.completions.with_raw_response.create(
+            model="cascade", messages=HI, extra_headers={"x-switchyard-priority": "best-effort"}
+        )
+        assert raw.status_code == 200
+        assert raw.headers["x-switchyard-degraded"] == "1"
+        assert raw.headers["x-switchyard-model"] == "small"
+        assert raw.parse().choices[0].message.content.startswith("small")
+        assert big.num_requests == 0
 
 
 def test_standard_goes_ahead(saturated):

@@ -125,14 +125,15 @@ class EmbeddedBackend(Backend):
         self._refuse_what_it_cannot_do(request)
         tokenizer = engine.tokenizer
         is_chat = isinstance(request, ChatCompletionRequest)
-        prompt_ids = (
-            fmt.chat_prompt_ids(tokenizer, request) if is_chat else fmt.completion_prompt_ids(tokenizer, request)
-        )
+        if isinstance(request, ChatCompletionRequest):
+            prompt_ids = fmt.chat_prompt_ids(tokenizer, request)
+        else:
+            prompt_ids = fmt.completion_prompt_ids(tokenizer, request)
         params = fmt.sampling_params(request, len(prompt_ids), engine.limits.context_window, self.default_max_tokens)
         if is_chat and not getattr(tokenizer, "chat_template", None) and len(params.stop) < 4:
             # A base model answering a plain transcript would go on to write the user's next turn.
             params.stop = (*params.stop, fmt.FALLBACK_TURN_STOP)
-        if is_chat:
+        if isinstance(request, ChatCompletionRequest):
             params.constraint = await self._constraint(request)
         return engine, tokenizer, is_chat, prompt_ids, params
 
@@ -170,7 +171,10 @@ class EmbeddedBackend(Backend):
         wants_logprobs = bool(request.logprobs) if is_chat else request.logprobs is not None
         # An answer that may be a tool call is held back until it is whole: only then is it known
         # whether it is a call (sent as tool_calls) or text.
-        holds_back = is_chat and tool_calls.uses_tools(request)
+        tools_request = (
+            request if isinstance(request, ChatCompletionRequest) and tool_calls.uses_tools(request) else None
+        )
+        holds_back = tools_request is not None
         held_text: list[str] = []
         held_logprobs: list[dict] = []
         assembler = fmt.TextAssembler(tokenizer, params.stop)
@@ -206,10 +210,10 @@ class EmbeddedBackend(Backend):
         finally:
             await steps.aclose()
         rest = assembler.flush()
-        if holds_back:
+        if tools_request is not None:
             text = "".join(held_text) + rest
             logprobs = {"content": held_logprobs} if wants_logprobs else None
-            calls = tool_calls.parse_tool_calls(text, request) if finish_reason == "stop" else []
+            calls = tool_calls.parse_tool_calls(text, tools_request) if finish_reason == "stop" else []
             if calls:
                 for index, call in enumerate(calls):
                     yield self._chunk(base, _call_delta(index, call), logprobs if index == 0 else None, None, True)

@@ -20,6 +20,7 @@ import torch
 from transformers import GenerationConfig
 from transformers.generation import ContinuousBatchingConfig
 from transformers.generation.continuous_batching.continuous_api import ContinuousBatchingManager
+from transformers.generation.continuous_batching.input_outputs import ContinuousBatchingIOs
 
 from switchyard.backends.embedded.sampler import SamplingParams, TokenChoice, choose_tokens
 from switchyard.core.errors import BackendError, BackendUnavailable, ContextLengthExceeded
@@ -54,10 +55,12 @@ class _Manager(ContinuousBatchingManager):
     def _create_batch_processor(self):
         processor = super()._create_batch_processor()
         runner = processor.model_runner
+        ios = processor.inputs_and_outputs
+        assert isinstance(ios, ContinuousBatchingIOs)  # the engine turns async batching off
         engine = self._engine
 
         def sample(scores: torch.Tensor, output_ids: torch.Tensor) -> None:
-            rows = [future.state for future in processor.inputs_and_outputs.requests_in_batch if future.has_new_token]
+            rows = [future.state for future in ios.requests_in_batch if future.has_new_token]
             logits = scores[0]
             params = [engine.params_of(state.request_id) for state in rows[: logits.shape[0]]]
             params += [SamplingParams(temperature=0.0)] * (logits.shape[0] - len(params))
@@ -70,7 +73,7 @@ class _Manager(ContinuousBatchingManager):
             for state, choice in zip(rows, choices, strict=False):
                 engine.record_choice(state.request_id, choice)
 
-        runner._sample = sample
+        runner._sample = sample  # type: ignore[method-assign]  # our sampler in place of transformers'
         return processor
 
 

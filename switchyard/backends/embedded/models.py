@@ -101,8 +101,9 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
         gguf.parent, gguf_file=gguf.name, dtype=torch.float32, local_files_only=True
     )
     # save_pretrained refuses a "gguf-quantized" model; the weights are already de-quantised.
-    model.hf_quantizer = None
-    model.is_quantized = False
+    # (transformers declares neither attribute, so torch's Module.__getattr__ types them as Tensor | Module)
+    model.hf_quantizer = None  # type: ignore[assignment]
+    model.is_quantized = False  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     target.parent.mkdir(parents=True, exist_ok=True)

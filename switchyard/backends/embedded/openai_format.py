@@ -53,8 +53,9 @@ def completion_prompt_ids(tokenizer, request: CompletionRequest) -> list[int]:
         prompt = prompt[0]
     if isinstance(prompt, str):
         return tokenizer.encode(prompt)
-    if prompt and all(isinstance(t, int) for t in prompt):
-        return list(prompt)
+    token_ids = [t for t in prompt if isinstance(t, int)]
+    if prompt and len(token_ids) == len(prompt):
+        return token_ids
     raise InvalidRequest("The embedded engine takes one prompt per request.", param="prompt")
 
 

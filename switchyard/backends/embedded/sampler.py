@@ -65,7 +65,7 @@ def choose_tokens(logits: torch.Tensor, params: list[SamplingParams]) -> list[To
         if p.constraint is not None:
             p.constraint.advance(token_id)
         top: list[tuple[int, float]] = []
-        if p.top_logprobs and top_ids is not None:
+        if p.top_logprobs and top_ids is not None and top_values is not None:
             top = list(
                 zip(top_ids[row, : p.top_logprobs].tolist(), top_values[row, : p.top_logprobs].tolist(), strict=True)
             )

@@ -114,14 +114,23 @@ class BucketLevel:
         return (self.capacity - self.level) * 60.0 / self.capacity
 
 
+def _standing(levels: list[BucketLevel], kind: str) -> tuple[int | None, int | None, float | None]:
+    """The tightest bucket of `kind`: its limit, what remains, seconds until it is full again."""
+    of_kind = [b for b in levels if b.kind == kind]
+    if not of_kind:
+        return None, None, None
+    bucket = min(of_kind, key=lambda b: (b.level, -b.reset_s))
+    return bucket.capacity, max(0, math.floor(bucket.level)), max(0.0, bucket.reset_s)
+
+
 def tightest(levels: list[BucketLevel]) -> RateStatus:
-    fields: dict[str, int | float] = {}
-    for kind in ("requests", "tokens"):
-        of_kind = [b for b in levels if b.kind == kind]
-        if not of_kind:
-            continue
-        bucket = min(of_kind, key=lambda b: (b.level, -b.reset_s))
-        fields[f"limit_{kind}"] = bucket.capacity
-        fields[f"remaining_{kind}"] = max(0, math.floor(bucket.level))
-        fields[f"reset_{kind}_s"] = max(0.0, bucket.reset_s)
-    return RateStatus(**fields)
+    limit_requests, remaining_requests, reset_requests_s = _standing(levels, "requests")
+    limit_tokens, remaining_tokens, reset_tokens_s = _standing(levels, "tokens")
+    return RateStatus(
+        limit_requests=limit_requests,
+        remaining_requests=remaining_requests,
+        reset_requests_s=reset_requests_s,
+        limit_tokens=limit_tokens,
+        remaining_tokens=remaining_tokens,
+        reset_tokens_s=reset_tokens_s,
+    )

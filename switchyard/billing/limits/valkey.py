@@ -161,7 +161,12 @@ class ValkeyLimiter:
             periods = {scope.period_id(at): at, scope.period_id(wall_now): wall_now}
             for moment in periods.values():  # a reservation made just after midnight sits in the next period
                 release_keys += self._budget_keys(scope, moment)[1:]
-        args = [reservation_id, to_nano_usd(actual_usd), len(spent_keys), *(scope.keep_s(at) for scope in scopes)]
+        args: list[str | int | float] = [
+            reservation_id,
+            to_nano_usd(actual_usd),
+            len(spent_keys),
+            *(scope.keep_s(at) for scope in scopes),
+        ]
         await self._run(lambda: self._settle(spent_keys + release_keys, args), None)
 
     async def seed_spent(self, scope: BudgetScope, at: float, amount_usd: float) -> None:

@@ -62,7 +62,7 @@ class Sums:
 class RouteSums:
     """Requests of one route label, split by outcome, and what they cost."""
 
-    outcomes: Counter = field(default_factory=Counter)
+    outcomes: Counter[str] = field(default_factory=Counter)
     cost_usd: float = 0.0
 
     @property
@@ -101,7 +101,12 @@ class Aggregator:
     """Feed it records (`add`), then `finish()`; the public dicts hold the report's numbers."""
 
     def __init__(
-        self, *, since: date | None = None, until: date | None = None, team: str | None = None, reservoir_size=4096
+        self,
+        *,
+        since: date | None = None,
+        until: date | None = None,
+        team: str | None = None,
+        reservoir_size: int = 4096,
     ) -> None:
         self.since, self.until, self.team = since, until, team
         self.reservoir_size = reservoir_size

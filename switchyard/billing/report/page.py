@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 from html import escape
+from typing import Any
 
 from switchyard.billing.report.plots import Plot
-from switchyard.billing.report.tables import Table
+from switchyard.billing.report.tables import Cell, Table
 
 FOOTER = "switchyard report --out DIR writes the same numbers as CSV files and summary.json."
 MAX_TABLE_ROWS = 200  # beyond this the page shows the first rows and points at the CSV file
@@ -72,7 +73,7 @@ def percent(value: float | None, scale: float = 100.0) -> str:
     return "—" if value is None else f"{value * scale:.1f}%"
 
 
-def cell(column: str, value) -> tuple[str, bool]:
+def cell(column: str, value: Cell) -> tuple[str, bool]:
     """(text, is_number) for one table cell."""
     if value is None:
         return "—", True
@@ -127,7 +128,7 @@ def _kpi(label: str, value: str, note: str) -> str:
     )
 
 
-def render_kpis(summary: Mapping) -> str:
+def render_kpis(summary: Mapping[str, Any]) -> str:
     saved, escalation, hosting = summary["savings"], summary["escalation"], summary["hosting"]
     tokens = summary["prompt_tokens"] + summary["completion_tokens"]
     self_hosted = hosting.get("self-hosted", {})
@@ -161,7 +162,7 @@ def render_kpis(summary: Mapping) -> str:
     return '<section class="kpis">' + "".join(cards) + "</section>"
 
 
-def period_text(since: date | None, until: date | None, summary: Mapping) -> str:
+def period_text(since: date | None, until: date | None, summary: Mapping[str, Any]) -> str:
     start = since.isoformat() if since else (summary["first_day"] or "the first record")
     end = until.isoformat() if until else (summary["last_day"] or "the last record")
     return f"{start} → {end} (UTC)"
@@ -173,7 +174,7 @@ def render_page(
     until: date | None,
     team: str | None,
     generated_at: datetime,
-    summary: Mapping,
+    summary: Mapping[str, Any],
     plots: Sequence[Plot],
     tables: Mapping[str, Table],
 ) -> str:

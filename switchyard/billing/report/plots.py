@@ -14,6 +14,7 @@ from datetime import date, timedelta
 import matplotlib.dates as mdates
 import numpy as np
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter, ScalarFormatter
 
 from switchyard.billing.report.svg import DRAW_LOCK, Marks, new_figure, plain, to_svg
@@ -54,7 +55,7 @@ class UsdFormatter(ScalarFormatter):
         super().__init__(useOffset=False)
         self.set_powerlimits((-7, 9))  # plain decimals: an exponent apart from a "$" reads wrong
 
-    def __call__(self, x, pos=None) -> str:
+    def __call__(self, x: float, pos: int | None = None) -> str:
         text = super().__call__(x, pos).replace("\N{MINUS SIGN}", "-")
         return ("-$" + text[1:] if text.startswith("-") else "$" + text) if text else text
 
@@ -71,13 +72,13 @@ def _day_axis(ax: Axes, days: list[date]) -> None:
     locator = mdates.AutoDateLocator(minticks=3, maxticks=8)
     ax.xaxis.set_major_locator(locator)
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
-    ax.set_xlim(days[0] - timedelta(days=1), days[-1] + timedelta(days=1))
+    # matplotlib's stubs take no dates; its date converter does
+    ax.set_xlim(days[0] - timedelta(days=1), days[-1] + timedelta(days=1))  # type: ignore[arg-type]
     ax.set_xlabel("day (UTC)")
 
 
-def _legend(ax: Axes, handles=None, labels=None) -> None:
-    args = (handles, labels) if handles is not None else ()
-    ax.legend(*args, frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+def _legend(ax: Axes) -> None:
+    ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
 def _top_series(table: Table, key: str, value: str) -> dict[str, dict[date, float]]:
@@ -246,12 +247,27 @@ def savings(tables: Mapping[str, Table]) -> Plot:
     strongest = np.cumsum([ceiling[d] for d in days])
     figure, marks = new_figure(), Marks()
     ax = figure.add_subplot()
-    marks(ax.plot(days, strongest, color="#e15759", marker="o", markersize=4, label="all on the strongest model"))
-    marks(ax.plot(days, spent, color="#4e79a7", marker="o", markersize=4, label="realised (routed)"))
+    # matplotlib's stubs take no dates for x (the `days` lines); its date converter does
+    marks(
+        ax.plot(
+            days,  # type: ignore[arg-type]
+            strongest, color="#e15759", marker="o", markersize=4, label="all on the strongest model",
+        )
+    )  # fmt: skip
+    marks(
+        ax.plot(
+            days,  # type: ignore[arg-type]
+            spent, color="#4e79a7", marker="o", markersize=4, label="realised (routed)",
+        )
+    )  # fmt: skip
     for where, color, label in ((strongest > spent, "#59a14f", "saved"), (spent > strongest, "#e15759", "overspent")):
         if where.any():
-            marks(ax.fill_between(days, spent, strongest, where=where, interpolate=True, color=color, alpha=0.2,
-                                  label=label))  # fmt: skip
+            marks(
+                ax.fill_between(
+                    days,  # type: ignore[arg-type]
+                    spent, strongest, where=where, interpolate=True, color=color, alpha=0.2, label=label,
+                )
+            )  # fmt: skip
     _style(ax)
     _day_axis(ax, days)
     ax.set_ylim(bottom=0)
@@ -340,7 +356,7 @@ def latency(tables: Mapping[str, Table]) -> Plot:
     return _drawn(plot, figure)
 
 
-def _drawn(plot: Plot, figure) -> Plot:
+def _drawn(plot: Plot, figure: Figure) -> Plot:
     return Plot(plot.id, plot.title, plot.explanation, plot.tables, to_svg(figure, plot.id))
 
 

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -35,20 +36,21 @@ class Report:
     until: date | None
     team: str | None
     generated_at: datetime
-    summary: dict  # the headline numbers; summary.json is this plus the period and the file list
+    summary: dict[str, Any]  # the headline numbers; summary.json is this plus the period and the file list
     tables: dict[str, Table]
     plots: tuple[Plot, ...] = field(default=())
 
     @property
     def is_empty(self) -> bool:
-        return self.summary["records"] == 0
+        num_records: int = self.summary["records"]
+        return num_records == 0
 
     @property
     def figure_ids(self) -> list[str]:
         """The ids of the `<figure>` elements on the page (figures with nothing to draw have none)."""
         return [p.id for p in self.plots if p.svg is not None]
 
-    def summary_json(self) -> dict:
+    def summary_json(self) -> dict[str, Any]:
         return {
             "object": "switchyard.report",
             "since": self.since.isoformat() if self.since else None,
@@ -112,7 +114,7 @@ async def build_report(
         async for batch in batches:
             # ~20 µs a record: a batch of thousands would hold the event loop (the proxy's) too long
             await asyncio.to_thread(aggregator.add_batch, batch)
-            if bar:
+            if bar is not None and task is not None:
                 bar.advance(task, len(batch))
     aggregator.finish()
     tables = build_tables(aggregator, prices, key_prefixes)

@@ -13,9 +13,11 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
+from typing import Any
 
 from switchyard.billing.report.aggregate import Aggregator, SavingsSums
 from switchyard.billing.report.requests import OUTCOMES
+from switchyard.billing.report.reservoir import Reservoir
 from switchyard.core.prices import Price
 
 COLUMNS: dict[str, tuple[str, ...]] = {
@@ -46,18 +48,21 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 ROUTE_ORDER = ("auto:", "cascade:accepted", "cascade:escalated", "direct", "unrecorded")
 
+Cell = str | int | float | date | None
+Row = tuple[Cell, ...]
+
 
 @dataclass(frozen=True, slots=True)
 class Table:
     name: str  # the CSV file is f"{name}.csv"
     columns: tuple[str, ...]
-    rows: tuple[tuple, ...]
+    rows: tuple[Row, ...]
 
     @property
     def file_name(self) -> str:
         return f"{self.name}.csv"
 
-    def records(self) -> list[dict]:
+    def records(self) -> list[dict[str, Any]]:
         return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
 
     def to_csv(self) -> str:
@@ -68,7 +73,7 @@ class Table:
         return out.getvalue()
 
 
-def csv_cell(value) -> str | int:
+def csv_cell(value: Cell) -> str | int:
     if value is None:
         return ""
     if isinstance(value, float):
@@ -88,7 +93,7 @@ def build_tables(
     agg: Aggregator, prices: Mapping[str, Price] | None = None, key_prefixes: Mapping[str, str] | None = None
 ) -> dict[str, Table]:
     prices, key_prefixes = prices or {}, key_prefixes or {}
-    rows: dict[str, list[tuple]] = {name: [] for name in COLUMNS}
+    rows: dict[str, list[Row]] = {name: [] for name in COLUMNS}
     for (team, key_id), s in sorted(agg.by_key.items(), key=lambda item: (-item[1].cost_usd, item[0])):
         rows["cost_by_key"].append(
             (team, key_id, key_prefixes.get(key_id), s.requests, s.attempts, s.prompt_tokens, s.completion_tokens)
@@ -116,40 +121,41 @@ def build_tables(
         )
     for (day, reason), n in sorted(agg.escalations.items()):
         rows["escalation_reasons"].append((day, reason, n))
-    for (day, kind), s in sorted(agg.savings.items()):
-        rows["savings_by_day"].append((day, kind, *_savings_columns(s)))
+    for (day, kind), savings in sorted(agg.savings.items()):
+        rows["savings_by_day"].append((day, kind, *_savings_columns(savings)))
     for hosting, s in sorted(agg.by_hosting.items()):
         rows["cost_by_hosting"].append(
             (hosting, s.attempts, s.prompt_tokens, s.completion_tokens, s.cost_usd, s.usd_per_mtok)
         )
     for model, s in sorted(agg.by_model.items()):
         price = prices.get(model)
+        price_in, price_out = (price.input_usd_per_mtok, price.output_usd_per_mtok) if price else (None, None)
         rows["models"].append(
             (
                 model, agg.hosting_of_model.get(model, "unknown"), s.attempts, s.completed, s.prompt_tokens,
-                s.completion_tokens, s.cost_usd, s.usd_per_mtok, price and price.input_usd_per_mtok,
-                price and price.output_usd_per_mtok,
+                s.completion_tokens, s.cost_usd, s.usd_per_mtok, price_in, price_out,
             )
         )  # fmt: skip
     for model in sorted(set(agg.latency_ms) | set(agg.ttft_ms)):
         latency, ttft = agg.latency_ms.get(model), agg.ttft_ms.get(model)
-        rows["latency_by_model"].append(
-            (
-                model, latency.num_seen if latency else 0, latency and latency.percentile(50),
-                latency and latency.percentile(95), ttft.num_seen if ttft else 0, ttft and ttft.percentile(50),
-                ttft and ttft.percentile(95),
-            )
-        )  # fmt: skip
+        rows["latency_by_model"].append((model, *_percentiles(latency), *_percentiles(ttft)))
     return {name: Table(name, COLUMNS[name], tuple(rows[name])) for name in COLUMNS}
 
 
-def _savings_columns(s: SavingsSums) -> tuple:
+def _percentiles(reservoir: Reservoir | None) -> tuple[int, float | None, float | None]:
+    """Samples seen, p50 and p95."""
+    if not reservoir:
+        return 0, None, None
+    return reservoir.num_seen, reservoir.percentile(50), reservoir.percentile(95)
+
+
+def _savings_columns(s: SavingsSums) -> tuple[int, float, float, float, float | None, int]:
     return (
         s.requests, s.realised_cost_usd, s.ceiling_cost_usd, s.savings_usd, s.savings_pct, s.num_without_ceiling,
     )  # fmt: skip
 
 
-def build_summary(agg: Aggregator) -> dict:
+def build_summary(agg: Aggregator) -> dict[str, Any]:
     """Headline numbers (the JSON summary's body, without the period and file list)."""
     routed = SavingsSums()
     for s in agg.savings.values():

@@ -131,7 +131,8 @@ class PostgresDatabase:
     ) -> dict[str, Any]:
         check_group_by(group_by)
         group = group_by or "NULL"
-        where, args = "day BETWEEN $1 AND $2", [start, end]
+        where = "day BETWEEN $1 AND $2"
+        args: list[dt.date | str] = [start, end]
         if team is not None:
             where, args = where + " AND team = $3", [*args, team]
         query = (
@@ -151,7 +152,7 @@ class PostgresDatabase:
         self, since: float | None, until: float | None, team: str | None, batch_size: int = 5000
     ) -> AsyncIterator[list[UsageRecord]]:
         where, args = _usage_filter(since, until, team)
-        after: tuple = ()
+        after: tuple[float, str, int] | tuple[()] = ()
         while True:
             n = len(args)
             page_where = where + (
@@ -277,8 +278,9 @@ async def _bump(db: asyncpg.Connection) -> None:
     await db.execute("UPDATE directory_version SET version = version + 1")
 
 
-def _usage_filter(since: float | None, until: float | None, team: str | None) -> tuple[str, list]:
-    where, args = "TRUE", []
+def _usage_filter(since: float | None, until: float | None, team: str | None) -> tuple[str, list[float | str]]:
+    where = "TRUE"
+    args: list[float | str] = []
     for condition, value in (("started_at >= ", since), ("started_at < ", until), ("team = ", team)):
         if value is not None:
             args.append(value)

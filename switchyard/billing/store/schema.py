@@ -34,7 +34,7 @@ GROUP_BY = (None, "model", "day")
 _USAGE_GETTER = attrgetter(*USAGE_COLUMNS)
 
 
-def usage_values(record: UsageRecord) -> tuple:
+def usage_values(record: UsageRecord) -> tuple[Any, ...]:
     """The record's values in USAGE_COLUMNS order (all scalars: `astuple` would deep-copy each)."""
     return _USAGE_GETTER(record)
 
@@ -50,7 +50,7 @@ def models_to_text(models: frozenset[str] | None) -> str | None:
     return None if models is None else json.dumps(sorted(models))
 
 
-def team_values(team: Team) -> tuple:
+def team_values(team: Team) -> tuple[str, str | None, float | None, float | None, int | None, int | None, str]:
     return (
         team.name,
         models_to_text(team.models),
@@ -95,9 +95,11 @@ def check_group_by(group_by: str | None) -> None:
         raise ValueError(f"group_by must be 'model' or 'day', not {group_by!r}")
 
 
-def summary(start: dt.date, end: dt.date, group_by: str | None, team: str | None, rows: list[tuple]) -> dict[str, Any]:
+def summary(
+    start: dt.date, end: dt.date, group_by: str | None, team: str | None, rows: list[tuple[Any, ...]]
+) -> dict[str, Any]:
     """The usage summary's shape; `rows` are (group, cost_usd, prompt_tokens, completion_tokens, requests)."""
-    data = [
+    data: list[dict[str | None, Any]] = [
         {
             group_by: group.isoformat() if isinstance(group, dt.date) else group,
             "cost_usd": float(cost or 0.0),

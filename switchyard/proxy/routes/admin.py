@@ -175,8 +175,9 @@ class _Unknown:
 def _methods_served(scope: Scope) -> list[str]:
     """The methods the other admin routes serve at this path (none: the path does not exist)."""
     matched = (r for r in router.routes if isinstance(r, APIRoute) and r.matches(scope)[0] is Match.PARTIAL)
-    return sorted({method for route in matched for method in route.methods})
+    return sorted({method for route in matched for method in route.methods or ()})
 
 
-router.add_route("/admin", _Unknown(), include_in_schema=False)
-router.add_route("/admin/{path:path}", _Unknown(), include_in_schema=False)
+# Starlette's Route serves an ASGI app as well as a function; add_route's annotation names only a function.
+router.add_route("/admin", _Unknown(), include_in_schema=False)  # type: ignore[arg-type]
+router.add_route("/admin/{path:path}", _Unknown(), include_in_schema=False)  # type: ignore[arg-type]

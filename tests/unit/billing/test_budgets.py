@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 
@@ -21,7 +22,7 @@ def principal(team_day: float | None = None, key_day: float | None = None) -> Pr
 async def test_a_request_too_big_for_the_keys_budget_names_the_key():
     budgets = Budgets(LocalLimiter())
     caller = principal(team_day=10, key_day=0.01)
-    spending = budgets.open(caller)
+    spending = budgets.open(caller, f"req_{uuid.uuid4().hex}")
     assert not await spending.reserve(0.02)
     refusal = await budgets.refusal(caller, (0.02, "m-large"))
     assert "API key key_abc (sk-sy-abcdef…) may still spend ($0.010000)" in refusal.message
@@ -38,7 +39,7 @@ async def test_a_settlement_waits_out_a_valkey_outage(valkey):
     await budgets.limiter.start()
     caller = principal(team_day=1.0)
     [scope] = budget_scopes(caller)
-    spending = budgets.open(caller)
+    spending = budgets.open(caller, f"req_{uuid.uuid4().hex}")
     assert await spending.reserve(0.5)
     spending.charge(0.25)
     settle, failed = budgets.limiter.settle, asyncio.Event()
