@@ -20,8 +20,9 @@
    moves on, and no attempt starts once `first_token_budget_s` has passed without a first token;
 6. per attempt, timeouts: connect and read (the HTTP session), time to first token
    (`first_token_timeout_s`, the model's own when set), and the whole attempt (`attempt_timeout_s`);
-   a non-stream request is asked of the upstream as a stream and its answer assembled
-   (backends/assemble.py), so that the first-token timeout guards it too;
+   a non-stream request to a model with `assemble_from_stream: true` is asked of the upstream as
+   a stream and its answer assembled (backends/assemble.py), so that the first-token timeout
+   guards it too;
 7. over everything, the request's deadline (`request_timeout_s`, the first model's own when set);
    a stream past it ends in-band. A call cut by it (or a stream by `attempt_timeout_s`) is metered
    as a failed attempt but is neutral for the breakers (`DeadlinePassed`): the upstream was not at

@@ -14,6 +14,7 @@ then keeps its values in a file there, which `/metrics` of any worker reads (`mu
 from __future__ import annotations
 
 import os
+from bisect import bisect_left
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -173,3 +174,35 @@ class Metrics:
 
     def escalated(self, from_rung: str, to_rung: str, reason: str) -> None:
         self.escalations.labels(from_rung, to_rung, reason).inc()
+
+
+class HistogramTally:
+    """Observations of one histogram child counted here and added to it at once (`flush`): a
+    stream's inter-token gaps, one per chunk, would each take the child's value locks twice.
+
+    The same buckets as `Histogram.observe` (a value goes to the first upper bound at or above it);
+    the counts reach the child through its bucket and sum values, which is all `observe` does
+    without an exemplar. Nothing is seen on a scrape before `flush`."""
+
+    __slots__ = ("child", "bounds", "counts", "total")
+
+    def __init__(self, child: Histogram) -> None:
+        self.child = child
+        self.bounds: list[float] = child._upper_bounds  # prometheus-client's own, ending with +Inf
+        self.counts = [0] * len(self.bounds)
+        self.total = 0.0
+
+    def add(self, value: float) -> None:
+        self.total += value
+        self.counts[bisect_left(self.bounds, value)] += 1
+
+    def flush(self) -> None:
+        """What was counted, to the histogram; the tally starts again from nothing."""
+        if not any(self.counts):
+            return
+        self.child._sum.inc(self.total)
+        for bucket, count in zip(self.child._buckets, self.counts, strict=True):
+            if count:
+                bucket.inc(count)
+        self.counts = [0] * len(self.bounds)
+        self.total = 0.0

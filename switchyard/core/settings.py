@@ -76,8 +76,8 @@ class UpstreamSettings(_Strict):
     keepalive_expiry_s: float = Field(default=4.0, gt=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
     read_timeout_s: float = Field(default=300.0, gt=0)
-    # A stream's longest silence between two reads once it started (every non-stream request is
-    # asked as a stream too, unless its model sets assemble_from_stream: false); a stall ends here.
+    # A stream's longest silence between two reads once it started (non-stream requests too, of a
+    # model that sets assemble_from_stream: true); a stall ends here.
     stream_idle_timeout_s: float = Field(default=30.0, gt=0)
     health_interval_s: float = Field(default=10.0, gt=0)
     health_timeout_s: float = Field(default=2.0, gt=0)
@@ -289,9 +289,9 @@ class _ModelBase(_Strict):
     logprobs: bool | None = None
     first_token_timeout_s: float | None = Field(default=None, gt=0)  # default: resilience.first_token_timeout_s
     request_timeout_s: float | None = Field(default=None, gt=0)  # default: resilience.request_timeout_s
-    # a non-stream request is asked of the upstream as a stream and its answer assembled, so that
-    # the first-token timeout guards it too
-    assemble_from_stream: bool = True
+    # true: a non-stream request is asked of the upstream as a stream and its answer assembled, so
+    # that the first-token timeout guards it too (it costs CPU per chunk: docs/resilience.md)
+    assemble_from_stream: bool = False
     # what the model can do, key by key over what its backend reports (core/capabilities.py)
     capabilities: CapabilitySettings = Field(default_factory=CapabilitySettings)
 

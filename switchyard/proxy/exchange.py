@@ -49,12 +49,14 @@ def _as_it_came(parsed: Any, services: Services) -> tuple[AnyRequest, AnswerShap
 
 
 def _line(request: Request) -> RequestLine:
+    scope = request.scope  # read as it is: `request.url` and `request.state` build objects to read it
+    state = scope["state"]
     return RequestLine(
-        request_id=request.state.request_id,
-        method=request.method,
-        path=request.url.path,
+        request_id=state["request_id"],
+        method=scope["method"],
+        path=scope["path"],
         started_at=time.time(),
-        client_request_id=request.state.client_request_id,
+        client_request_id=state["client_request_id"],
     )
 
 

@@ -26,6 +26,7 @@ from switchyard.cascade.runtime import Plan
 from switchyard.core.capabilities import needs
 from switchyard.core.errors import SwitchyardError
 from switchyard.core.estimates import estimated_prompt_tokens
+from switchyard.core.metrics import HistogramTally
 from switchyard.core.protocol import RawJSON, StreamChunk
 from switchyard.core.tracing import annotate_request
 from switchyard.proxy.answer_shape import PASS_THROUGH, AnswerShape
@@ -288,7 +289,7 @@ async def _sse_body(
     this = asyncio.current_task()
     streams.add(this)
     loop = asyncio.get_running_loop()
-    gaps = meter.metrics.inter_token.labels(entry.name) if meter.metrics is not None else None
+    gaps = HistogramTally(meter.metrics.inter_token.labels(entry.name)) if meter.metrics is not None else None
     last_at: float | None = None
     try:
         chunk: StreamChunk | None = first
@@ -296,7 +297,7 @@ async def _sse_body(
             num_chunks += 1
             now = loop.time()
             if gaps is not None and last_at is not None:
-                gaps.observe(now - last_at)
+                gaps.add(now - last_at)
             last_at = now
             if chunk.has_usage:
                 usage = chunk.parsed["usage"]
@@ -322,6 +323,8 @@ async def _sse_body(
         yield shape.failed(SwitchyardError("The server had an internal error."))
     finally:
         streams.discard(this)
+        if gaps is not None:
+            gaps.flush()
         meter.finished(entry, status, usage, num_chunks, error, deployment=answered.deployment)
         if meter.spending is not None:
             meter.spending.settle()

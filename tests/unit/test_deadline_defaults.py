@@ -34,5 +34,5 @@ def test_a_model_takes_its_own_deadlines():
         ]
     )
     first, commercial = settings.models
-    assert (first.first_token_timeout_s, first.request_timeout_s, first.assemble_from_stream) == (5, 60, True)
-    assert (commercial.first_token_timeout_s, commercial.assemble_from_stream) == (None, True)
+    assert (first.first_token_timeout_s, first.request_timeout_s, first.assemble_from_stream) == (5, 60, False)
+    assert (commercial.first_token_timeout_s, commercial.assemble_from_stream) == (None, False)

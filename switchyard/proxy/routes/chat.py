@@ -4,8 +4,9 @@ from fastapi.responses import Response
 from switchyard.core.protocol import ChatCompletion, ChatCompletionRequest
 from switchyard.proxy.exchange import serve_model_request
 from switchyard.proxy.openapi import answers, json_body
+from switchyard.proxy.routes.plain import PlainRoute
 
-router = APIRouter()
+router = APIRouter(route_class=PlainRoute)
 
 
 @router.post(

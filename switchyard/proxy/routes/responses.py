@@ -7,9 +7,10 @@ from switchyard.proxy.exchange import serve_model_request
 from switchyard.proxy.openapi import answers, json_body
 from switchyard.proxy.responses import draft_for, to_chat_request
 from switchyard.proxy.responses_stream import ResponsesShape
+from switchyard.proxy.routes.plain import PlainRoute
 from switchyard.proxy.services import Services
 
-router = APIRouter()
+router = APIRouter(route_class=PlainRoute)
 
 
 def _as_chat(asked: ResponsesRequest, services: Services) -> tuple[ChatCompletionRequest, ResponsesShape]:
