@@ -57,6 +57,7 @@ test-fast: lint
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	@$(MAKE) --no-print-directory imports
 
 # The layer map in pyproject.toml: an import that points up a layer fails here.

@@ -205,4 +205,4 @@ class SettlingStream:
 
     async def aclose(self) -> None:
         self.tickets.settle(asyncio.CancelledError())
-        await self.chunks.aclose()
+        await self.chunks.aclose()  # type: ignore[attr-defined]

@@ -98,7 +98,7 @@ def _rendezvous_score(key: str, replica: Replica) -> int:
 class VLLMBackend(OpenAIHTTPBackend):
     starts_in_background = True
 
-    replicas: list[VLLMReplica]
+    replicas: list[VLLMReplica]  # type: ignore[assignment]  # built by this class: only its own kind
 
     def __init__(
         self,

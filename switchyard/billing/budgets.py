@@ -16,7 +16,7 @@ import calendar
 import datetime as dt
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from switchyard.billing.limits import BudgetScope, Limiter, LimitsUnavailable, RateScope, RateStatus
 from switchyard.billing.teams import Principal, Team
@@ -87,7 +87,7 @@ class Budgets:
     def __init__(self, limiter: Limiter, *, reservation_ttl_s: float = 900.0) -> None:
         self.limiter = limiter
         self.reservation_ttl_s = reservation_ttl_s
-        self._settling: set[asyncio.Task] = set()
+        self._settling: set[asyncio.Task[None]] = set()
 
     async def check_rate(self, principal: Principal | None, tokens: int) -> RateStatus | None:
         """Take one request and `tokens` tokens (raises RateLimitExceeded); the headers' numbers."""
@@ -144,7 +144,9 @@ class Budgets:
         now = started_at if started_at is not None else time.time()
         return Spending(self, budget_scopes(principal), now, request_id)
 
-    async def seed(self, spend_since, scopes: Sequence[BudgetScope]) -> None:
+    async def seed(
+        self, spend_since: Callable[[float], Awaitable[dict[tuple[str, str], float]]], scopes: Sequence[BudgetScope]
+    ) -> None:
         """Budgets survive a restart: today's and this month's spend, read back from the ledger,
         wherever the limiter has none recorded yet. `spend_since(t)` is the ledger's
         {(kind, name): usd} since t."""
@@ -157,7 +159,7 @@ class Budgets:
             if amount:
                 await self.limiter.seed_spent(scope, now, amount)
 
-    def _track(self, task: asyncio.Task) -> None:
+    def _track(self, task: asyncio.Task[None]) -> None:
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
 
@@ -185,9 +187,9 @@ class Spending:
         self.reserved_for: set[str] = set()  # the models whose worst case is held
         self.cost_usd = 0.0  # every attempt's cost so far
         self.is_settled = False
-        self._on_settle: list = []
+        self._on_settle: list[Callable[[], None]] = []
 
-    def on_settle(self, callback) -> None:
+    def on_settle(self, callback: Callable[[], None]) -> None:
         """Run `callback()` when the request is over (a priority tier's slot given back)."""
         self._on_settle.append(callback)
 

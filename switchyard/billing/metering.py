@@ -11,7 +11,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 
@@ -68,7 +68,7 @@ class RequestTotals:
 _USAGE = re.compile(rb'"usage"\s*:\s*(\{[^{}]*\})')
 
 
-def usage_of(result: CompletionResult) -> dict | None:
+def usage_of(result: CompletionResult) -> dict[str, Any] | None:
     """The usage object of an answer, found without parsing the whole (possibly large) body."""
     if result._parsed is not None:
         return result._parsed.get("usage")
@@ -83,7 +83,7 @@ class RequestMeter:
     ledger: Ledger | None
     prices: dict[str, Price]
     request_id: str  # the proxy's own id
-    counts: Counter | None = None  # (model, status) -> attempts, for /metrics
+    counts: Counter[tuple[str, str]] | None = None  # (model, status) -> attempts, for /metrics
     prompt_tokens_estimate: int = 0  # used when an attempt ends without the upstream's usage
     attempt_started_at: float = field(default_factory=time.time)
     team: str | None = None  # the calling team (teams configured)
@@ -141,7 +141,13 @@ class RequestMeter:
         self._write(entry, "failed", None, num_chunks, error=error.message, deployment=deployment)
 
     def escalated(
-        self, entry: ModelEntry, usage: dict | None, num_tokens: int, reason: str, *, deployment: str | None = None
+        self,
+        entry: ModelEntry,
+        usage: dict[str, Any] | None,
+        num_tokens: int,
+        reason: str,
+        *,
+        deployment: str | None = None,
     ) -> None:
         """An answer the cascade judged and did not send (a stream cut short, or a whole answer)."""
         self.finished(entry, "escalated", usage, num_tokens, reason, deployment=deployment)
@@ -150,7 +156,7 @@ class RequestMeter:
         self,
         entry: ModelEntry,
         status: str,
-        usage: dict | None,
+        usage: dict[str, Any] | None,
         num_chunks: int = 0,
         error: str | None = None,
         *,
@@ -166,7 +172,7 @@ class RequestMeter:
             totals.ttft_s = self.first_token_at - self.attempt_started_at if self.first_token_at is not None else None
         self._write(entry, status, usage, num_chunks, error, deployment)
 
-    def tokens(self, usage: dict | None, num_chunks: int) -> tuple[int, int]:
+    def tokens(self, usage: dict[str, Any] | None, num_chunks: int) -> tuple[int, int]:
         """(prompt, completion) tokens: the upstream's usage, else estimated (a chunk a token)."""
         if usage:
             return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
@@ -180,7 +186,7 @@ class RequestMeter:
         self,
         entry: ModelEntry,
         status: str,
-        usage: dict | None,
+        usage: dict[str, Any] | None,
         num_chunks: int,
         error: str | None = None,
         deployment: str | None = None,

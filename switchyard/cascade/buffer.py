@@ -73,7 +73,7 @@ class Buffered:
         if self.pending is not None:
             await cancel_and_wait(self.pending)
             self.pending = None
-        await self.rest.aclose()
+        await self.rest.aclose()  # type: ignore[attr-defined]
 
 
 class Replay:

@@ -41,9 +41,11 @@ class Outcome:
 class Candidate(Protocol):
     """A judged rung's answer, held until the verdict."""
 
-    entry: ModelEntry
+    @property
+    def entry(self) -> ModelEntry: ...
 
-    def evidence(self) -> TokenEvidence: ...
+    def evidence(self) -> TokenEvidence | None:
+        """None: the answer carried no logprobs."""
 
     def outcome(self, meter: RequestMeter, header: str, for_client: ForClient) -> Outcome: ...
 
@@ -59,7 +61,7 @@ class WholeCandidate:
     def entry(self) -> ModelEntry:
         return self.answer.entry
 
-    def evidence(self) -> TokenEvidence:
+    def evidence(self) -> TokenEvidence | None:
         return wire.evidence_of(self.answer.result).evidence()
 
     def outcome(self, meter: RequestMeter, header: str, for_client: ForClient) -> Outcome:
@@ -81,7 +83,7 @@ class StreamCandidate:
     def entry(self) -> ModelEntry:
         return self.opened.entry
 
-    def evidence(self) -> TokenEvidence:
+    def evidence(self) -> TokenEvidence | None:
         return self.buffered.evidence.evidence()
 
     def outcome(self, meter: RequestMeter, header: str, for_client: ForClient) -> Outcome:

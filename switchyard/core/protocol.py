@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import re
 import time
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, StrictBool, StrictFloat, StrictInt, Tag
@@ -32,7 +32,7 @@ class WireRequest(_Open):
     _payload: dict[str, Any] | None = PrivateAttr(default=None)
 
     @classmethod
-    def from_payload(cls, payload: dict[str, Any]):
+    def from_payload(cls, payload: dict[str, Any]) -> Self:
         request = cls.model_validate(payload)
         request._payload = payload
         return request
@@ -42,7 +42,8 @@ class WireRequest(_Open):
         """The JSON object this request was validated from (not to be changed), None if it was
         built otherwise. Read from pydantic's private store directly: `self._payload` would go
         through `BaseModel.__getattr__` on every read."""
-        return self.__pydantic_private__["_payload"]  # type: ignore[index]
+        payload: dict[str, Any] | None = self.__pydantic_private__["_payload"]  # type: ignore[index]
+        return payload
 
     def set_field(self, name: str, value: Any) -> None:
         """Set a field on the model and in the body sent upstream (a cap the proxy applies)."""
@@ -263,7 +264,8 @@ def _model_member(name: str) -> bytes:
 @functools.lru_cache(maxsize=256)
 def _decoded(raw: bytes) -> str | None:
     """A JSON string's (or null's) bytes, decoded; the same few upstream names come every time."""
-    return orjson.loads(raw)
+    decoded: str | None = orjson.loads(raw)
+    return decoded
 
 
 class RawJSON:
@@ -282,10 +284,10 @@ class RawJSON:
         self.upstream_model = upstream_model
 
     @classmethod
-    def from_dict(cls, payload: dict[str, Any], upstream_model: str | None = None):
+    def from_dict(cls, payload: dict[str, Any], upstream_model: str | None = None) -> Self:
         return cls(orjson.dumps(payload), payload, upstream_model)
 
-    def named(self, model: str):
+    def named(self, model: str) -> Self:
         """This object with `model` set to `model` (the configured name a client can send again) and
         the upstream's own name kept in `upstream_model`. The bytes are searched, not parsed: the
         first `"model"` key is the top-level one in OpenAI's objects (a string's quotes are escaped),

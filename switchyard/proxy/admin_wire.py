@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from typing import Any
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,7 +21,7 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     @classmethod
-    def from_payload(cls, payload: dict[str, Any]):
+    def from_payload(cls, payload: dict[str, Any]) -> Self:
         return cls.model_validate(payload)
 
 

@@ -18,7 +18,7 @@ import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Protocol, Self, TypeVar
 
 import orjson
 from fastapi import Request
@@ -26,10 +26,17 @@ from pydantic import ValidationError
 
 from switchyard.core.body_limits import BodyLimits, check_body_limits, too_deep_error
 from switchyard.core.errors import InvalidRequest, InvalidType, MalformedJSON, RequestTooLarge, SwitchyardError
-from switchyard.core.protocol import WireRequest
 from switchyard.core.settings import ServerSettings
 
-M = TypeVar("M", bound=WireRequest)
+
+class FromPayload(Protocol):
+    """A body model: built from the JSON object it was validated from (`WireRequest`, the admin API's bodies)."""
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> Self: ...
+
+
+M = TypeVar("M", bound=FromPayload)
 
 OFF_LOOP_BYTES = 64 * 1024  # bodies this large or larger are parsed in a worker thread
 

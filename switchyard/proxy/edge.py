@@ -134,11 +134,11 @@ class _Connections:
             if victim is not newcomer:
                 victim.close_idle()
                 return True
-        victim = self._slowest_body(now)
-        if victim is None:
+        slowest = self._slowest_body(now)
+        if slowest is None:
             return False
-        logger.debug("at the connection cap: closing a request whose body trickles in (%s)", victim.body_rate_text())
-        victim.close_idle()
+        logger.debug("at the connection cap: closing a request whose body trickles in (%s)", slowest.body_rate_text())
+        slowest.close_idle()
         return True
 
     def _slowest_body(self, now: float) -> EdgeProtocol | None:

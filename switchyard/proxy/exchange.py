@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from fastapi.routing import APIRoute
@@ -26,7 +26,8 @@ from switchyard.billing.directory import UnknownKey
 from switchyard.billing.teams import Principal
 from switchyard.core.errors import SwitchyardError
 from switchyard.core.metrics import route_of
-from switchyard.core.protocol import WireRequest
+from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
+from switchyard.core.responses_wire import ResponsesRequest
 from switchyard.core.tracing import annotate_request
 from switchyard.proxy.access import authenticate, saturation_priority
 from switchyard.proxy.answer_shape import PASS_THROUGH, AnswerShape, error_response
@@ -39,7 +40,7 @@ from switchyard.proxy.services import Services, services_of
 MODEL_PATHS = frozenset(("/v1/chat/completions", "/v1/completions", "/v1/responses"))
 AUTO_NAMES = ("auto", "cascade")
 
-W = TypeVar("W", bound=WireRequest)
+W = TypeVar("W", ChatCompletionRequest, CompletionRequest, ResponsesRequest)
 # How an API's request becomes the chat path's request, and how its answer is written.
 Prepare = Callable[[Any, Services], tuple[AnyRequest, AnswerShape]]
 
@@ -182,7 +183,7 @@ def _count_refused(services: Services, requested: str, status: int) -> None:
 class LoggedRoute(APIRoute):
     """A `/v1/` endpoint other than a model's: its request-log line, when its response is over."""
 
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def logged(request: Request) -> Response:

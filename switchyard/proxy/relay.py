@@ -262,7 +262,7 @@ def _sse_response(
         # `finally`, which meters the chunks it really sent. A client gone before the body started
         # (Starlette cancels it unstarted): its `finally` never ran, so meter the attempt and close
         # the upstream here. Otherwise a no-op.
-        await body.aclose()
+        await body.aclose()  # type: ignore[attr-defined]
         if not meter.is_closed:
             meter.finished(entry, "cancelled", None, 1 if first is not None else 0, deployment=deployment)
             if meter.spending is not None:
@@ -287,6 +287,7 @@ async def _sse_body(
     entry = answered.entry
     usage, num_chunks, status, error = None, 0, "cancelled", None  # unless the loop below ends otherwise
     this = asyncio.current_task()
+    assert this is not None
     streams.add(this)
     loop = asyncio.get_running_loop()
     gaps = HistogramTally(meter.metrics.inter_token.labels(entry.name)) if meter.metrics is not None else None
