@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable
 from typing import TypeVar
 
-from switchyard.backends.breaker import DeadlinePassed
+from switchyard.backends.breaker import AttemptTickets, DeadlinePassed
 from switchyard.billing.context import Deadline
 from switchyard.core.errors import BackendTimeout
 from switchyard.core.protocol import StreamChunk
@@ -30,10 +30,15 @@ class DeadlineStream:
     A class, not an async generator: `aclose()` must close the upstream stream even when nobody
     ever iterated this (a client gone before the body started); an unstarted generator's
     `finally` never runs.
+
+    With `tickets`, it also settles the attempt's breaker tickets as `SettlingStream` does (one
+    wrapper a chunk goes through, not two).
     """
 
-    def __init__(self, chunks: AsyncIterator[StreamChunk], deadline: Deadline, model: str) -> None:
-        self.chunks, self.deadline, self.model = chunks, deadline, model
+    def __init__(
+        self, chunks: AsyncIterator[StreamChunk], deadline: Deadline, model: str, tickets: AttemptTickets | None = None
+    ) -> None:
+        self.chunks, self.deadline, self.model, self.tickets = chunks, deadline, model, tickets
         self._is_expired = self._has_cancelled = False
         self._waiter: asyncio.Task | None = None
         self._timer = asyncio.get_running_loop().call_at(deadline.ends_at, self._expire)
@@ -48,22 +53,31 @@ class DeadlineStream:
         return self
 
     async def __anext__(self) -> StreamChunk:
-        if self._is_expired:
-            raise await self._timed_out()
-        task = asyncio.current_task()
-        assert task is not None
-        self._waiter, cancelling = task, task.cancelling()
         try:
-            return await anext(self.chunks)
-        except asyncio.CancelledError:
-            if self._has_cancelled and task.uncancel() <= cancelling:
-                raise await self._timed_out() from None
-            raise
+            if self._is_expired:
+                raise await self._timed_out()
+            task = asyncio.current_task()
+            assert task is not None
+            self._waiter, cancelling = task, task.cancelling()
+            try:
+                return await anext(self.chunks)
+            except asyncio.CancelledError:
+                if self._has_cancelled and task.uncancel() <= cancelling:
+                    raise await self._timed_out() from None
+                raise
+            except StopAsyncIteration:
+                self._timer.cancel()
+                raise
+            finally:
+                self._waiter = None
         except StopAsyncIteration:
-            self._timer.cancel()
+            if self.tickets is not None:
+                self.tickets.settle(None)
             raise
-        finally:
-            self._waiter = None
+        except BaseException as exc:
+            if self.tickets is not None:
+                self.tickets.settle(exc)
+            raise
 
     async def _timed_out(self) -> DeadlinePassed:
         await self.chunks.aclose()  # type: ignore[attr-defined]
@@ -71,6 +85,8 @@ class DeadlineStream:
 
     async def aclose(self) -> None:
         self._timer.cancel()
+        if self.tickets is not None:
+            self.tickets.settle(asyncio.CancelledError())
         await self.chunks.aclose()  # type: ignore[attr-defined]
 
 

@@ -151,7 +151,10 @@ class OpenAIHTTPBackend(Backend):
 
     def _replica(self, request: AnyRequest, pick: Pick | None) -> Replica:
         label = (pick or self.pick(request)).label
-        return next(replica for replica in self.replicas if replica.label == label)
+        for replica in self.replicas:
+            if replica.label == label:
+                return replica
+        raise LookupError(f"{self.name} has no replica {label!r}")
 
     def _none_admitted(self) -> BackendError:
         cooling = [r.breaker.cooldown_left_s() for r in self.replicas if r.breaker is not None]

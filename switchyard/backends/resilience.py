@@ -214,9 +214,11 @@ class ResilientExecutor:
             if deadline is None or attempt_ends < deadline.ends_at:
                 reason = f"{called.entry.name}: the answer took longer than {attempt_s:g} s"
                 deadline = Deadline(attempt_ends, reason)
-        if deadline is not None:
-            rest = DeadlineStream(rest, deadline, called.entry.name)
-        settling = SettlingStream(rest, called.tickets)
+        settling: AsyncIterator[StreamChunk] = (
+            DeadlineStream(rest, deadline, called.entry.name, called.tickets)
+            if deadline is not None
+            else SettlingStream(rest, called.tickets)
+        )
         return OpenedStream(called.entry, called.deployment, chunk, settling, called.failures)
 
     # -- state, for /metrics and readiness -----------------------------------------------------

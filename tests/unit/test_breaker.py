@@ -1,6 +1,10 @@
 import asyncio
 
+import pytest
+
 from switchyard.backends.breaker import AttemptTickets, Breaker, BreakerPolicy, CircuitOpen, SettlingStream
+from switchyard.backends.deadlines import DeadlineStream
+from switchyard.billing.context import Deadline
 from switchyard.core.errors import BackendError, BackendRateLimited, BackendRejected, BackendTimeout
 from switchyard.core.protocol import StreamChunk
 
@@ -79,12 +83,18 @@ async def _chunks(error: BaseException | None):
         raise error
 
 
-async def test_a_stream_settles_when_it_ends_however_it_ends():
+def _far_deadline(chunks, tickets):
+    """The stream with a deadline it never reaches: the deadline's wrapper settles the tickets itself."""
+    return DeadlineStream(chunks, Deadline(asyncio.get_running_loop().time() + 3600, "never"), "m", tickets)
+
+
+@pytest.mark.parametrize("wrap", [SettlingStream, _far_deadline], ids=["settling", "deadline"])
+async def test_a_stream_settles_when_it_ends_however_it_ends(wrap):
     clock = Clock()
     for error, expected_failures in ((None, 0), (BackendError("dropped"), 1)):
         breaker = _breaker(clock, fail_max=5)
         tickets = AttemptTickets([breaker.admit()])
-        stream = SettlingStream(_chunks(error), tickets)
+        stream = wrap(_chunks(error), tickets)
         try:
             [chunk async for chunk in stream]
         except BackendError:
@@ -93,7 +103,7 @@ async def test_a_stream_settles_when_it_ends_however_it_ends():
     breaker = _breaker(clock, fail_max=1)
     clock.now += 1
     tickets = AttemptTickets([breaker.admit()])
-    stream = SettlingStream(_chunks(BackendError("never read")), tickets)
+    stream = wrap(_chunks(BackendError("never read")), tickets)
     await anext(stream)
     await stream.aclose()  # the reader left mid-way
     assert breaker.state == "closed" and tickets.tickets[0].is_settled

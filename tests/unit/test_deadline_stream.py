@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from switchyard.backends.breaker import AttemptTickets, Breaker, BreakerPolicy
 from switchyard.backends.deadlines import DeadlineStream
 from switchyard.billing.context import Deadline
 from switchyard.core.errors import BackendTimeout
@@ -69,3 +70,16 @@ async def test_a_finished_stream_drops_its_timer():
     stream = DeadlineStream(two(), Deadline(asyncio.get_running_loop().time() + 30, "x"), "m")
     assert [c.parsed["i"] async for c in stream] == [0]
     assert stream._timer.cancelled()
+
+
+async def test_a_stream_cut_by_its_deadline_settles_its_tickets_neutral_for_the_breaker():
+    clock = lambda: 100.0  # noqa: E731  # the breaker's own clock: nothing here waits on it
+    breaker = Breaker(BreakerPolicy(fail_max=1, reset_s=10.0), clock)
+    tickets = AttemptTickets([breaker.admit()])
+    upstream = Upstream()
+    deadline = Deadline(asyncio.get_running_loop().time() + 0.5, "request deadline of 0.5 s")
+    stream = DeadlineStream(upstream.chunks(), deadline, "m", tickets)
+    assert [(await anext(stream)).parsed["i"] for _ in range(2)] == [0, 1]
+    with pytest.raises(BackendTimeout):
+        await asyncio.wait_for(anext(stream), 30)
+    assert tickets.tickets[0].is_settled and breaker.state == "closed" and breaker.num_failures == 0
