@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
+
+import orjson
 
 
 def wait_until(predicate: Callable[[], object], timeout_s: float = 30.0, interval_s: float = 0.01) -> bool:
@@ -13,6 +16,18 @@ def wait_until(predicate: Callable[[], object], timeout_s: float = 30.0, interva
             return True
         time.sleep(interval_s)
     return bool(predicate())
+
+
+def post_unread(base: str, body: dict, headers: dict[str, str]) -> socket.socket:
+    """A raw connection on which a POST of `body` to /v1/chat/completions was sent, its answer
+    unread: closing it is a client that leaves."""
+    host, port = base.removeprefix("http://").split(":")
+    payload = orjson.dumps(body)
+    head = [f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\ncontent-type: application/json\r\n"]
+    head += [f"content-length: {len(payload)}\r\n", *(f"{k}: {v}\r\n" for k, v in headers.items()), "\r\n"]
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    sock.sendall("".join(head).encode() + payload)
+    return sock
 
 
 def read_ledger(app_or_url, **filters) -> list:

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import socket
 from contextlib import ExitStack
 
 import httpx
 import openai
-import orjson
 import pytest
 
 from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
-from tests.helpers import wait_for_records, wait_until
+from tests.helpers import post_unread, wait_for_records, wait_until
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -125,7 +123,7 @@ def test_a_client_that_leaves_before_the_first_byte_cancels_the_upstream_and_is_
     base, states, app = metered
     states["a"].behaviour = FakeBehaviour(failure="hang")  # no first token until the proxy lets go
     request_id = f"req-left-early-{stream}"
-    with _sent(base, {"model": "primary", "messages": HI, "stream": stream}, {"x-request-id": request_id}):
+    with post_unread(base, {"model": "primary", "messages": HI, "stream": stream}, {"x-request-id": request_id}):
         assert wait_until(states["a"].arrived.is_set, timeout_s=30)  # at the model: now the client leaves
     upstream = states["a"].records[-1]
     # the proxy lets go of the upstream at once (else only at its first-token timeout, 20 s, and then
@@ -134,17 +132,6 @@ def test_a_client_that_leaves_before_the_first_byte_cancels_the_upstream_and_is_
     [record] = _records(app, request_id, 1, by_client_id=True)
     assert (record.model, record.status) == ("primary", "cancelled")
     assert states["b"].num_requests == 0  # a cancellation is not a failure: no fallback
-
-
-def _sent(base: str, body: dict, headers: dict[str, str]) -> socket.socket:
-    """A connection on which a POST of `body` to /v1/chat/completions was sent (its answer unread)."""
-    host, port = base.removeprefix("http://").split(":")
-    payload = orjson.dumps(body)
-    head = [f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\ncontent-type: application/json\r\n"]
-    head += [f"content-length: {len(payload)}\r\n", *(f"{k}: {v}\r\n" for k, v in headers.items()), "\r\n"]
-    sock = socket.create_connection((host, int(port)), timeout=30)
-    sock.sendall("".join(head).encode() + payload)
-    return sock
 
 
 def test_an_answer_assembled_without_usage_is_estimated_as_its_stream_would_be(metered):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import select
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from switchyard.proxy.request_log import LOGGER_NAME, render
 from tests.conftest import closed_port
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
-from tests.helpers import wait_until
+from tests.helpers import post_unread, wait_until
 
 TEAM_KEY = "sk-team-alpha-7f3a9c2e51"
 TIGHT_KEY = "sk-team-tight-0b8d44e6aa"
@@ -199,7 +198,7 @@ def test_a_client_that_leaves_gets_its_line_too(upstreams, caplog):
 
         states["strong"].behaviour.failure = "hang"  # never answers
         headers = {"authorization": f"Bearer {TEAM_KEY}", "x-request-id": "left-early"}
-        with _sent(proxy.base, {"model": "strong", "messages": HI}, headers) as sock:
+        with post_unread(proxy.base, {"model": "strong", "messages": HI}, headers) as sock:
             assert wait_until(states["strong"].arrived.is_set, timeout_s=30)  # at the model
             assert not select.select([sock], [], [], 0)[0]  # and not a byte of an answer: the client leaves
 
@@ -209,17 +208,6 @@ def test_a_client_that_leaves_gets_its_line_too(upstreams, caplog):
         assert wait_until(early, timeout_s=5)
         [line] = early()
         assert line["status"] == 499 and line["attempts"] == ["strong:cancelled"]
-
-
-def _sent(base: str, body: dict, headers: dict[str, str]) -> socket.socket:
-    """A connection on which a POST of `body` to /v1/chat/completions was sent (its answer unread)."""
-    host, port = base.removeprefix("http://").split(":")
-    payload = orjson.dumps(body)
-    head = [f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\ncontent-type: application/json\r\n"]
-    head += [f"content-length: {len(payload)}\r\n", *(f"{k}: {v}\r\n" for k, v in headers.items()), "\r\n"]
-    sock = socket.create_connection((host, int(port)), timeout=30)
-    sock.sendall("".join(head).encode() + payload)
-    return sock
 
 
 def test_credentials_in_a_url_are_masked_in_the_line():
