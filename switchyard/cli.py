@@ -151,6 +151,46 @@ def _run(settings) -> None:
     GracefulServer(config).run()
 
 
+@app.command()
+def worker(
+    config: ConfigOption = None,
+    nice: Annotated[int, typer.Option(min=0, max=19, help="CPU niceness: below the proxies' (0) by default.")] = 10,
+) -> None:
+    """Run batch lines only, beside the proxies (no HTTP server): scales out the batch tier.
+
+    Needs billing.redis_url (the queue) and the proxies' database. SIGTERM or SIGINT stops it after
+    its running lines finish (at most 10 s; a line cut short runs again elsewhere)."""
+    import asyncio
+    import signal
+
+    from switchyard.billing.ledger import worker_spill_path
+    from switchyard.core.errors import NotConfigured
+    from switchyard.proxy.batch_runner import run_worker
+
+    settings = serve_settings(config, None)
+    if not settings.billing.redis_url or settings.billing.resolved_database_url() is None:
+        raise cli_error("a batch worker needs billing.redis_url (the queue) and a database (billing.database_url)")
+    settings.billing.spill_path = worker_spill_path(settings.billing.spill_path.expanduser(), os.getpid())
+    os.nice(nice)
+    logging.basicConfig(level=settings.server.log_level.upper(), format="%(levelname)s:     %(message)s")
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, task.cancel)
+        try:
+            await run_worker(settings)
+        except asyncio.CancelledError:
+            logging.getLogger("switchyard.batch").info("batch worker stopped")
+
+    try:
+        asyncio.run(main())
+    except NotConfigured as exc:
+        raise cli_error(exc.message) from exc
+
+
 @engine_app.command("serve")
 def engine_serve(
     model: Annotated[str, typer.Option(help="smollm2-135m, an HF model folder, or a .gguf file.")] = "smollm2-135m",

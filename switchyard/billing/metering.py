@@ -49,6 +49,7 @@ class RequestTags:
     route: str | None = None  # why this model (x-switchyard-route, plus ";degraded")
     score: float | None = None
     ceiling_model: str | None = None  # the strongest model the route could have reached
+    batch_id: str | None = None  # a batch's line (the batch tier)
 
 
 @dataclass(slots=True)
@@ -243,6 +244,7 @@ class RequestMeter:
                     is_hedge=self.is_hedge,
                     hosting=hosting_of(entry),
                     ceiling_cost_usd=self.cost_of(tags.ceiling_model, prompt, completion) if is_routed else None,
+                    batch_id=tags.batch_id,
                 )
             )
         self.begin_attempt()

@@ -33,3 +33,4 @@ class UsageRecord:
     is_shadow: bool = False  # a shadow call, never answered the client
     hosting: str | None = None  # self-hosted | commercial
     ceiling_cost_usd: float | None = None  # these tokens on the strongest model the route could reach
+    batch_id: str | None = None  # the batch whose line this request answered (the batch tier)

@@ -188,6 +188,14 @@ class TooManyConnections(SwitchyardError):
     code = "too_many_connections"
 
 
+class NotConfigured(SwitchyardError):
+    """A feature the configuration leaves off (its message names the key that turns it on)."""
+
+    status_code = 503
+    error_type = "server_error"
+    code = "not_configured"
+
+
 class RateLimited(SwitchyardError):
     status_code = 429
     error_type = "rate_limit_error"

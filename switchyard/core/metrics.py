@@ -123,6 +123,13 @@ class Metrics:
             ("team", "limit"),
             registry=r,
         )
+        self.batch_lines = Counter(
+            "switchyard_batch_lines",
+            "Batch lines this process ran to a result, by endpoint and outcome (answered, failed: an entry "
+            "of the error file); also counted in switchyard_requests_total.",
+            ("endpoint", "outcome"),
+            registry=r,
+        )
 
         # labelled children by their label values: `.labels()` validates and locks on every call,
         # and the same few models, teams and statuses come back request after request

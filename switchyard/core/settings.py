@@ -161,6 +161,21 @@ class BillingSettings(_Strict):
         return f"sqlite:///{self.ledger_path}" if self.ledger_path is not None else None
 
 
+class BatchSettings(_Strict):
+    """The batch tier (switchyard.batch): the OpenAI Batch API on a Valkey Streams queue
+    (`billing.redis_url`), its files in the database (or `files_dir`)."""
+
+    run_in_proxy: bool = True  # each proxy drains batches with what its interactive traffic leaves
+    concurrency: int = Field(default=4, ge=1)  # lines one process runs at once
+    yield_at_in_flight: int = Field(default=16, ge=1)  # interactive requests in this process that pause it
+    price_factor: float = Field(default=0.5, ge=0)  # a line pays this share of its model's price
+    max_file_bytes: int = Field(default=200 * 1024 * 1024, ge=1024)  # an upload (OpenAI's limit: 200 MB)
+    max_lines: int = Field(default=50_000, ge=1)  # in one batch's input file (OpenAI's limit)
+    window_s: float = Field(default=86_400.0, gt=0)  # what completion_window "24h" gives a batch
+    claim_after_s: float = Field(default=60.0, gt=0)  # a line its worker stopped tending is run elsewhere
+    files_dir: Path | None = None  # the files' contents here (shared by every proxy) instead of the database
+
+
 class RoutingSettings(_Strict):
     thresholds_file: Path | None = None  # written by `switchyard eval thresholds`; read at start
     auto: AutoRoutingSettings = Field(default_factory=AutoRoutingSettings)
@@ -423,6 +438,7 @@ class Settings(BaseSettings):
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     resilience: ResilienceSettings = Field(default_factory=ResilienceSettings)
     billing: BillingSettings = Field(default_factory=BillingSettings)
+    batch: BatchSettings = Field(default_factory=BatchSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     tracing: TracingSettings = Field(default_factory=TracingSettings)

@@ -13,6 +13,7 @@ from switchyard.backends.base import Backend
 from switchyard.backends.defaults import load_settings
 from switchyard.core.settings import Settings
 from switchyard.core.tracing import SpanExporter, build_tracing
+from switchyard.proxy.batch_runner import start_batch_worker
 from switchyard.proxy.cors import OpenAICORSMiddleware
 from switchyard.proxy.error_handlers import install_error_handlers
 from switchyard.proxy.middleware import InFlight, RequestIdMiddleware, TrailingSlashMiddleware
@@ -48,12 +49,19 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with build_services(settings, check=check, backends=backends, score_batch=score_batch) as services:
             app.state.services = services
+            # the batch tier's lines run with what this process's interactive requests leave
+            batch_worker = (
+                start_batch_worker(services, lambda: len(in_flight.tasks)) if settings.batch.run_in_proxy else None
+            )
             try:
                 yield
             finally:
                 # The server has stopped accepting; requests still running (or being cancelled)
-                # meter themselves as they end, so let them end before the ledger's last flush.
-                await in_flight.drain(DRAIN_TIMEOUT_S)
+                # meter themselves as they end, so let them end before the ledger's last flush
+                # (the batch worker lets its running lines finish too, bounded).
+                await asyncio.gather(
+                    in_flight.drain(DRAIN_TIMEOUT_S), batch_worker.aclose() if batch_worker else asyncio.sleep(0)
+                )
                 if tracing is not None:
                     await asyncio.to_thread(tracing.shutdown)  # sends the spans still batched (blocking I/O)
 

@@ -33,7 +33,7 @@ from switchyard.proxy.access import authenticate, saturation_priority
 from switchyard.proxy.answer_shape import PASS_THROUGH, AnswerShape, error_response
 from switchyard.proxy.body import read_request
 from switchyard.proxy.decide import Asked
-from switchyard.proxy.relay import Relayed, relay
+from switchyard.proxy.relay import Origin, Relayed, relay
 from switchyard.proxy.request_log import CLIENT_CLOSED_REQUEST, RequestLine, write_line
 from switchyard.proxy.services import Services, services_of
 
@@ -89,7 +89,9 @@ async def serve_model_request(request: Request, wire: type[W], prepare: Prepare 
                 cascade_mode=request.headers.get("x-switchyard-cascade"),
                 priority=saturation_priority(services, request, principal),
             )
-            relayed = await relay(services, request, principal, parsed, routing, shape)
+            state = request.scope["state"]
+            origin = Origin(state["request_id"], state["client_request_id"], request)
+            relayed = await relay(services, origin, principal, parsed, routing, shape)
             response, status = relayed.response, relayed.status
         except SwitchyardError as exc:
             line.requested_model = line.requested_model or exc.requested_model

@@ -20,6 +20,7 @@ from starlette.responses import Response, StreamingResponse
 from switchyard.backends.base import AnyRequest
 from switchyard.backends.registry import ModelEntry
 from switchyard.billing.context import Deadline, RequestContext
+from switchyard.billing.ledger import Ledger
 from switchyard.billing.metering import RequestMeter, RequestTags, usage_of
 from switchyard.billing.teams import Principal
 from switchyard.cascade.runtime import Plan
@@ -27,6 +28,7 @@ from switchyard.core.capabilities import needs
 from switchyard.core.errors import SwitchyardError
 from switchyard.core.estimates import estimated_prompt_tokens
 from switchyard.core.metrics import HistogramTally
+from switchyard.core.prices import Price
 from switchyard.core.protocol import RawJSON, StreamChunk
 from switchyard.core.tracing import annotate_request
 from switchyard.proxy.answer_shape import PASS_THROUGH, AnswerShape
@@ -85,25 +87,46 @@ def _cost_header(meter: RequestMeter) -> dict[str, str]:
     return {"x-switchyard-cost-usd": f"{meter.total_cost_usd:.8f}"}
 
 
-def _tags(
-    client_request_id: str | None, parsed: AnyRequest, decision: Decision, principal: Principal | None
-) -> RequestTags:
+@dataclass(frozen=True, slots=True)
+class LineTerms:
+    """How a batch's line is metered: at the batch's prices, into its own ledger (written with the
+    line's result), numbered after the attempts an earlier run of the line recorded."""
+
+    batch_id: str
+    prices: dict[str, Price]
+    ledger: Ledger
+    attempts_before: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a request came from: its ids, and the HTTP request whose client may leave; a batch's
+    line (run by the batch tier) has no client but its terms."""
+
+    request_id: str
+    client_request_id: str | None = None
+    request: Request | None = None
+    terms: LineTerms | None = None
+
+
+def _tags(origin: Origin, parsed: AnyRequest, decision: Decision, principal: Principal | None) -> RequestTags:
     route = decision.headers.get("x-switchyard-route")
     if "x-switchyard-degraded" in decision.headers:
         route = (route or "") + ";degraded"
     return RequestTags(
-        client_request_id=client_request_id,
+        client_request_id=origin.client_request_id,
         key_id=principal.key.id if principal is not None else None,
         requested_model=parsed.model,
         route=route,
         score=decision.score,
         ceiling_model=decision.ceiling,
+        batch_id=origin.terms.batch_id if origin.terms is not None else None,
     )
 
 
 async def relay(
     services: Services,
-    request: Request,
+    origin: Origin,
     principal: Principal | None,
     parsed: AnyRequest,
     asked: Asked,
@@ -118,32 +141,35 @@ async def relay(
     this = asyncio.current_task()
     assert this is not None
     started_at = asyncio.get_running_loop().time()
-    spending = services.budgets.open(principal, request.state.request_id)
+    spending = services.budgets.open(principal, origin.request_id)
     release = services.tier_slots.enter(principal, parsed)  # a priority tier's caps: refused before metering
     if release is not None:
         spending.on_settle(release)
     team = principal.team if principal is not None else None
+    terms = origin.terms
     meter = RequestMeter(
-        services.ledger,
-        services.prices,
-        request.state.request_id,
+        terms.ledger if terms is not None else services.ledger,
+        terms.prices if terms is not None else services.prices,
+        origin.request_id,
         services.attempt_counts,
         prompt_tokens_estimate=estimated_prompt_tokens(parsed),
         team=team.name if team is not None else None,
         spending=spending,
         metrics=services.metrics,
     )
+    if terms is not None:
+        meter.totals.num_attempts = terms.attempts_before
     annotate_request(requested_model=parsed.model, stream=bool(parsed.stream))
     ctx = RequestContext(meter.request_id, meter, principal)
     decision: Decision | None = None
     response: Response | None = None
     left: list[bool] = []
-    watcher = asyncio.ensure_future(_cancel_when_client_leaves(request, this, left))
+    watcher = asyncio.ensure_future(_cancel_when_client_leaves(origin.request, this, left)) if origin.request else None
     try:
         decision = await decide(services, parsed, ctx, asked, needs(parsed))
         # the deadline, once: from the start, by the model that answers first
         ctx = replace(ctx, deadline=Deadline.after(started_at, services.executor.request_timeout_s(decision.entry)))
-        meter.tags = _tags(request.state.client_request_id, parsed, decision, principal)
+        meter.tags = _tags(origin, parsed, decision, principal)
         response, answered = await _execute(services, decision, parsed, ctx, shape)
         return Relayed(response, response.status_code, started_at, meter, decision, answered)
     except SwitchyardError as exc:
@@ -155,7 +181,8 @@ async def relay(
         logger.info("the client left before the first byte; its request was cancelled")
         return Relayed(Response(status_code=CLIENT_CLOSED_REQUEST), CLIENT_CLOSED_REQUEST, started_at, meter, decision)
     finally:
-        watcher.cancel()
+        if watcher is not None:
+            watcher.cancel()
         if not isinstance(response, StreamingResponse):  # a stream settles when it ends
             spending.settle()
 

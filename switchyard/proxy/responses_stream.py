@@ -21,18 +21,22 @@ import orjson
 from starlette.responses import Response
 
 from switchyard.core.errors import SwitchyardError
-from switchyard.core.protocol import StreamChunk
+from switchyard.core.protocol import ChatCompletionRequest, StreamChunk
+from switchyard.core.responses_wire import ResponsesRequest
 from switchyard.proxy.answer_shape import AnswerShape
 from switchyard.proxy.responses import (
     ResponseDraft,
+    draft_for,
     function_call_item,
     message_item,
     new_id,
     responses_param,
     status_of,
+    to_chat_request,
     usage_of,
     whole_response,
 )
+from switchyard.proxy.services import Services
 
 
 class ResponsesShape(AnswerShape):
@@ -209,3 +213,8 @@ class ResponsesShape(AnswerShape):
         response = self._response(status, incomplete_details=incomplete, usage=usage_of(self._usage))
         out.append(self._event(f"response.{status}", response=response))
         return b"".join(out)
+
+
+def as_chat_request(asked: ResponsesRequest, services: Services) -> tuple[ChatCompletionRequest, ResponsesShape]:
+    """A Responses API request as the chat request the relay runs, and the shape its answer takes."""
+    return to_chat_request(asked, services.settings.server.body_limits()), ResponsesShape(draft_for(asked))

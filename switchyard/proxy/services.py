@@ -29,6 +29,7 @@ from starlette.requests import Request
 from switchyard.backends.base import Backend
 from switchyard.backends.registry import ModelRegistry, build_http_session, build_registry
 from switchyard.backends.resilience import ResiliencePolicy, ResilientExecutor
+from switchyard.batch.tier import BatchTier
 from switchyard.billing.budgets import Budgets, budget_scopes
 from switchyard.billing.directory import Directory
 from switchyard.billing.ledger import LedgerWriter
@@ -103,6 +104,7 @@ class Services:
     metrics: Metrics = field(default_factory=Metrics)
     streams: LiveStreams = field(default_factory=LiveStreams)
     shared_gauges: SharedGauges | None = None  # one of several workers (proxy/metrics.py)
+    batch: BatchTier | None = None  # the batch tier: billing.redis_url and a database set
     background: list[SupervisedTask] = field(default_factory=list)
 
     def background_tasks(self) -> list[SupervisedTask]:
@@ -131,7 +133,8 @@ async def build_services(
     `backends` replaces the backend built for a configured model of that name (tests hand in
     their own); `score_batch` replaces the classifier (texts -> scores in [0, 1]).
     `only_models` is an offline run (`eval collect`): just those models, each started before
-    this returns, with no fallbacks, auto routing, cascade, ledger or teams.
+    this returns, with no fallbacks, auto routing, cascade, ledger or teams. The batch tier is
+    built (not its worker: `switchyard.proxy.batch_runner`) when a database and Valkey are set.
     """
     check = check if check is not None else check_startup(settings)
     is_offline = only_models is not None
@@ -181,6 +184,9 @@ async def build_services(
             cascade=cascade,
             metrics=metrics,
         )
+        if not is_offline and accounts.database is not None and settings.billing.redis_url:
+            services.batch = BatchTier.open(settings.batch, accounts.database, settings.billing.redis_url)
+            stack.push_async_callback(services.batch.aclose)
         if multiprocess_dir() is None or is_offline:
             metrics.registry.register(LiveGauges(services))
         else:

@@ -1,6 +1,7 @@
 """Property-based fuzzing of the OpenAPI document with schemathesis, against the proxy served for real.
 
-The proxy runs on 127.0.0.1 in front of a healthy fake upstream, with one team and an admin key.
+The proxy runs on 127.0.0.1 in front of a healthy fake upstream, with one team and an admin key
+(and the batch tier on a real Valkey).
 Every operation in `/openapi.json` gets requests that fit its schema and requests that do not
 (deterministic: the same examples on every run): with the team's key (the admin key for
 `/admin`), and again without a key. Whatever comes back: no 5xx, every refusal is OpenAI's error
@@ -40,14 +41,14 @@ MAX_EXAMPLES = 15  # per operation and test, besides the coverage phase: both te
 
 
 @pytest.fixture(scope="module")
-def fuzzed_proxy(tmp_path_factory) -> Iterator[str]:
+def fuzzed_proxy(tmp_path_factory, valkey_session) -> Iterator[str]:
     database = tmp_path_factory.mktemp("fuzz") / "usage.db"
     with serve_in_thread(FakeOpenAIUpstream()) as upstream:
         settings = Settings(
             models=[{"name": MODEL, "backend": "openai", "base_url": upstream + "/v1", "context_window": 4096}],
             teams={"fuzz": {"api_keys": [TEAM_KEY]}},
             auth={"admin_key": ADMIN_KEY},
-            billing={"database_url": f"sqlite:///{database}"},
+            billing={"database_url": f"sqlite:///{database}", "redis_url": valkey_session.url},  # the batch tier
             # a health probe late on a busy machine must not make the model unready (a 503)
             upstream={"health_interval_s": 0.5, "health_timeout_s": 30},
         )

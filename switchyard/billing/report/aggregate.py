@@ -17,6 +17,7 @@ from switchyard.billing.report.requests import OUTCOMES, ROUTED_KINDS, RequestTr
 from switchyard.billing.report.reservoir import Reservoir
 
 NO_TEAM = "(none)"
+INTERACTIVE, BATCH = "interactive", "batch"  # a request's kind: a batch's line, or any other
 UNKNOWN_HOSTING = "unknown"
 
 
@@ -48,6 +49,14 @@ class Sums:
         self.prompt_tokens += record.prompt_tokens
         self.completion_tokens += record.completion_tokens
         self.cost_usd += record.cost_usd
+
+    def merge(self, other: Sums) -> None:
+        self.attempts += other.attempts
+        self.requests += other.requests
+        self.completed += other.completed
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.cost_usd += other.cost_usd
 
     @property
     def tokens(self) -> int:
@@ -118,6 +127,7 @@ class Aggregator:
         self.by_model_day: dict[tuple[date, str], Sums] = defaultdict(Sums)
         self.by_model: dict[str, Sums] = defaultdict(Sums)
         self.by_hosting: dict[str, Sums] = defaultdict(Sums)
+        self.by_kind_day: dict[tuple[date, str], Sums] = defaultdict(Sums)  # kind: interactive | batch
         self.hosting_of_model: dict[str, str] = {}
         self.latency_ms: dict[str, Reservoir] = {}
         self.ttft_ms: dict[str, Reservoir] = {}
@@ -149,6 +159,7 @@ class Aggregator:
             self.by_model_day[(day, record.model)],
             self.by_model[record.model],
             self.by_hosting[hosting],
+            self.by_kind_day[(day, BATCH if record.batch_id else INTERACTIVE)],
         ):
             sums.add(record)
         if record.status == "completed":

@@ -153,6 +153,7 @@ def render_kpis(summary: Mapping[str, Any]) -> str:
             percent(escalation["rate"]),
             f"{escalation['escalated_requests']:,} of {escalation['cascade_requests']:,} cascade requests",
         ),
+        _batch_kpi(summary),
         _kpi(
             "Self-hosted tokens",
             percent(self_hosted["tokens"] / tokens) if self_hosted and tokens else "—",
@@ -160,6 +161,16 @@ def render_kpis(summary: Mapping[str, Any]) -> str:
         ),
     ]
     return '<section class="kpis">' + "".join(cards) + "</section>"
+
+
+def _batch_kpi(summary: Mapping[str, Any]) -> str:
+    batch = summary["kinds"].get("batch")
+    if not batch:
+        return _kpi("Batch cost", "—", "no batch requests")
+    share = batch["cost_usd"] / summary["cost_usd"] if summary["cost_usd"] else None
+    return _kpi(
+        "Batch cost", usd(batch["cost_usd"]), f"{batch['requests']:,} batch requests · {percent(share)} of the cost"
+    )
 
 
 def period_text(since: date | None, until: date | None, summary: Mapping[str, Any]) -> str:

@@ -150,6 +150,26 @@ def cost_by_model(tables: Mapping[str, Table]) -> Plot:
     )
 
 
+def cost_by_kind(tables: Mapping[str, Table]) -> Plot:
+    table = tables["cost_by_kind_day"]
+    if not any(row["kind"] == "batch" for row in table.records()):
+        return Plot(
+            "fig-cost-by-kind",
+            "Batch and interactive cost per day",
+            "",
+            (table.name,),
+            empty_note="No batch requests in this period: every request was interactive.",
+        )
+    return _cost_by_day(
+        table,
+        "kind",
+        id="fig-cost-by-kind",
+        title="Batch and interactive cost per day",
+        explanation="What the batch tier's lines cost (at the batch price factor) beside every other request, "
+        "per UTC day.",
+    )
+
+
 def route_mix(tables: Mapping[str, Table]) -> Plot:
     table = tables["route_mix"]
     plot = Plot(
@@ -363,6 +383,7 @@ def _drawn(plot: Plot, figure: Figure) -> Plot:
 FIGURES: tuple[Callable[[Mapping[str, Table]], Plot], ...] = (
     cost_by_team,
     cost_by_model,
+    cost_by_kind,
     route_mix,
     escalation,
     savings,

@@ -9,13 +9,13 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from switchyard.billing.report.aggregate import Aggregator, SavingsSums
+from switchyard.billing.report.aggregate import Aggregator, SavingsSums, Sums
 from switchyard.billing.report.requests import OUTCOMES
 from switchyard.billing.report.reservoir import Reservoir
 from switchyard.core.prices import Price
@@ -36,6 +36,9 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "savings_by_day": (
         "day", "route", "requests", "realised_cost_usd", "ceiling_cost_usd", "savings_usd", "savings_pct",
         "completed_without_ceiling",
+    ),
+    "cost_by_kind_day": (
+        "day", "kind", "requests", "attempts", "prompt_tokens", "completion_tokens", "cost_usd",
     ),
     "cost_by_hosting": ("hosting", "attempts", "prompt_tokens", "completion_tokens", "cost_usd", "usd_per_mtok"),
     "models": (
@@ -123,6 +126,10 @@ def build_tables(
         rows["escalation_reasons"].append((day, reason, n))
     for (day, kind), savings in sorted(agg.savings.items()):
         rows["savings_by_day"].append((day, kind, *_savings_columns(savings)))
+    for (day, kind), s in sorted(agg.by_kind_day.items()):
+        rows["cost_by_kind_day"].append(
+            (day, kind, s.requests, s.attempts, s.prompt_tokens, s.completion_tokens, s.cost_usd)
+        )
     for hosting, s in sorted(agg.by_hosting.items()):
         rows["cost_by_hosting"].append(
             (hosting, s.attempts, s.prompt_tokens, s.completion_tokens, s.cost_usd, s.usd_per_mtok)
@@ -169,6 +176,9 @@ def build_summary(agg: Aggregator) -> dict[str, Any]:
     for (_, reason), n in sorted(agg.escalations.items(), key=lambda item: item[0][1]):
         reasons[reason] = reasons.get(reason, 0) + n
     days = sorted({day for day, _ in agg.by_team_day})
+    kinds: dict[str, Sums] = defaultdict(Sums)
+    for (_, kind), sums in agg.by_kind_day.items():
+        kinds[kind].merge(sums)
     t = agg.totals
     return {
         "first_day": days[0].isoformat() if days else None,
@@ -197,5 +207,9 @@ def build_summary(agg: Aggregator) -> dict[str, Any]:
         "hosting": {
             hosting: {"tokens": s.tokens, "cost_usd": s.cost_usd, "usd_per_mtok": s.usd_per_mtok}
             for hosting, s in sorted(agg.by_hosting.items())
+        },
+        "kinds": {
+            kind: {"requests": s.requests, "tokens": s.tokens, "cost_usd": s.cost_usd}
+            for kind, s in sorted(kinds.items())
         },
     }

@@ -44,6 +44,17 @@ class Database(Protocol):
         self, *, request_id: str | None = None, client_request_id: str | None = None
     ) -> list[UsageRecord]: ...
 
+    # plain statements, for the tables of other parts (the batch tier's): `?` placeholders
+    async def execute(self, sql: str, *args: Any) -> int:
+        """Run one statement (its own transaction); return the rows it changed."""
+        ...
+
+    async def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run one statement for each row, all in one transaction."""
+        ...
+
+    async def fetch(self, sql: str, *args: Any) -> list[tuple[Any, ...]]: ...
+
     # teams and keys
     async def directory_version(self) -> int: ...
 

@@ -96,7 +96,69 @@ def _split(script: str) -> list[str]:
     return statements
 
 
-SQLITE: list[Callable[[sqlite3.Connection], None]] = [_sqlite_1]
+# The batch tier (switchyard.batch): usage rows say which batch they answered, the daily aggregate
+# keeps batch requests and cost apart, and the files, batches, their lines and results.
+_SQLITE_BATCH = """
+ALTER TABLE usage ADD COLUMN batch_id TEXT;
+ALTER TABLE usage_daily ADD COLUMN batch_requests INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE usage_daily ADD COLUMN batch_cost_usd REAL NOT NULL DEFAULT 0;
+DROP TRIGGER usage_daily_grows;
+CREATE TRIGGER usage_daily_grows AFTER INSERT ON usage BEGIN
+    INSERT INTO usage_daily VALUES (
+        date(NEW.started_at, 'unixepoch'), COALESCE(NEW.team, ''), NEW.model, 1, NEW.attempt = 1,
+        NEW.prompt_tokens, NEW.completion_tokens, NEW.cost_usd,
+        NEW.attempt = 1 AND NEW.batch_id IS NOT NULL, CASE WHEN NEW.batch_id IS NULL THEN 0 ELSE NEW.cost_usd END)
+    ON CONFLICT (day, team, model) DO UPDATE SET
+        attempts = attempts + 1, requests = requests + excluded.requests,
+        prompt_tokens = prompt_tokens + excluded.prompt_tokens,
+        completion_tokens = completion_tokens + excluded.completion_tokens,
+        cost_usd = cost_usd + excluded.cost_usd,
+        batch_requests = batch_requests + excluded.batch_requests,
+        batch_cost_usd = batch_cost_usd + excluded.batch_cost_usd;
+END;
+CREATE INDEX usage_batch_id ON usage (batch_id) WHERE batch_id IS NOT NULL;
+CREATE TABLE batch_files (
+    id TEXT PRIMARY KEY, team TEXT NOT NULL, purpose TEXT NOT NULL, filename TEXT NOT NULL,
+    bytes INTEGER NOT NULL, created_at REAL NOT NULL, status TEXT NOT NULL
+);
+CREATE INDEX batch_files_team ON batch_files (team, created_at);
+CREATE TABLE batch_file_parts (
+    file_id TEXT NOT NULL, seq INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (file_id, seq)
+);
+CREATE TABLE batches (
+    id TEXT PRIMARY KEY, team TEXT NOT NULL, key_id TEXT, endpoint TEXT NOT NULL, input_file_id TEXT NOT NULL,
+    completion_window TEXT NOT NULL, status TEXT NOT NULL, metadata TEXT, errors TEXT,
+    output_file_id TEXT, error_file_id TEXT, created_at REAL NOT NULL, expires_at REAL NOT NULL,
+    in_progress_at REAL, finalizing_at REAL, completed_at REAL, failed_at REAL, expired_at REAL,
+    cancelling_at REAL, cancelled_at REAL, ending TEXT, finalize_lease REAL,
+    total INTEGER NOT NULL DEFAULT 0, completed INTEGER NOT NULL DEFAULT 0, failed INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX batches_team ON batches (team, created_at);
+CREATE INDEX batches_status ON batches (status);
+CREATE TABLE batch_lines (
+    batch_id TEXT NOT NULL, line INTEGER NOT NULL, custom_id TEXT NOT NULL, start INTEGER NOT NULL,
+    length INTEGER NOT NULL, PRIMARY KEY (batch_id, line)
+);
+CREATE TABLE batch_results (
+    batch_id TEXT NOT NULL, line INTEGER NOT NULL, custom_id TEXT NOT NULL, request_id TEXT NOT NULL,
+    status_code INTEGER, body TEXT, error_code TEXT, error_message TEXT, finished_at REAL NOT NULL,
+    PRIMARY KEY (batch_id, line)
+);
+CREATE TRIGGER batch_results_count AFTER INSERT ON batch_results BEGIN
+    UPDATE batches SET
+        completed = completed + (COALESCE(NEW.status_code, 0) BETWEEN 200 AND 299),
+        failed = failed + NOT (COALESCE(NEW.status_code, 0) BETWEEN 200 AND 299)
+    WHERE id = NEW.batch_id;
+END;
+"""
+
+
+def _sqlite_2(db: sqlite3.Connection) -> None:
+    for statement in _split(_SQLITE_BATCH):
+        db.execute(statement)
+
+
+SQLITE: list[Callable[[sqlite3.Connection], None]] = [_sqlite_1, _sqlite_2]
 
 POSTGRES: list[str] = [
     """
@@ -147,5 +209,67 @@ POSTGRES: list[str] = [
     CREATE INDEX api_keys_team ON api_keys (team);
     CREATE TABLE directory_version (id INTEGER PRIMARY KEY CHECK (id = 1), version BIGINT NOT NULL);
     INSERT INTO directory_version VALUES (1, 0);
+    """,
+    """
+    ALTER TABLE usage ADD COLUMN batch_id TEXT;
+    ALTER TABLE usage_daily ADD COLUMN batch_requests BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE usage_daily ADD COLUMN batch_cost_usd DOUBLE PRECISION NOT NULL DEFAULT 0;
+    CREATE OR REPLACE FUNCTION usage_daily_grow() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO usage_daily AS d VALUES (
+            (to_timestamp(NEW.started_at) AT TIME ZONE 'UTC')::date, COALESCE(NEW.team, ''), NEW.model,
+            1, CASE WHEN NEW.attempt = 1 THEN 1 ELSE 0 END,
+            NEW.prompt_tokens, NEW.completion_tokens, NEW.cost_usd,
+            CASE WHEN NEW.attempt = 1 AND NEW.batch_id IS NOT NULL THEN 1 ELSE 0 END,
+            CASE WHEN NEW.batch_id IS NULL THEN 0 ELSE NEW.cost_usd END)
+        ON CONFLICT (day, team, model) DO UPDATE SET
+            attempts = d.attempts + 1, requests = d.requests + excluded.requests,
+            prompt_tokens = d.prompt_tokens + excluded.prompt_tokens,
+            completion_tokens = d.completion_tokens + excluded.completion_tokens,
+            cost_usd = d.cost_usd + excluded.cost_usd,
+            batch_requests = d.batch_requests + excluded.batch_requests,
+            batch_cost_usd = d.batch_cost_usd + excluded.batch_cost_usd;
+        RETURN NULL;
+    END $$;
+    CREATE INDEX usage_batch_id ON usage (batch_id) WHERE batch_id IS NOT NULL;
+    CREATE TABLE batch_files (
+        id TEXT PRIMARY KEY, team TEXT NOT NULL, purpose TEXT NOT NULL, filename TEXT NOT NULL,
+        bytes BIGINT NOT NULL, created_at DOUBLE PRECISION NOT NULL, status TEXT NOT NULL
+    );
+    CREATE INDEX batch_files_team ON batch_files (team, created_at);
+    CREATE TABLE batch_file_parts (
+        file_id TEXT NOT NULL, seq INTEGER NOT NULL, data BYTEA NOT NULL, PRIMARY KEY (file_id, seq)
+    );
+    CREATE TABLE batches (
+        id TEXT PRIMARY KEY, team TEXT NOT NULL, key_id TEXT, endpoint TEXT NOT NULL, input_file_id TEXT NOT NULL,
+        completion_window TEXT NOT NULL, status TEXT NOT NULL, metadata TEXT, errors TEXT,
+        output_file_id TEXT, error_file_id TEXT, created_at DOUBLE PRECISION NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL, in_progress_at DOUBLE PRECISION, finalizing_at DOUBLE PRECISION,
+        completed_at DOUBLE PRECISION, failed_at DOUBLE PRECISION, expired_at DOUBLE PRECISION,
+        cancelling_at DOUBLE PRECISION, cancelled_at DOUBLE PRECISION, ending TEXT,
+        finalize_lease DOUBLE PRECISION,
+        total INTEGER NOT NULL DEFAULT 0, completed INTEGER NOT NULL DEFAULT 0, failed INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX batches_team ON batches (team, created_at);
+    CREATE INDEX batches_status ON batches (status);
+    CREATE TABLE batch_lines (
+        batch_id TEXT NOT NULL, line INTEGER NOT NULL, custom_id TEXT NOT NULL, start BIGINT NOT NULL,
+        length INTEGER NOT NULL, PRIMARY KEY (batch_id, line)
+    );
+    CREATE TABLE batch_results (
+        batch_id TEXT NOT NULL, line INTEGER NOT NULL, custom_id TEXT NOT NULL, request_id TEXT NOT NULL,
+        status_code INTEGER, body TEXT, error_code TEXT, error_message TEXT,
+        finished_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (batch_id, line)
+    );
+    CREATE FUNCTION batch_results_count() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE batches SET
+            completed = completed + CASE WHEN NEW.status_code BETWEEN 200 AND 299 THEN 1 ELSE 0 END,
+            failed = failed + CASE WHEN COALESCE(NEW.status_code, 0) BETWEEN 200 AND 299 THEN 0 ELSE 1 END
+        WHERE id = NEW.batch_id;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER batch_results_count AFTER INSERT ON batch_results
+        FOR EACH ROW EXECUTE FUNCTION batch_results_count();
     """,
 ]

@@ -46,6 +46,12 @@ _KEYS = ", ".join(KEY_COLUMNS)
 _TEAMS = ", ".join(TEAM_COLUMNS)
 
 
+def _numbered(sql: str) -> str:
+    """`?` placeholders (SQLite's, the callers' own) as PostgreSQL's `$1`, `$2`, …"""
+    parts = sql.split("?")
+    return parts[0] + "".join(f"${i}{part}" for i, part in enumerate(parts[1:], start=1))
+
+
 class PostgresDatabase:
     dialect = "postgresql"
 
@@ -136,7 +142,8 @@ class PostgresDatabase:
         if team is not None:
             where, args = where + " AND team = $3", [*args, team]
         query = (
-            f"SELECT {group}, SUM(cost_usd), SUM(prompt_tokens), SUM(completion_tokens), SUM(requests) "
+            f"SELECT {group}, SUM(cost_usd), SUM(prompt_tokens), SUM(completion_tokens), SUM(requests), "
+            "SUM(batch_requests), SUM(batch_cost_usd) "
             f"FROM usage_daily WHERE {where}" + (f" GROUP BY {group} ORDER BY {group}" if group_by else "")
         )
         async with self._connection() as db:
@@ -187,6 +194,22 @@ class PostgresDatabase:
                 f"SELECT {_USAGE} FROM usage WHERE {where} ORDER BY started_at, request_id, attempt", *args
             )
         return [usage_from_row(row) for row in rows]
+
+    # plain statements
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        async with self._connection() as db:
+            status = await db.execute(_numbered(sql), *args)
+        last = status.rsplit(" ", 1)[-1]
+        return int(last) if last.isdigit() else 0
+
+    async def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        async with self._connection() as db, db.transaction():
+            await db.executemany(_numbered(sql), rows)
+
+    async def fetch(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        async with self._connection() as db:
+            return [tuple(row) for row in await db.fetch(_numbered(sql), *args)]
 
     # teams and keys
 

@@ -98,20 +98,23 @@ def check_group_by(group_by: str | None) -> None:
 def summary(
     start: dt.date, end: dt.date, group_by: str | None, team: str | None, rows: list[tuple[Any, ...]]
 ) -> dict[str, Any]:
-    """The usage summary's shape; `rows` are (group, cost_usd, prompt_tokens, completion_tokens, requests)."""
+    """The usage summary's shape; `rows` are (group, cost_usd, prompt_tokens, completion_tokens,
+    requests, batch_requests, batch_cost_usd). Costs are rounded to 10 decimals (sums of floats)."""
     data: list[dict[str | None, Any]] = [
         {
             group_by: group.isoformat() if isinstance(group, dt.date) else group,
-            "cost_usd": float(cost or 0.0),
+            "cost_usd": round(float(cost or 0.0), 10),
             "prompt_tokens": int(prompt or 0),
             "completion_tokens": int(completion or 0),
             "requests": int(requests or 0),
+            "batch_requests": int(batch_requests or 0),
+            "batch_cost_usd": round(float(batch_cost or 0.0), 10),
         }
-        for group, cost, prompt, completion, requests in rows
+        for group, cost, prompt, completion, requests, batch_requests, batch_cost in rows
     ]
     totals = {
-        key: sum(row[key] for row in data) if data else (0.0 if key == "cost_usd" else 0)
-        for key in ("cost_usd", "prompt_tokens", "completion_tokens", "requests")
+        key: round(sum(row[key] for row in data), 10) if data else (0.0 if key.endswith("cost_usd") else 0)
+        for key in ("cost_usd", "prompt_tokens", "completion_tokens", "requests", "batch_requests", "batch_cost_usd")
     }
     return {
         "object": "usage",

@@ -191,7 +191,8 @@ class SQLiteDatabase:
         if team is not None:
             where, args = where + " AND team = ?", [*args, team]
         query = (
-            f"SELECT {group}, SUM(cost_usd), SUM(prompt_tokens), SUM(completion_tokens), SUM(requests) "
+            f"SELECT {group}, SUM(cost_usd), SUM(prompt_tokens), SUM(completion_tokens), SUM(requests), "
+            "SUM(batch_requests), SUM(batch_cost_usd) "
             f"FROM usage_daily WHERE {where}" + (f" GROUP BY {group} ORDER BY {group}" if group_by else "")
         )
         rows = await self._call(lambda db: db.execute(query, args).fetchall())
@@ -234,6 +235,17 @@ class SQLiteDatabase:
         query = f"SELECT {_USAGE} FROM usage WHERE {where} ORDER BY started_at, request_id, attempt"
         rows = await self._call(lambda db: db.execute(query, args).fetchall())
         return [usage_from_row(row) for row in rows]
+
+    # plain statements
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        return await self._call(lambda db: db.execute(sql, args).rowcount)
+
+    async def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        await self._call(lambda db: self._write(db, lambda: db.executemany(sql, rows)))
+
+    async def fetch(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        return await self._call(lambda db: db.execute(sql, args).fetchall())
 
     # teams and keys
 

@@ -1,4 +1,15 @@
-from switchyard.proxy.routes import admin, chat, completions, health, metrics, models, responses, usage
+from switchyard.proxy.routes import (
+    admin,
+    batches,
+    chat,
+    completions,
+    files,
+    health,
+    metrics,
+    models,
+    responses,
+    usage,
+)
 
 ROUTERS = (
     chat.router,
@@ -6,6 +17,8 @@ ROUTERS = (
     responses.router,
     models.router,
     usage.router,
+    files.router,
+    batches.router,
     health.router,
     metrics.router,
     admin.router,  # last: its catch-all answers any other /admin path

@@ -115,8 +115,10 @@ def test_the_page_has_the_header_headline_numbers_and_tables(page: str) -> None:
     assert "$0.0400" in page  # saved by routing
     assert "50.0%" in page  # escalation rate
     for name in COLUMNS:
-        assert f"Data: {name}.csv" in page
-    assert page.count('<p class="explain">') == len(ALL_FIGURES)
+        if name != "cost_by_kind_day":  # no batch lines here: that panel says so instead of drawing
+            assert f"Data: {name}.csv" in page
+    assert "No batch requests in this period" in page
+    assert page.count('<p class="explain">') == len(ALL_FIGURES) + 1
 
 
 def test_the_page_references_nothing_outside_itself(page: str) -> None:
@@ -223,3 +225,24 @@ def test_dollar_ticks_keep_the_precision_of_the_tick_spacing() -> None:
     for value, text in ticks:
         assert "$" in text and float(text.replace("$", "")) == pytest.approx(value)  # $0.025, never $0.03
     assert ("$0.075" in dict(ticks).values()) and (-0.025, "-$0.025") in ticks
+
+
+def test_batch_lines_are_costed_apart_from_interactive_requests() -> None:
+    records = [
+        rec("i1", 1, 1.0, "small-m", "completed", 0.25, requested_model="small-m"),
+        rec("b1", 1, 2.0, "small-m", "completed", 0.5, requested_model="small-m", batch_id="batch_1"),
+        rec("b1", 2, 2.0, "small-m", "failed", 0.25, requested_model="small-m", batch_id="batch_1"),
+        rec("b2", 1, 3.0, "small-m", "completed", 0.5, requested_model="small-m", batch_id="batch_1"),
+    ]
+    report = build(records)
+    assert "fig-cost-by-kind" in report.figure_ids
+    rows = {
+        (r["kind"]): (r["requests"], r["attempts"], r["cost_usd"]) for r in report.tables["cost_by_kind_day"].records()
+    }
+    assert rows == {"interactive": (1, 1, 0.25), "batch": (2, 3, 1.25)}
+    kinds = report.summary_json()["kinds"]
+    assert kinds["batch"]["requests"] == 2 and kinds["batch"]["cost_usd"] == pytest.approx(1.25)
+    assert "2 batch requests · 83.3% of the cost" in report.html()
+    without = build(records[:1])
+    assert "fig-cost-by-kind" not in without.figure_ids
+    assert "No batch requests in this period" in without.html()

@@ -106,7 +106,7 @@ async def test_the_summary_reads_utc_days_inclusively_by_model_or_day(database: 
         [
             usage("a", 1, started_at=DAY1),
             usage("a", 2, started_at=DAY1, model="large", cost_usd=1.0, prompt_tokens=100, completion_tokens=50),
-            usage("b", started_at=DAY2, model="large", cost_usd=1.0),
+            usage("b", started_at=DAY2, model="large", cost_usd=1.0, batch_id="batch_1"),  # a batch's line
             usage("c", started_at=DAY2, team="ads", cost_usd=4.0),
             usage("d", started_at=DAY2 + 86_400, cost_usd=8.0),  # 2026-11-22: outside
         ]
@@ -123,6 +123,8 @@ async def test_the_summary_reads_utc_days_inclusively_by_model_or_day(database: 
         "prompt_tokens": 120,
         "completion_tokens": 60,
         "requests": 2,  # a (two attempts) and b
+        "batch_requests": 1,
+        "batch_cost_usd": pytest.approx(1.0),
         "data": [
             {
                 "model": "large",
@@ -130,6 +132,8 @@ async def test_the_summary_reads_utc_days_inclusively_by_model_or_day(database: 
                 "prompt_tokens": 110,
                 "completion_tokens": 55,
                 "requests": 1,
+                "batch_requests": 1,
+                "batch_cost_usd": pytest.approx(1.0),
             },
             {
                 "model": "small",
@@ -137,6 +141,8 @@ async def test_the_summary_reads_utc_days_inclusively_by_model_or_day(database: 
                 "prompt_tokens": 10,
                 "completion_tokens": 5,
                 "requests": 1,
+                "batch_requests": 0,
+                "batch_cost_usd": 0.0,
             },
         ],
     }

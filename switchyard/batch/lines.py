@@ -1,0 +1,120 @@
+"""An input file checked as OpenAI checks it, line by line, as its parts are read.
+
+Each non-empty line must be a JSON object with `custom_id` (a string, unique in the file),
+`method` ("POST"), `url` (the batch's endpoint) and `body` (an object). A file with any line that
+is not gives the batch's `errors`, each naming its line (1-based), and the batch fails at
+`validating`. A well-formed line whose request the model refuses is not the validator's business:
+it becomes an entry of the error file when it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable
+from dataclasses import dataclass, field
+
+import orjson
+
+MAX_ERRORS = 100  # listed in a batch's `errors`; the count says how many more there were
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    index: int  # 0-based, in the file
+    custom_id: str
+    start: int  # byte offset in the file
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class LineError:
+    code: str
+    message: str
+    line: int | None = None  # 1-based
+    param: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return {"code": self.code, "message": self.message, "param": self.param, "line": self.line}
+
+
+@dataclass(slots=True)
+class Checked:
+    lines: list[Line] = field(default_factory=list)
+    errors: list[LineError] = field(default_factory=list)
+    num_errors: int = 0
+
+    def fail(self, error: LineError) -> None:
+        self.num_errors += 1
+        if len(self.errors) < MAX_ERRORS:
+            self.errors.append(error)
+
+
+async def check_lines(chunks: AsyncIterable[bytes], endpoint: str, max_lines: int) -> Checked:
+    """Every line of the file, or the errors that fail it."""
+    checked = Checked()
+    seen: set[str] = set()
+    offset, number, rest = 0, 0, b""
+    async for chunk in chunks:
+        data = rest + chunk
+        start = 0
+        while (end := data.find(b"\n", start)) >= 0:
+            number += 1
+            _check(data[start:end], offset + start, number, endpoint, seen, checked)
+            start = end + 1
+        offset += start
+        rest = data[start:]
+    if rest:
+        number += 1
+        _check(rest, offset, number, endpoint, seen, checked)
+    if not checked.lines and not checked.num_errors:
+        checked.fail(LineError("empty_file", "The input file has no requests."))
+    if len(checked.lines) > max_lines:
+        checked.fail(
+            LineError("too_many_requests", f"The input file has {len(checked.lines)} requests; at most {max_lines}.")
+        )
+    return checked
+
+
+def _check(raw: bytes, start: int, number: int, endpoint: str, seen: set[str], checked: Checked) -> None:
+    text = raw.rstrip(b"\r")
+    if not text.strip():
+        return
+    try:
+        item = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        checked.fail(LineError("invalid_json_line", f"Line {number} is not valid JSON.", number))
+        return
+    if not isinstance(item, dict):
+        checked.fail(LineError("invalid_json_line", f"Line {number} is not a JSON object.", number))
+        return
+    for name in ("custom_id", "method", "url", "body"):
+        if name not in item:
+            checked.fail(LineError("missing_required_parameter", f"Line {number} has no '{name}'.", number, name))
+            return
+    custom_id, method, url, body = item["custom_id"], item["method"], item["url"], item["body"]
+    if not isinstance(custom_id, str) or not custom_id:
+        checked.fail(LineError("invalid_value", f"Line {number}: 'custom_id' must be a string.", number, "custom_id"))
+    elif method != "POST":
+        checked.fail(LineError("invalid_value", f"Line {number}: 'method' must be POST.", number, "method"))
+    elif url != endpoint:
+        checked.fail(
+            LineError(
+                "mismatched_url",
+                f"Line {number}: 'url' is {url!r}, but this batch's endpoint is {endpoint}.",
+                number,
+                "url",
+            )
+        )
+    elif not isinstance(body, dict):
+        checked.fail(LineError("invalid_value", f"Line {number}: 'body' must be an object.", number, "body"))
+    elif custom_id in seen:
+        checked.fail(
+            LineError(
+                "duplicate_custom_id",
+                f"Line {number}: custom_id {custom_id!r} is used by an earlier line; each must be unique.",
+                number,
+                "custom_id",
+            )
+        )
+    else:
+        seen.add(custom_id)
+        checked.lines.append(Line(len(checked.lines), custom_id, start, len(raw)))

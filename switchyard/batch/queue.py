@@ -1,0 +1,120 @@
+"""The batch tier's work on a Valkey stream, read through one consumer group by every worker.
+
+An entry is a batch to validate or one line to run: `{kind, batch, line, tries}`, never a line's
+contents (those stay in the database). A worker reads entries with XREADGROUP; they stay pending,
+its own, until it acknowledges them (XACK, then XDEL) once the result is written. While it works
+on them it touches them (XCLAIM … JUSTID, which resets their idle time); an entry idle longer than
+`claim_after_s` belongs to a worker that died or hung, and XAUTOCLAIM hands it to another. The
+stream and its group survive every proxy's restart: they live in Valkey, with the budgets.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+STREAM = "switchyard:batch:work"
+GROUP = "switchyard-batch"
+BLOCK_MS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    entry_id: str
+    kind: str  # validate | line
+    batch_id: str
+    line: int = -1
+    tries: int = 0
+
+    def fields(self) -> dict[str, str]:
+        return {"kind": self.kind, "batch": self.batch_id, "line": str(self.line), "tries": str(self.tries)}
+
+
+def _work(entry_id: str, fields: dict[str, str]) -> Work:
+    return Work(entry_id, fields["kind"], fields["batch"], int(fields.get("line", -1)), int(fields.get("tries", 0)))
+
+
+class LineQueue:
+    def __init__(self, url: str, *, claim_after_s: float, stream: str = STREAM, group: str = GROUP) -> None:
+        self.stream, self.group = stream, group
+        self.claim_after_ms = int(claim_after_s * 1000)
+        self.consumer = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        # XREADGROUP blocks up to BLOCK_MS: the socket waits longer than that
+        self._client = aioredis.Redis.from_url(
+            url, decode_responses=True, socket_timeout=BLOCK_MS / 1000 + 5, socket_connect_timeout=5
+        )
+        self._has_group = False
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def _ensure_group(self) -> None:
+        if self._has_group:
+            return
+        try:
+            await self._client.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._has_group = True
+
+    async def add(self, works: Sequence[Work]) -> None:
+        await self._ensure_group()
+        for first in range(0, len(works), 1000):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for work in works[first : first + 1000]:
+                    pipe.xadd(self.stream, work.fields())  # type: ignore[arg-type]
+                await pipe.execute()
+
+    async def take(self, count: int, *, block: bool = True) -> list[Work]:
+        """New entries, up to `count` (waiting up to a second for one when `block`)."""
+        await self._ensure_group()
+        try:
+            answer = await self._client.xreadgroup(
+                self.group, self.consumer, {self.stream: ">"}, count=count, block=BLOCK_MS if block else None
+            )
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):  # the stream was deleted (a flushed Valkey): made again next call
+                raise
+            self._has_group = False
+            return []
+        streams: list[tuple[str, list[tuple[str, dict[str, str]]]]] = answer or []  # type: ignore[assignment]
+        return [_work(entry_id, fields) for _, entries in streams for entry_id, fields in entries]
+
+    async def claim_abandoned(self, count: int) -> list[Work]:
+        """Entries another worker took and left untouched for `claim_after_s`: now this one's."""
+        await self._ensure_group()
+        try:
+            answer = await self._client.xautoclaim(
+                self.stream, self.group, self.consumer, self.claim_after_ms, start_id="0-0", count=count
+            )
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            self._has_group = False
+            return []
+        return [_work(entry_id, fields) for entry_id, fields in answer[1] if fields]
+
+    async def touch(self, entry_ids: Sequence[str]) -> None:
+        """Still at work on these: their idle time starts again."""
+        if entry_ids:
+            await self._client.xclaim(
+                self.stream, self.group, self.consumer, min_idle_time=0, message_ids=list(entry_ids), justid=True
+            )
+
+    async def done(self, entry_ids: Sequence[str]) -> None:
+        if entry_ids:
+            async with self._client.pipeline(transaction=False) as pipe:
+                pipe.xack(self.stream, self.group, *entry_ids)
+                pipe.xdel(self.stream, *entry_ids)
+                await pipe.execute()
+
+    async def backlog(self) -> int:
+        """Entries in the stream (pending or not read yet)."""
+        return int(await self._client.xlen(self.stream))

@@ -1,0 +1,324 @@
+"""The batch tier's worker: drains the queue with the capacity interactive traffic leaves.
+
+Inside every proxy by default (`batch.run_in_proxy`), and in `switchyard worker` processes. It
+takes a line only while this process serves fewer than `batch.yield_at_in_flight` interactive
+requests and no model's backend reports saturation, runs at most `batch.concurrency` lines at once,
+and runs each as any request is run (`relay`: rate limits, routing, `auto` and `cascade`, saturation,
+the worst-case reservation in the team's budgets, retries and fallbacks, metering), at
+`batch.price_factor` of each model's price. A line's usage records are written before its result,
+numbered after any an earlier run of the line left, so a line run twice around a crash is one
+request of the team with every attempt's cost. A refusal that may pass (rate limited, the model
+unavailable or saturated) is not a result: the line stays pending and is run again after
+`batch.claim_after_s`, until its batch's window ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from redis.exceptions import RedisError
+
+from switchyard.batch.jobs import Batch, Result, line_request_id
+from switchyard.batch.lines import LineError, check_lines
+from switchyard.batch.queue import Work
+from switchyard.batch.tier import BatchTier
+from switchyard.billing.records import UsageRecord
+from switchyard.billing.store import StoreError
+from switchyard.billing.teams import Principal
+from switchyard.core.errors import AuthenticationFailed, InvalidRequest, NotConfigured, SwitchyardError
+from switchyard.core.prices import Price
+from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
+from switchyard.core.responses_wire import ResponsesRequest
+from switchyard.core.settings import Settings
+from switchyard.core.supervision import SupervisedTask
+from switchyard.proxy.answer_shape import PASS_THROUGH, error_response
+from switchyard.proxy.body import parse_request
+from switchyard.proxy.decide import Asked
+from switchyard.proxy.exchange import end_exchange
+from switchyard.proxy.relay import LineTerms, Origin, relay
+from switchyard.proxy.request_log import RequestLine
+from switchyard.proxy.responses_stream import as_chat_request
+from switchyard.proxy.services import Services, build_services
+
+logger = logging.getLogger("switchyard.batch")
+
+DRAIN_S = 10.0  # at shutdown, how long running lines may take to finish
+IDLE_POLL_S = 0.05  # how often a worker paused by interactive traffic looks again
+_PASSING = frozenset({500, 502, 503, 504})  # refusals that may pass: the line is run again later
+
+
+@dataclass(slots=True)
+class _Collected:
+    """A line's usage records, held until they are written with its result."""
+
+    records: list[UsageRecord] = field(default_factory=list)
+
+    def record(self, record: UsageRecord) -> None:
+        self.records.append(record)
+
+    async def start(self) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+def batch_prices(prices: dict[str, Price], factor: float) -> dict[str, Price]:
+    return {name: Price(p.input_usd_per_mtok * factor, p.output_usd_per_mtok * factor) for name, p in prices.items()}
+
+
+def _is_passing(status: int, body: bytes) -> bool:
+    if status in _PASSING:
+        return True
+    return status == 429 and b'"insufficient_quota"' not in body
+
+
+class BatchRunner:
+    def __init__(self, services: Services, tier: BatchTier, load: Callable[[], int] = lambda: 0) -> None:
+        self.services = services
+        self.tier = tier
+        self.settings = tier.settings
+        self.load = load  # interactive requests this process serves now
+        self.prices = batch_prices(services.prices, tier.settings.price_factor)
+        self.running: dict[str, asyncio.Task[None]] = {}
+        self.num_lines = 0  # lines this worker has finished (a result written)
+
+    # the loop
+
+    async def run_forever(self) -> None:
+        tending = asyncio.create_task(self._tend_forever())
+        try:
+            while True:
+                await self._wait_for_room()
+                room = self.settings.concurrency - len(self.running)
+                try:
+                    works = await self.tier.queue.take(room)
+                except (RedisError, OSError) as exc:
+                    logger.warning("the batch queue is out of reach (%s); trying again", exc)
+                    await asyncio.sleep(1.0)
+                    continue
+                for work in works:
+                    self._spawn(work)
+        finally:
+            tending.cancel()
+            await self._drain()
+
+    def _spawn(self, work: Work) -> None:
+        if work.entry_id in self.running:
+            return
+        task = asyncio.create_task(self._handle(work), name=f"batch:{work.batch_id}:{work.line}")
+        self.running[work.entry_id] = task
+        task.add_done_callback(lambda _: self.running.pop(work.entry_id, None))
+
+    async def _wait_for_room(self) -> None:
+        """A free slot, and interactive traffic leaving room."""
+        while True:
+            if len(self.running) >= self.settings.concurrency:
+                await asyncio.wait(set(self.running.values()), return_when=asyncio.FIRST_COMPLETED)
+                continue
+            if self.load() < self.settings.yield_at_in_flight and not self._any_saturated():
+                return
+            await asyncio.sleep(IDLE_POLL_S)
+
+    def _any_saturated(self) -> bool:
+        return any(entry.backend.is_saturated() for entry in self.services.registry)
+
+    async def _drain(self) -> None:
+        tasks = set(self.running.values())
+        if not tasks:
+            return
+        _, late = await asyncio.wait(tasks, timeout=DRAIN_S)
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.wait(late)
+            logger.warning("%d batch line(s) cut short at shutdown: they run again elsewhere", len(late))
+
+    async def _tend_forever(self) -> None:
+        """Keep this worker's entries its own, take over abandoned ones, end batches whose window
+        ran out or that were cancelled, and finish those whose finalizer died."""
+        every_s = min(self.settings.claim_after_s / 3, 5.0)
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                await self.tend()
+            except (RedisError, OSError, StoreError) as exc:
+                logger.warning("batch upkeep failed (%s); trying again in %g s", exc, every_s)
+
+    async def tend(self) -> None:
+        queue = self.tier.queue
+        await queue.touch(list(self.running))
+        room = self.settings.concurrency - len(self.running)
+        if room > 0:
+            for work in await queue.claim_abandoned(room):
+                self._spawn(work)
+        now = time.time()
+        for batch in await self.tier.batches.open_batches():
+            await self.tier.finisher.sweep(batch, now)
+
+    # one entry
+
+    async def _handle(self, work: Work) -> None:
+        try:
+            if work.kind == "validate":
+                await self.validate(work.batch_id)
+                is_done = True
+            else:
+                is_done = await self.run_line(work)
+            if is_done:
+                await self.tier.queue.done([work.entry_id])
+        except asyncio.CancelledError:
+            raise
+        except (RedisError, OSError, StoreError) as exc:
+            logger.warning("batch %s line %d left for later: %s", work.batch_id, work.line, exc)
+        except Exception:
+            logger.exception("batch %s line %d failed; it runs again later", work.batch_id, work.line)
+
+    async def validate(self, batch_id: str) -> None:
+        tier = self.tier
+        batch = await tier.batches.get(batch_id)
+        if batch is None or batch.status not in ("validating", "cancelling"):
+            return
+        stored = await tier.files.get(batch.input_file_id)
+        if stored is None:
+            error = LineError("file_not_found", f"The input file {batch.input_file_id} no longer exists.")
+            await tier.batches.fail(batch_id, [error], 1)
+            return
+        checked = await check_lines(tier.files.read(stored.id), batch.endpoint, self.settings.max_lines)
+        if checked.num_errors:
+            await tier.batches.fail(batch_id, checked.errors, checked.num_errors)
+            return
+        await tier.batches.set_lines(batch_id, checked.lines)
+        await tier.queue.add([Work("", "line", batch_id, line.index) for line in checked.lines])
+        if not await tier.batches.start(batch_id):  # cancelled (or its window ended) meanwhile
+            refreshed = await tier.batches.get(batch_id)
+            if refreshed is not None:
+                await self.tier.finisher.sweep(refreshed, time.time())
+
+    async def run_line(self, work: Work) -> bool:
+        """Run one line and write its result (False: it may run again later)."""
+        batches = self.tier.batches
+        batch = await batches.get(work.batch_id)
+        if batch is None:
+            return True
+        if batch.ending is not None or batch.status not in ("in_progress", "validating"):
+            await self.tier.finisher.sweep(batch, time.time())
+            return True
+        if batch.expires_at <= time.time():
+            await self.tier.finisher.sweep(batch, time.time())
+            return True
+        if await batches.has_result(batch.id, work.line):
+            await self.tier.finisher.finalize_if_done(batch.id)
+            return True
+        line = await batches.line(batch.id, work.line)
+        if line is None:
+            return True
+        request_id = line_request_id(batch.id, line.index)
+        status, body = await self._answer(batch, line.start, line.length, request_id)
+        if status is None:
+            return False
+        written = await batches.put_result(batch.id, Result(line.index, line.custom_id, request_id, status, body))
+        if written:
+            self.num_lines += 1
+            outcome = "answered" if 200 <= status < 300 else "failed"
+            self.services.metrics.batch_lines.labels(batch.endpoint, outcome).inc()
+        await self.tier.finisher.finalize_if_done(batch.id)
+        return True
+
+    async def _answer(self, batch: Batch, start: int, length: int, request_id: str) -> tuple[int | None, str]:
+        """The line's (status, body), its usage written; status None: a refusal that may pass."""
+        services = self.services
+        raw = await self.tier.files.read_range(batch.input_file_id, start, length)
+        started_at = asyncio.get_running_loop().time()
+        record_line = RequestLine(request_id=request_id, method="POST", path=batch.endpoint, started_at=time.time())
+        record_line.team = batch.team or None
+        record_line.key_id = batch.key_id
+        try:
+            principal = self._principal(batch)
+            wire, parsed, shape = self._parse(batch.endpoint, orjson.loads(raw)["body"])
+        except SwitchyardError as exc:
+            record_line.requested_model = exc.requested_model
+            end_exchange(services, record_line, None, exc.status_code, started_at)
+            return exc.status_code, bytes(error_response(exc).body).decode()
+        record_line.requested_model = wire.model
+        collected = _Collected()
+        terms = LineTerms(batch.id, self.prices, collected, await self.tier.batches.attempts_of(request_id))
+        asked = Asked(priority="priority")  # a saturated model: wait for it, never a smaller one instead
+        relayed = await relay(services, Origin(request_id, terms=terms), principal, parsed, asked, shape)
+        end_exchange(services, record_line, relayed, relayed.status, started_at)
+        await self._write_usage(collected.records)
+        body = bytes(relayed.response.body)
+        if _is_passing(relayed.status, body):
+            logger.info("batch %s: %s refused with %d; it runs again later", batch.id, request_id, relayed.status)
+            return None, ""
+        return relayed.status, body.decode()
+
+    def _principal(self, batch: Batch) -> Principal | None:
+        directory = self.services.directory
+        if not directory.is_enabled:
+            return None
+        key = directory.key(batch.key_id) if batch.key_id is not None else None
+        team = directory.teams.get(batch.team)
+        if key is None or team is None or not key.is_usable(time.time()):
+            raise AuthenticationFailed("The API key that created this batch has been revoked or has expired.")
+        return Principal(team, key)
+
+    def _parse(self, endpoint: str, body: Any) -> tuple[Any, Any, Any]:
+        """(what the line asked, the request the relay runs, how its answer is written)."""
+        if not isinstance(body, dict):
+            raise InvalidRequest("The line's body must be a JSON object.", param="body")
+        if body.get("stream"):
+            raise InvalidRequest("A batch's requests cannot stream; leave 'stream' out.", param="stream")
+        limits = self.services.settings.server.body_limits()
+        raw = orjson.dumps(body)
+        if endpoint == "/v1/chat/completions":
+            chat = parse_request(ChatCompletionRequest, raw, limits)
+            return chat, chat, PASS_THROUGH
+        if endpoint == "/v1/completions":
+            completion = parse_request(CompletionRequest, raw, limits)
+            return completion, completion, PASS_THROUGH
+        asked = parse_request(ResponsesRequest, raw, limits)
+        parsed, shape = as_chat_request(asked, self.services)
+        return asked, parsed, shape
+
+    async def _write_usage(self, records: list[UsageRecord]) -> None:
+        """Before the result: a line whose result is written has its usage in the ledger."""
+        if not records:
+            return
+        database = self.services.database
+        try:
+            if database is None:
+                raise StoreError("no database")
+            await database.insert_usage(records)
+        except StoreError:
+            ledger = self.services.ledger  # the writer spills what the database will not take now
+            if ledger is not None:
+                for record in records:
+                    ledger.record(record)
+
+
+def start_batch_worker(services: Services, load: Callable[[], int]) -> SupervisedTask | None:
+    """The batch worker, started and shown among the background tasks (None: no batch tier)."""
+    if services.batch is None:
+        return None
+    runner = BatchRunner(services, services.batch, load)
+    task = SupervisedTask("batch-worker", runner.run_forever)
+    services.background.append(task)
+    task.start()
+    return task
+
+
+async def run_worker(settings: Settings) -> None:
+    """`switchyard worker`: the services of a proxy without its HTTP server, draining batches
+    until cancelled (SIGTERM, SIGINT), then letting its running lines finish (bounded)."""
+    async with build_services(settings) as services:
+        if services.batch is None:
+            raise NotConfigured("a batch worker needs billing.redis_url and a database (billing.database_url)")
+        logger.info("batch worker %s draining %s", services.batch.queue.consumer, services.batch.queue.stream)
+        await BatchRunner(services, services.batch).run_forever()

