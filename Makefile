@@ -117,6 +117,7 @@ bench: $(STAMP) $(VENV)/.installed-bench .venv-litellm-proxy/.installed
 	$(BIN)/python bench/faults.py
 	$(BIN)/python bench/soak.py
 	$(BIN)/python bench/breaker_trials.py
+	$(BIN)/python bench/batch.py
 
 clean:
 	rm -rf $(VENV) .venv-litellm-proxy $(CLIENTS_OPENAI2_VENV) .pytest_cache build *.egg-info

@@ -219,23 +219,22 @@ class BatchStore:
 
     # running
 
-    async def line(self, batch_id: str, index: int) -> Line | None:
+    async def line(self, batch_id: str, index: int) -> tuple[Line, bool, int] | None:
+        """The line, whether it has its result, and the attempts an earlier run of it recorded in
+        the ledger (its request's attempts go on from there): one query."""
         rows = await self.database.fetch(
-            "SELECT line, custom_id, start, length FROM batch_lines WHERE batch_id = ? AND line = ?", batch_id, index
+            "SELECT l.custom_id, l.start, l.length, "
+            "(SELECT COUNT(*) FROM batch_results r WHERE r.batch_id = l.batch_id AND r.line = l.line), "
+            "(SELECT COALESCE(MAX(u.attempt), 0) FROM usage u WHERE u.request_id = ?) "
+            "FROM batch_lines l WHERE l.batch_id = ? AND l.line = ?",
+            line_request_id(batch_id, index),
+            batch_id,
+            index,
         )
         if not rows:
             return None
-        line, custom_id, start, length = rows[0]
-        return Line(int(line), str(custom_id), int(start), int(length))
-
-    async def attempts_of(self, request_id: str) -> int:
-        """Attempts an earlier run of this line recorded in the ledger."""
-        rows = await self.database.fetch("SELECT COALESCE(MAX(attempt), 0) FROM usage WHERE request_id = ?", request_id)
-        return int(rows[0][0])
-
-    async def has_result(self, batch_id: str, index: int) -> bool:
-        rows = await self.database.fetch("SELECT 1 FROM batch_results WHERE batch_id = ? AND line = ?", batch_id, index)
-        return bool(rows)
+        custom_id, start, length, num_results, attempts = rows[0]
+        return Line(index, str(custom_id), int(start), int(length)), int(num_results) > 0, int(attempts)
 
     async def put_result(self, batch_id: str, result: Result) -> bool:
         """The line's result, unless it has one (True: this one was written)."""

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-STREAM = "switchyard:batch:work"
+STREAM = "switchyard:batch:work"  # lines to run
+VALIDATE_STREAM = "switchyard:batch:validate"  # batches to check: read beside the lines, never behind them
 GROUP = "switchyard-batch"
 BLOCK_MS = 1000
 
@@ -31,18 +32,29 @@ class Work:
     batch_id: str
     line: int = -1
     tries: int = 0
+    stream: str = ""  # where it was read from
 
     def fields(self) -> dict[str, str]:
         return {"kind": self.kind, "batch": self.batch_id, "line": str(self.line), "tries": str(self.tries)}
 
 
-def _work(entry_id: str, fields: dict[str, str]) -> Work:
-    return Work(entry_id, fields["kind"], fields["batch"], int(fields.get("line", -1)), int(fields.get("tries", 0)))
+def _work(stream: str, entry_id: str, fields: dict[str, str]) -> Work:
+    line, tries = int(fields.get("line", -1)), int(fields.get("tries", 0))
+    return Work(entry_id, fields["kind"], fields["batch"], line, tries, stream)
 
 
 class LineQueue:
-    def __init__(self, url: str, *, claim_after_s: float, stream: str = STREAM, group: str = GROUP) -> None:
-        self.stream, self.group = stream, group
+    def __init__(
+        self,
+        url: str,
+        *,
+        claim_after_s: float,
+        stream: str = STREAM,
+        validate_stream: str = VALIDATE_STREAM,
+        group: str = GROUP,
+    ) -> None:
+        self.stream, self.validate_stream, self.group = stream, validate_stream, group
+        self.streams = (validate_stream, stream)
         self.claim_after_ms = int(claim_after_s * 1000)
         self.consumer = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         # XREADGROUP blocks up to BLOCK_MS: the socket waits longer than that
@@ -57,27 +69,34 @@ class LineQueue:
     async def _ensure_group(self) -> None:
         if self._has_group:
             return
-        try:
-            await self._client.xgroup_create(self.stream, self.group, id="0", mkstream=True)
-        except ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+        for stream in self.streams:
+            try:
+                await self._client.xgroup_create(stream, self.group, id="0", mkstream=True)
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
         self._has_group = True
+
+    def _stream_of(self, work: Work) -> str:
+        return self.validate_stream if work.kind == "validate" else self.stream
 
     async def add(self, works: Sequence[Work]) -> None:
         await self._ensure_group()
         for first in range(0, len(works), 1000):
             async with self._client.pipeline(transaction=False) as pipe:
                 for work in works[first : first + 1000]:
-                    pipe.xadd(self.stream, work.fields())  # type: ignore[arg-type]
+                    pipe.xadd(self._stream_of(work), work.fields())  # type: ignore[arg-type]
                 await pipe.execute()
 
-    async def take(self, count: int, *, block: bool = True) -> list[Work]:
-        """New entries, up to `count` (waiting up to a second for one when `block`)."""
+    async def take(self, count: int, *, validations: bool = False, block: bool = True) -> list[Work]:
+        """New lines (or batches to validate), up to `count`, waiting up to a second for one when
+        `block`. Validations have a stream of their own: a new batch is checked at once, never
+        after the lines queued before it."""
         await self._ensure_group()
+        stream = self.validate_stream if validations else self.stream
         try:
             answer = await self._client.xreadgroup(
-                self.group, self.consumer, {self.stream: ">"}, count=count, block=BLOCK_MS if block else None
+                self.group, self.consumer, {stream: ">"}, count=count, block=BLOCK_MS if block else None
             )
         except ResponseError as exc:
             if "NOGROUP" not in str(exc):  # the stream was deleted (a flushed Valkey): made again next call
@@ -85,36 +104,41 @@ class LineQueue:
             self._has_group = False
             return []
         streams: list[tuple[str, list[tuple[str, dict[str, str]]]]] = answer or []  # type: ignore[assignment]
-        return [_work(entry_id, fields) for _, entries in streams for entry_id, fields in entries]
+        return [_work(stream, entry_id, fields) for _, entries in streams for entry_id, fields in entries]
 
     async def claim_abandoned(self, count: int) -> list[Work]:
         """Entries another worker took and left untouched for `claim_after_s`: now this one's."""
         await self._ensure_group()
-        try:
-            answer = await self._client.xautoclaim(
-                self.stream, self.group, self.consumer, self.claim_after_ms, start_id="0-0", count=count
-            )
-        except ResponseError as exc:
-            if "NOGROUP" not in str(exc):
-                raise
-            self._has_group = False
-            return []
-        return [_work(entry_id, fields) for entry_id, fields in answer[1] if fields]
+        claimed: list[Work] = []
+        for stream in self.streams:
+            try:
+                answer = await self._client.xautoclaim(
+                    stream, self.group, self.consumer, self.claim_after_ms, start_id="0-0", count=count
+                )
+            except ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    raise
+                self._has_group = False
+                return claimed
+            claimed += [_work(stream, entry_id, fields) for entry_id, fields in answer[1] if fields]
+        return claimed
 
-    async def touch(self, entry_ids: Sequence[str]) -> None:
+    async def touch(self, works: Sequence[Work]) -> None:
         """Still at work on these: their idle time starts again."""
-        if entry_ids:
-            await self._client.xclaim(
-                self.stream, self.group, self.consumer, min_idle_time=0, message_ids=list(entry_ids), justid=True
-            )
+        for stream in self.streams:
+            ids: list[int | bytes | str | memoryview] = [work.entry_id for work in works if work.stream == stream]
+            if ids:
+                await self._client.xclaim(
+                    stream, self.group, self.consumer, min_idle_time=0, message_ids=ids, justid=True
+                )
 
-    async def done(self, entry_ids: Sequence[str]) -> None:
-        if entry_ids:
-            async with self._client.pipeline(transaction=False) as pipe:
-                pipe.xack(self.stream, self.group, *entry_ids)
-                pipe.xdel(self.stream, *entry_ids)
-                await pipe.execute()
+    async def done(self, works: Sequence[Work]) -> None:
+        async with self._client.pipeline(transaction=False) as pipe:
+            for work in works:
+                pipe.xack(work.stream, self.group, work.entry_id)
+                pipe.xdel(work.stream, work.entry_id)
+            await pipe.execute()
 
     async def backlog(self) -> int:
-        """Entries in the stream (pending or not read yet)."""
+        """Lines in the stream (pending or not read yet)."""
         return int(await self._client.xlen(self.stream))

@@ -50,6 +50,7 @@ logger = logging.getLogger("switchyard.batch")
 
 DRAIN_S = 10.0  # at shutdown, how long running lines may take to finish
 IDLE_POLL_S = 0.05  # how often a worker paused by interactive traffic looks again
+BATCH_FRESH_S = 1.0  # a batch's status, read once for its lines in this long (a cancel is seen after it)
 _PASSING = frozenset({500, 502, 503, 504})  # refusals that may pass: the line is run again later
 
 
@@ -86,13 +87,16 @@ class BatchRunner:
         self.settings = tier.settings
         self.load = load  # interactive requests this process serves now
         self.prices = batch_prices(services.prices, tier.settings.price_factor)
-        self.running: dict[str, asyncio.Task[None]] = {}
+        self.running: dict[tuple[str, str], tuple[Work, asyncio.Task[None]]] = {}  # by stream and entry id
         self.num_lines = 0  # lines this worker has finished (a result written)
+        self.validating: Work | None = None
+        self._batches: dict[str, tuple[float, Batch]] = {}  # by id: (monotonic time read, the batch)
 
     # the loop
 
     async def run_forever(self) -> None:
         tending = asyncio.create_task(self._tend_forever())
+        validating = asyncio.create_task(self._validate_forever())
         try:
             while True:
                 await self._wait_for_room()
@@ -107,20 +111,38 @@ class BatchRunner:
                     self._spawn(work)
         finally:
             tending.cancel()
+            validating.cancel()
             await self._drain()
 
+    async def _validate_forever(self) -> None:
+        """New batches, checked one at a time as they come: beside the lines, not behind them."""
+        while True:
+            try:
+                works = await self.tier.queue.take(1, validations=True)
+            except (RedisError, OSError) as exc:
+                logger.warning("the batch queue is out of reach (%s); trying again", exc)
+                await asyncio.sleep(1.0)
+                continue
+            for work in works:
+                self.validating = work  # tended with the running lines
+                try:
+                    await self._handle(work)
+                finally:
+                    self.validating = None
+
     def _spawn(self, work: Work) -> None:
-        if work.entry_id in self.running:
+        key = (work.stream, work.entry_id)
+        if key in self.running:
             return
         task = asyncio.create_task(self._handle(work), name=f"batch:{work.batch_id}:{work.line}")
-        self.running[work.entry_id] = task
-        task.add_done_callback(lambda _: self.running.pop(work.entry_id, None))
+        self.running[key] = (work, task)
+        task.add_done_callback(lambda _: self.running.pop(key, None))
 
     async def _wait_for_room(self) -> None:
         """A free slot, and interactive traffic leaving room."""
         while True:
             if len(self.running) >= self.settings.concurrency:
-                await asyncio.wait(set(self.running.values()), return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({task for _, task in self.running.values()}, return_when=asyncio.FIRST_COMPLETED)
                 continue
             if self.load() < self.settings.yield_at_in_flight and not self._any_saturated():
                 return
@@ -130,7 +152,7 @@ class BatchRunner:
         return any(entry.backend.is_saturated() for entry in self.services.registry)
 
     async def _drain(self) -> None:
-        tasks = set(self.running.values())
+        tasks = {task for _, task in self.running.values()}
         if not tasks:
             return
         _, late = await asyncio.wait(tasks, timeout=DRAIN_S)
@@ -153,7 +175,8 @@ class BatchRunner:
 
     async def tend(self) -> None:
         queue = self.tier.queue
-        await queue.touch(list(self.running))
+        held = [work for work, _ in self.running.values()]
+        await queue.touch(held + ([self.validating] if self.validating is not None else []))
         room = self.settings.concurrency - len(self.running)
         if room > 0:
             for work in await queue.claim_abandoned(room):
@@ -172,7 +195,7 @@ class BatchRunner:
             else:
                 is_done = await self.run_line(work)
             if is_done:
-                await self.tier.queue.done([work.entry_id])
+                await self.tier.queue.done([work])
         except asyncio.CancelledError:
             raise
         except (RedisError, OSError, StoreError) as exc:
@@ -201,10 +224,23 @@ class BatchRunner:
             if refreshed is not None:
                 await self.tier.finisher.sweep(refreshed, time.time())
 
+    async def _batch(self, batch_id: str) -> Batch | None:
+        """The batch as read at most BATCH_FRESH_S ago: its lines need not read it each."""
+        now = time.monotonic()
+        cached = self._batches.get(batch_id)
+        if cached is not None and now - cached[0] < BATCH_FRESH_S:
+            return cached[1]
+        batch = await self.tier.batches.get(batch_id)
+        if len(self._batches) > 1000:
+            self._batches.clear()
+        if batch is not None:
+            self._batches[batch_id] = (now, batch)
+        return batch
+
     async def run_line(self, work: Work) -> bool:
         """Run one line and write its result (False: it may run again later)."""
         batches = self.tier.batches
-        batch = await batches.get(work.batch_id)
+        batch = await self._batch(work.batch_id)
         if batch is None:
             return True
         if batch.ending is not None or batch.status not in ("in_progress", "validating"):
@@ -213,14 +249,15 @@ class BatchRunner:
         if batch.expires_at <= time.time():
             await self.tier.finisher.sweep(batch, time.time())
             return True
-        if await batches.has_result(batch.id, work.line):
+        found = await batches.line(batch.id, work.line)
+        if found is None:
+            return True
+        line, has_result, attempts_before = found
+        if has_result:
             await self.tier.finisher.finalize_if_done(batch.id)
             return True
-        line = await batches.line(batch.id, work.line)
-        if line is None:
-            return True
         request_id = line_request_id(batch.id, line.index)
-        status, body = await self._answer(batch, line.start, line.length, request_id)
+        status, body = await self._answer(batch, line.start, line.length, request_id, attempts_before)
         if status is None:
             return False
         written = await batches.put_result(batch.id, Result(line.index, line.custom_id, request_id, status, body))
@@ -231,7 +268,9 @@ class BatchRunner:
         await self.tier.finisher.finalize_if_done(batch.id)
         return True
 
-    async def _answer(self, batch: Batch, start: int, length: int, request_id: str) -> tuple[int | None, str]:
+    async def _answer(
+        self, batch: Batch, start: int, length: int, request_id: str, attempts_before: int
+    ) -> tuple[int | None, str]:
         """The line's (status, body), its usage written; status None: a refusal that may pass."""
         services = self.services
         raw = await self.tier.files.read_range(batch.input_file_id, start, length)
@@ -248,7 +287,7 @@ class BatchRunner:
             return exc.status_code, bytes(error_response(exc).body).decode()
         record_line.requested_model = wire.model
         collected = _Collected()
-        terms = LineTerms(batch.id, self.prices, collected, await self.tier.batches.attempts_of(request_id))
+        terms = LineTerms(batch.id, self.prices, collected, attempts_before)
         asked = Asked(priority="priority")  # a saturated model: wait for it, never a smaller one instead
         relayed = await relay(services, Origin(request_id, terms=terms), principal, parsed, asked, shape)
         end_exchange(services, record_line, relayed, relayed.status, started_at)

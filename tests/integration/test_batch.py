@@ -31,12 +31,19 @@ LINE_COST = 0.001 * 0.5  # at the batch price factor
 
 @contextmanager
 def batch_proxy(
-    tmp_path: Path, upstream: str, redis_url: str | None, *, batch: dict | None = None, name: str = "proxy"
+    tmp_path: Path,
+    upstream: str,
+    redis_url: str | None,
+    *,
+    batch: dict | None = None,
+    name: str = "proxy",
+    score_batch=None,
+    **more,
 ) -> Iterator[str]:
     settings = Settings(
         models=[
-            {"name": "small", "base_url": upstream, "price": PRICE},
-            {"name": "other", "base_url": upstream, "price": PRICE},
+            {"name": "small", "base_url": upstream, "price": PRICE, "tier": "small"},
+            {"name": "other", "base_url": upstream, "price": PRICE, "tier": "large"},
         ],
         teams={
             "a": {"api_keys": ["sk-a"], "models": ["small"]},
@@ -51,8 +58,9 @@ def batch_proxy(
         },
         batch={"claim_after_s": 1.0, **(batch or {})},
         upstream={"read_timeout_s": 60.0, "health_interval_s": 0.5},
+        **more,
     )
-    with serve_in_thread(create_app(settings)) as url:
+    with serve_in_thread(create_app(settings, score_batch=score_batch)) as url:
         yield url + "/v1"
 
 
@@ -107,12 +115,13 @@ def test_sdk_round_trip_answers_every_line_and_files_failures_beside_them(tmp_pa
         lines.insert(2, chat_line("not-ours", model="other"))  # team a may not use it: 403
         lines.insert(4, chat_line("no-such", model="nonexistent"))  # 404
         lines.append(chat_line("refused", fake={"failure": "400"}))  # the model's own 400
+        lines.append(chat_line("streamed", stream=True))  # a batch's answers are whole
         batch = submit(client, jsonl(lines), metadata={"job": "nightly"})
         assert batch.status == "validating" and batch.metadata == {"job": "nightly"}
         done = wait_for_status(client, batch.id, ("completed", "failed"))
         assert done.status == "completed", done
-        assert done.request_counts.total == 9
-        assert (done.request_counts.completed, done.request_counts.failed) == (6, 3)
+        assert done.request_counts.total == 10
+        assert (done.request_counts.completed, done.request_counts.failed) == (6, 4)
         for moment in ("in_progress_at", "finalizing_at", "completed_at"):
             assert getattr(done, moment) is not None and getattr(done, moment) >= done.created_at
         assert done.expires_at - done.created_at == 86400
@@ -124,7 +133,9 @@ def test_sdk_round_trip_answers_every_line_and_files_failures_beside_them(tmp_pa
             assert line["response"]["body"]["object"] == "chat.completion"
             assert line["response"]["request_id"] == line["id"]
         errors = {line["custom_id"]: line for line in read_lines(client, done.error_file_id)}
-        assert set(errors) == {"not-ours", "no-such", "refused"}
+        assert set(errors) == {"not-ours", "no-such", "refused", "streamed"}
+        assert errors["streamed"]["response"]["status_code"] == 400
+        assert errors["streamed"]["response"]["body"]["error"]["param"] == "stream"
         assert errors["not-ours"]["response"]["status_code"] == 403
         assert errors["not-ours"]["response"]["body"]["error"]["code"] == "model_not_allowed"
         assert errors["no-such"]["response"]["status_code"] == 404
@@ -139,6 +150,52 @@ def test_sdk_round_trip_answers_every_line_and_files_failures_beside_them(tmp_pa
         assert usage["batch_requests"] == 7 and usage["requests"] == 7
         assert usage["batch_cost_usd"] == pytest.approx(6 * LINE_COST)
         assert sum(1 for r in state.records if r.path.endswith("/chat/completions")) == 7
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "body", "answer"),
+    [
+        ("/v1/completions", {"model": "small", "prompt": "hi", "max_tokens": 5}, "text_completion"),
+        ("/v1/responses", {"model": "small", "input": "hi", "max_output_tokens": 16}, "response"),
+    ],
+)
+def test_completions_and_responses_batches_answer_in_their_own_shapes(
+    tmp_path, valkey, upstream, endpoint, body, answer
+):
+    url, _ = upstream
+    with batch_proxy(tmp_path, url, valkey.url) as base, sdk(base, "sk-a") as client:
+        lines = [{"custom_id": f"r{i}", "method": "POST", "url": endpoint, "body": body} for i in range(3)]
+        uploaded = client.files.create(file=("in.jsonl", io.BytesIO(jsonl(lines))), purpose="batch")
+        batch = client.batches.create(input_file_id=uploaded.id, endpoint=endpoint, completion_window="24h")
+        done = wait_for_status(client, batch.id, ("completed",))
+        output = read_lines(client, done.output_file_id)
+        assert [line["response"]["body"]["object"] for line in output] == [answer] * 3
+        assert done.error_file_id is None
+
+
+def test_auto_routes_each_line_as_it_routes_a_request(tmp_path, valkey, upstream):
+    url, _ = upstream
+    thresholds = tmp_path / "thresholds.yaml"
+    thresholds.write_text("version: 1\nrouting:\n  router: classifier\n  threshold: 0.5\n")
+    routing = {
+        "thresholds_file": thresholds,
+        "auto": {"tiers": ["small", "large"], "warm_up": False, "deadline_ms": 10_000, "max_wait_ms": 1},
+    }
+
+    def score_batch(texts):
+        return [0.9 if "hard" in text else 0.1 for text in texts]
+
+    with (
+        batch_proxy(tmp_path, url, valkey.url, routing=routing, score_batch=score_batch) as base,
+        sdk(base, "sk-b") as client,
+    ):
+        lines = [chat_line("easy one", model="auto"), chat_line("hard one", model="auto")]
+        batch = submit(client, jsonl(lines))
+        assert wait_for_status(client, batch.id, ("completed",)).request_counts.completed == 2
+        records = [r for r in read_ledger(f"sqlite:///{tmp_path / 'ledger.db'}") if r.batch_id == batch.id]
+        routed = {r.request_id.rsplit("_", 1)[1]: (r.requested_model, r.model, r.route) for r in records}
+        assert routed["0"][:2] == ("auto", "small") and routed["0"][2].startswith("auto:classifier=0.100")
+        assert routed["1"][:2] == ("auto", "other") and routed["1"][2].startswith("auto:classifier=0.900")
 
 
 def test_another_team_sees_nothing_and_the_admin_sees_all(tmp_path, valkey, upstream):
@@ -202,6 +259,20 @@ def test_an_input_file_that_is_not_a_batch_fails_at_validating_naming_its_lines(
         assert state.num_requests == 0
 
 
+def test_a_new_batch_is_validated_at_once_however_many_lines_wait(tmp_path, valkey, upstream):
+    url, state = upstream
+    gate = threading.Event()
+    state.behaviour = FakeBehaviour(wait_for=gate)
+    with batch_proxy(tmp_path, url, valkey.url, batch={"concurrency": 1}) as base, sdk(base, "sk-a") as client:
+        first = submit(client, jsonl([chat_line(f"w{i}") for i in range(20)]))
+        assert wait_until(lambda: state.num_requests == 1)  # its one slot held, nineteen lines queued
+        second = submit(client, b"not a batch\n")
+        assert wait_for_status(client, second.id, ("failed",)).errors.data[0].code == "invalid_json_line"
+        assert client.batches.retrieve(first.id).status == "in_progress" and state.num_requests == 1
+        gate.set()
+        assert wait_for_status(client, first.id, ("completed",)).request_counts.completed == 20
+
+
 def test_bad_requests_to_the_api_get_openai_errors(tmp_path, valkey, upstream):
     url, _ = upstream
     with batch_proxy(tmp_path, url, valkey.url, batch={"max_file_bytes": 2048}) as base, sdk(base, "sk-a") as client:
@@ -222,8 +293,8 @@ def test_bad_requests_to_the_api_get_openai_errors(tmp_path, valkey, upstream):
         assert "batch.max_file_bytes" in too_large.value.message
         not_multipart = httpx.post(f"{base}/files", json={"purpose": "batch"}, headers={"authorization": "Bearer sk-a"})
         assert not_multipart.status_code == 400 and not_multipart.json()["error"]["param"] == "file"
-        with pytest.raises(openai.AuthenticationError):
-            sdk(base, "sk-wrong").batches.list()
+        with sdk(base, "sk-wrong") as stranger, pytest.raises(openai.AuthenticationError):
+            stranger.batches.list()
         assert [f.id for f in client.files.list()] == [uploaded.id]  # the refused uploads left nothing
 
 
