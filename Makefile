@@ -33,7 +33,7 @@ serve: $(STAMP)
 # The whole suite, after the checks that fail fastest: ruff, then the import-layer contracts.
 # Two workers (pytest-xdist), a test file per worker at a time: most tests wait on servers, not CPU.
 # Tests marked serial (the schemathesis fuzzing, whose subtests xdist would drop) run after, in one process.
-# Test order is random (pytest-randomly; each run prints its seed: reuse it with -p randomly -p "randomly_seed=N").
+# Test order is random (pytest-randomly; each run prints its seed: reuse it with --randomly-seed=N).
 # Coverage of the package is measured over both runs (and the proxies they start as processes);
 # the last lines give it, by package and for the least-covered modules, then the skips and why.
 # instructor and llama-index need openai 2.x: their tests run after, in an env of their own (below).

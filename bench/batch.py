@@ -62,6 +62,7 @@ def config_yaml(model_yaml: str, valkey_url: str, logs: Path, args: argparse.Nam
         + f"billing:\n  database_url: sqlite:///{logs / 'ledger.db'}\n  redis_url: {valkey_url}\n"
         + f"  spill_path: {logs / 'spill.jsonl'}\n"
         + f"batch:\n  concurrency: {args.batch_concurrency}\n  yield_at_in_flight: {args.yield_at}\n"
+        + f"  yield_at_cpu: {args.yield_at_cpu}\n"
         + "  claim_after_s: 3600\n"  # the parked lines are the bench's for the whole run
     )
 
@@ -146,8 +147,12 @@ async def run_phase(
     if phase != "alone":
         await batches.resume()
         done, failed, total = await batches.counts()
-        if total - done - failed < 1.5 * args.batch_concurrency / (args.upstream_ms / 1000) * args.seconds:
+        # lines a phase may take: the pace measured alone so far, else the upstream's bound
+        pace = max(lines["batch-only"], default=args.batch_concurrency / (args.upstream_ms / 1000 + 0.005))
+        if total - done - failed < 1.5 * pace * args.seconds:
             await batches.submit()  # too few lines left for a phase at full pace: more queue behind them
+            await batches.wait_started()  # its validation is not part of the phase
+            done, failed, total = await batches.counts()
     began = time.perf_counter()
     if phase == "batch-only":
         await asyncio.sleep(args.seconds)
@@ -223,11 +228,13 @@ def report(args: argparse.Namespace, samples: dict[str, Sample], lines: dict, fa
     ]
     per_phase = ", ".join(f"{v:.0f}" for v in lines["with-batch"])
     return (
-        f"## Batch tier (`bench/batch.py`)\n\n"
+        f"## Batch tier: upstream {args.upstream_ms:.0f} ms, c={args.concurrency}, yield_at_cpu "
+        f"{args.yield_at_cpu} (`bench/batch.py`)\n\n"
         f"Run {time.strftime('%Y-%m-%d')} on {platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}; the upstream answers 50 tokens after {args.upstream_ms:.0f} ms; one "
         f"proxy with its batch worker (batch.concurrency {args.batch_concurrency}, yield_at_in_flight "
-        f"{args.yield_at}); a {args.lines:,}-line batch of non-stream chat completions; {args.rounds} "
+        f"{args.yield_at}, yield_at_cpu {args.yield_at_cpu}); a {args.lines:,}-line batch of non-stream "
+        f"chat completions; {args.rounds} "
         f"interleaved rounds of {args.seconds:.0f} s per phase; upstream, Valkey, proxy and load generator "
         f"share the machine. Latency is to the last byte.\n\n"
         + "\n".join(rows).replace("{c}", str(args.concurrency))
@@ -251,6 +258,7 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8, help="interactive closed-loop clients")
     parser.add_argument("--batch-concurrency", type=int, default=4, help="batch.concurrency")
     parser.add_argument("--yield-at", type=int, default=16, help="batch.yield_at_in_flight")
+    parser.add_argument("--yield-at-cpu", type=float, default=0.6, help="batch.yield_at_cpu")
     parser.add_argument("--upstream-ms", type=float, default=20.0, help="the fake upstream's latency")
     parser.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     parser.add_argument("--section", default="batch", help="the section of RESULTS.md to write")

@@ -156,10 +156,10 @@ def worker(
     config: ConfigOption = None,
     nice: Annotated[int, typer.Option(min=0, max=19, help="CPU niceness: below the proxies' (0) by default.")] = 10,
 ) -> None:
-    """Run batch lines only, beside the proxies (no HTTP server): scales out the batch tier.
+    """Run batch lines beside the proxies, without an HTTP server: scales out the batch tier.
 
-    Needs billing.redis_url (the queue) and the proxies' database. SIGTERM or SIGINT stops it after
-    its running lines finish (at most 10 s; a line cut short runs again elsewhere)."""
+    Needs billing.redis_url and the proxies' database. SIGTERM stops it once its lines finish (10 s at most).
+    """
     import asyncio
     import signal
 

@@ -183,6 +183,16 @@ class FileStore:
         if self.directory is not None:
             return await asyncio.to_thread(_read_range, self.directory / file_id, start, length)
         first, last = start // PART_BYTES, (start + length - 1) // PART_BYTES
+        offset = start - first * PART_BYTES
+        if first == last:  # the usual line: only its bytes leave the database, not the whole part
+            rows = await self.database.fetch(
+                "SELECT substr(data, ?, ?) FROM batch_file_parts WHERE file_id = ? AND seq = ?",
+                offset + 1,
+                length,
+                file_id,
+                first,
+            )
+            return bytes(rows[0][0]) if rows else b""
         rows = await self.database.fetch(
             "SELECT data FROM batch_file_parts WHERE file_id = ? AND seq BETWEEN ? AND ? ORDER BY seq",
             file_id,
@@ -190,7 +200,6 @@ class FileStore:
             last,
         )
         joined = b"".join(bytes(row[0]) for row in rows)
-        offset = start - first * PART_BYTES
         return joined[offset : offset + length]
 
 

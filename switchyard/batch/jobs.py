@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from switchyard.batch.lines import Line, LineError
+from switchyard.billing.records import UsageRecord
 from switchyard.billing.store import Database
 
 BATCH_FIELDS = (
@@ -107,6 +108,26 @@ def _batch(row: Sequence[Any]) -> Batch:
     for name in ("total", "completed", "failed"):
         values[name] = int(values[name])
     return Batch(**values)
+
+
+_INSERT_RESULT = (
+    "INSERT INTO batch_results (batch_id, line, custom_id, request_id, status_code, body, error_code, "
+    "error_message, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (batch_id, line) DO NOTHING"
+)
+
+
+def _result_args(batch_id: str, result: Result) -> tuple[Any, ...]:
+    return (
+        batch_id,
+        result.line,
+        result.custom_id,
+        result.request_id,
+        result.status_code,
+        result.body,
+        result.error_code,
+        result.error_message,
+        time.time(),
+    )
 
 
 def new_batch_id() -> str:
@@ -236,22 +257,24 @@ class BatchStore:
         custom_id, start, length, num_results, attempts = rows[0]
         return Line(index, str(custom_id), int(start), int(length)), int(num_results) > 0, int(attempts)
 
+    async def write_result(
+        self, batch_id: str, result: Result | None, usage: Sequence[UsageRecord]
+    ) -> tuple[bool, bool]:
+        """The line's usage and its result (unless it has one; None: only the usage), in one
+        transaction: a line whose result is written has its usage in the ledger, and one that has
+        neither runs again. Returns (this result was written, every line of the batch has one)."""
+        statements: list[tuple[str, Sequence[Any]]] = []
+        if result is not None:
+            statements.append((_INSERT_RESULT + " RETURNING line", _result_args(batch_id, result)))
+        statements.append(("SELECT total, completed, failed, status FROM batches WHERE id = ?", (batch_id,)))
+        *inserted, counts = await self.database.insert_usage_with(usage, statements)
+        written = bool(inserted and inserted[0])
+        is_done = bool(counts) and counts[0][3] != "validating" and counts[0][1] + counts[0][2] >= counts[0][0]
+        return written, is_done
+
     async def put_result(self, batch_id: str, result: Result) -> bool:
         """The line's result, unless it has one (True: this one was written)."""
-        written = await self.database.execute(
-            "INSERT INTO batch_results (batch_id, line, custom_id, request_id, status_code, body, error_code, "
-            "error_message, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (batch_id, line) DO NOTHING",
-            batch_id,
-            result.line,
-            result.custom_id,
-            result.request_id,
-            result.status_code,
-            result.body,
-            result.error_code,
-            result.error_message,
-            time.time(),
-        )
-        return written > 0
+        return await self.database.execute(_INSERT_RESULT, *_result_args(batch_id, result)) > 0
 
     async def fill_missing(self, batch_id: str, code: str, message: str) -> int:
         """Every line without a result gets one that says why it never ran (expired, cancelled)."""

@@ -9,6 +9,7 @@ it becomes an entry of the error file when it runs.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
 
@@ -49,22 +50,13 @@ class Checked:
 
 
 async def check_lines(chunks: AsyncIterable[bytes], endpoint: str, max_lines: int) -> Checked:
-    """Every line of the file, or the errors that fail it."""
-    checked = Checked()
-    seen: set[str] = set()
-    offset, number, rest = 0, 0, b""
+    """Every line of the file, or the errors that fail it. Each chunk's lines are parsed on a
+    worker thread: a file of thousands of lines never holds the event loop."""
+    checker = _Checker(endpoint)
     async for chunk in chunks:
-        data = rest + chunk
-        start = 0
-        while (end := data.find(b"\n", start)) >= 0:
-            number += 1
-            _check(data[start:end], offset + start, number, endpoint, seen, checked)
-            start = end + 1
-        offset += start
-        rest = data[start:]
-    if rest:
-        number += 1
-        _check(rest, offset, number, endpoint, seen, checked)
+        await asyncio.to_thread(checker.feed, chunk)
+    checker.end()
+    checked = checker.checked
     if not checked.lines and not checked.num_errors:
         checked.fail(LineError("empty_file", "The input file has no requests."))
     if len(checked.lines) > max_lines:
@@ -72,6 +64,34 @@ async def check_lines(chunks: AsyncIterable[bytes], endpoint: str, max_lines: in
             LineError("too_many_requests", f"The input file has {len(checked.lines)} requests; at most {max_lines}.")
         )
     return checked
+
+
+class _Checker:
+    """The file's lines as its bytes come, in order, a chunk at a time."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.checked = Checked()
+        self.seen: set[str] = set()
+        self.offset = 0  # of `rest` in the file
+        self.number = 0  # lines so far
+        self.rest = b""  # a line not ended yet
+
+    def feed(self, chunk: bytes) -> None:
+        data = self.rest + chunk
+        start = 0
+        while (end := data.find(b"\n", start)) >= 0:
+            self.number += 1
+            _check(data[start:end], self.offset + start, self.number, self.endpoint, self.seen, self.checked)
+            start = end + 1
+        self.offset += start
+        self.rest = data[start:]
+
+    def end(self) -> None:
+        if self.rest:
+            self.number += 1
+            _check(self.rest, self.offset, self.number, self.endpoint, self.seen, self.checked)
+            self.rest = b""
 
 
 def _check(raw: bytes, start: int, number: int, endpoint: str, seen: set[str], checked: Checked) -> None:

@@ -23,6 +23,7 @@ STREAM = "switchyard:batch:work"  # lines to run
 VALIDATE_STREAM = "switchyard:batch:validate"  # batches to check: read beside the lines, never behind them
 GROUP = "switchyard-batch"
 BLOCK_MS = 1000
+ADD_AT_ONCE = 200  # entries a pipeline adds: packing each takes the event loop, so a few at a time
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +83,9 @@ class LineQueue:
 
     async def add(self, works: Sequence[Work]) -> None:
         await self._ensure_group()
-        for first in range(0, len(works), 1000):
+        for first in range(0, len(works), ADD_AT_ONCE):
             async with self._client.pipeline(transaction=False) as pipe:
-                for work in works[first : first + 1000]:
+                for work in works[first : first + ADD_AT_ONCE]:
                     pipe.xadd(self._stream_of(work), work.fields())  # type: ignore[arg-type]
                 await pipe.execute()
 

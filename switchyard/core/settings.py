@@ -168,6 +168,7 @@ class BatchSettings(_Strict):
     run_in_proxy: bool = True  # each proxy drains batches with what its interactive traffic leaves
     concurrency: int = Field(default=4, ge=1)  # lines one process runs at once
     yield_at_in_flight: int = Field(default=16, ge=1)  # interactive requests in this process that pause it
+    yield_at_cpu: float = Field(default=0.6, gt=0, le=1)  # … or its CPU (share of a core), while any run
     price_factor: float = Field(default=0.5, ge=0)  # a line pays this share of its model's price
     max_file_bytes: int = Field(default=200 * 1024 * 1024, ge=1024)  # an upload (OpenAI's limit: 200 MB)
     max_lines: int = Field(default=50_000, ge=1)  # in one batch's input file (OpenAI's limit)

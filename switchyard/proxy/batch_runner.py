@@ -8,8 +8,8 @@ the worst-case reservation in the team's budgets, retries and fallbacks, meterin
 `batch.price_factor` of each model's price. A line's usage records are written before its result,
 numbered after any an earlier run of the line left, so a line run twice around a crash is one
 request of the team with every attempt's cost. A refusal that may pass (rate limited, the model
-unavailable or saturated) is not a result: the line stays pending and is run again after
-`batch.claim_after_s`, until its batch's window ends.
+unavailable or saturated) is not a result: the line is queued again after a back-off, until its
+batch's window ends.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from switchyard.batch.jobs import Batch, Result, line_request_id
 from switchyard.batch.lines import LineError, check_lines
 from switchyard.batch.queue import Work
 from switchyard.batch.tier import BatchTier
+from switchyard.batch.wire import is_answer
 from switchyard.billing.records import UsageRecord
 from switchyard.billing.store import StoreError
 from switchyard.billing.teams import Principal
@@ -50,6 +51,8 @@ logger = logging.getLogger("switchyard.batch")
 
 DRAIN_S = 10.0  # at shutdown, how long running lines may take to finish
 IDLE_POLL_S = 0.05  # how often a worker paused by interactive traffic looks again
+CPU_WINDOW_S = 0.25  # the CPU share is measured over this long
+RETRY_BASE_S, RETRY_MAX_S = 1.0, 30.0  # a line refused for now runs again after 1, 2, 4, … 30 s
 BATCH_FRESH_S = 1.0  # a batch's status, read once for its lines in this long (a cancel is seen after it)
 _PASSING = frozenset({500, 502, 503, 504})  # refusals that may pass: the line is run again later
 
@@ -70,6 +73,14 @@ class _Collected:
         return None
 
 
+def _body_of(raw: bytes) -> Any:
+    """A line's `body` (validated when the batch was: only a file deleted since reads otherwise)."""
+    try:
+        return orjson.loads(raw)["body"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        raise InvalidRequest("The batch's input file was deleted or changed after it was validated.") from None
+
+
 def batch_prices(prices: dict[str, Price], factor: float) -> dict[str, Price]:
     return {name: Price(p.input_usd_per_mtok * factor, p.output_usd_per_mtok * factor) for name, p in prices.items()}
 
@@ -80,6 +91,22 @@ def _is_passing(status: int, body: bytes) -> bool:
     return status == 429 and b'"insufficient_quota"' not in body
 
 
+class CpuShare:
+    """This process's CPU time over the last CPU_WINDOW_S of wall time, as a share of one core."""
+
+    def __init__(self) -> None:
+        self._since = (time.monotonic(), time.process_time())
+        self._share = 0.0
+
+    def share(self) -> float:
+        now, cpu = time.monotonic(), time.process_time()
+        wall_s = now - self._since[0]
+        if wall_s >= CPU_WINDOW_S:
+            self._share = (cpu - self._since[1]) / wall_s
+            self._since = (now, cpu)
+        return self._share
+
+
 class BatchRunner:
     def __init__(self, services: Services, tier: BatchTier, load: Callable[[], int] = lambda: 0) -> None:
         self.services = services
@@ -88,9 +115,9 @@ class BatchRunner:
         self.load = load  # interactive requests this process serves now
         self.prices = batch_prices(services.prices, tier.settings.price_factor)
         self.running: dict[tuple[str, str], tuple[Work, asyncio.Task[None]]] = {}  # by stream and entry id
-        self.num_lines = 0  # lines this worker has finished (a result written)
         self.validating: Work | None = None
         self._batches: dict[str, tuple[float, Batch]] = {}  # by id: (monotonic time read, the batch)
+        self.cpu = CpuShare()
 
     # the loop
 
@@ -113,6 +140,7 @@ class BatchRunner:
             tending.cancel()
             validating.cancel()
             await self._drain()
+            await asyncio.gather(tending, validating, return_exceptions=True)
 
     async def _validate_forever(self) -> None:
         """New batches, checked one at a time as they come: beside the lines, not behind them."""
@@ -139,13 +167,20 @@ class BatchRunner:
         task.add_done_callback(lambda _: self.running.pop(key, None))
 
     async def _wait_for_room(self) -> None:
-        """A free slot, and interactive traffic leaving room."""
+        """A free slot, and interactive traffic leaving room: fewer of its requests than
+        `yield_at_in_flight`, this process's CPU under `yield_at_cpu` of a core while any run (the
+        event loop is one core: what the batch takes of it, the interactive requests wait for),
+        and no model saturated."""
+        settings = self.settings
         while True:
-            if len(self.running) >= self.settings.concurrency:
+            if len(self.running) >= settings.concurrency:
                 await asyncio.wait({task for _, task in self.running.values()}, return_when=asyncio.FIRST_COMPLETED)
                 continue
-            if self.load() < self.settings.yield_at_in_flight and not self._any_saturated():
-                return
+            load = self.load()
+            cpu = self.cpu.share()
+            if load < settings.yield_at_in_flight and (load == 0 or cpu < settings.yield_at_cpu):
+                if not self._any_saturated():
+                    return
             await asyncio.sleep(IDLE_POLL_S)
 
     def _any_saturated(self) -> bool:
@@ -172,6 +207,8 @@ class BatchRunner:
                 await self.tend()
             except (RedisError, OSError, StoreError) as exc:
                 logger.warning("batch upkeep failed (%s); trying again in %g s", exc, every_s)
+            except Exception:
+                logger.exception("batch upkeep failed; trying again in %g s", every_s)
 
     async def tend(self) -> None:
         queue = self.tier.queue
@@ -191,16 +228,14 @@ class BatchRunner:
         try:
             if work.kind == "validate":
                 await self.validate(work.batch_id)
-                is_done = True
             else:
-                is_done = await self.run_line(work)
-            if is_done:
-                await self.tier.queue.done([work])
+                await self.run_line(work)
+            await self.tier.queue.done([work])
         except asyncio.CancelledError:
             raise
         except (RedisError, OSError, StoreError) as exc:
             logger.warning("batch %s line %d left for later: %s", work.batch_id, work.line, exc)
-        except Exception:
+        except Exception:  # left pending: claimed again after batch.claim_after_s
             logger.exception("batch %s line %d failed; it runs again later", work.batch_id, work.line)
 
     async def validate(self, batch_id: str) -> None:
@@ -237,41 +272,47 @@ class BatchRunner:
             self._batches[batch_id] = (now, batch)
         return batch
 
-    async def run_line(self, work: Work) -> bool:
-        """Run one line and write its result (False: it may run again later)."""
+    async def run_line(self, work: Work) -> None:
+        """Run one line and write its result (or queue it again, refused for now)."""
         batches = self.tier.batches
         batch = await self._batch(work.batch_id)
         if batch is None:
-            return True
+            return
         if batch.ending is not None or batch.status not in ("in_progress", "validating"):
             await self.tier.finisher.sweep(batch, time.time())
-            return True
+            return
         if batch.expires_at <= time.time():
             await self.tier.finisher.sweep(batch, time.time())
-            return True
+            return
         found = await batches.line(batch.id, work.line)
         if found is None:
-            return True
+            return
         line, has_result, attempts_before = found
         if has_result:
             await self.tier.finisher.finalize_if_done(batch.id)
-            return True
+            return
         request_id = line_request_id(batch.id, line.index)
-        status, body = await self._answer(batch, line.start, line.length, request_id, attempts_before)
-        if status is None:
-            return False
-        written = await batches.put_result(batch.id, Result(line.index, line.custom_id, request_id, status, body))
+        status, body, usage = await self._answer(batch, line.start, line.length, request_id, attempts_before)
+        result = Result(line.index, line.custom_id, request_id, status, body) if status is not None else None
+        try:
+            written, is_done = await batches.write_result(batch.id, result, usage)
+        except StoreError:
+            self._spill(usage)  # the database will not take it now: the ledger's writer keeps it
+            raise  # and the line runs again later
+        if result is None:  # a refusal that may pass: its usage is written, the line runs again later
+            await self._retry_later(work)
+            return
         if written:
-            self.num_lines += 1
-            outcome = "answered" if 200 <= status < 300 else "failed"
+            outcome = "answered" if is_answer(result) else "failed"
             self.services.metrics.batch_lines.labels(batch.endpoint, outcome).inc()
-        await self.tier.finisher.finalize_if_done(batch.id)
-        return True
+        if is_done:
+            await self.tier.finisher.finalize_if_done(batch.id)
+        return
 
     async def _answer(
         self, batch: Batch, start: int, length: int, request_id: str, attempts_before: int
-    ) -> tuple[int | None, str]:
-        """The line's (status, body), its usage written; status None: a refusal that may pass."""
+    ) -> tuple[int | None, str, list[UsageRecord]]:
+        """The line's status, body and usage records; status None: a refusal that may pass."""
         services = self.services
         raw = await self.tier.files.read_range(batch.input_file_id, start, length)
         started_at = asyncio.get_running_loop().time()
@@ -280,23 +321,26 @@ class BatchRunner:
         record_line.key_id = batch.key_id
         try:
             principal = self._principal(batch)
-            wire, parsed, shape = self._parse(batch.endpoint, orjson.loads(raw)["body"])
+            wire, parsed, shape = self._parse(batch.endpoint, _body_of(raw))
         except SwitchyardError as exc:
             record_line.requested_model = exc.requested_model
             end_exchange(services, record_line, None, exc.status_code, started_at)
-            return exc.status_code, bytes(error_response(exc).body).decode()
+            return exc.status_code, bytes(error_response(exc).body).decode(), []
         record_line.requested_model = wire.model
         collected = _Collected()
         terms = LineTerms(batch.id, self.prices, collected, attempts_before)
         asked = Asked(priority="priority")  # a saturated model: wait for it, never a smaller one instead
-        relayed = await relay(services, Origin(request_id, terms=terms), principal, parsed, asked, shape)
+        try:
+            relayed = await relay(services, Origin(request_id, terms=terms), principal, parsed, asked, shape)
+        except asyncio.CancelledError:  # shutdown cut it short: what it spent is metered, the line runs again
+            self._spill(collected.records)
+            raise
         end_exchange(services, record_line, relayed, relayed.status, started_at)
-        await self._write_usage(collected.records)
         body = bytes(relayed.response.body)
         if _is_passing(relayed.status, body):
             logger.info("batch %s: %s refused with %d; it runs again later", batch.id, request_id, relayed.status)
-            return None, ""
-        return relayed.status, body.decode()
+            return None, "", collected.records
+        return relayed.status, body.decode(), collected.records
 
     def _principal(self, batch: Batch) -> Principal | None:
         directory = self.services.directory
@@ -326,20 +370,18 @@ class BatchRunner:
         parsed, shape = as_chat_request(asked, self.services)
         return asked, parsed, shape
 
-    async def _write_usage(self, records: list[UsageRecord]) -> None:
-        """Before the result: a line whose result is written has its usage in the ledger."""
-        if not records:
-            return
-        database = self.services.database
-        try:
-            if database is None:
-                raise StoreError("no database")
-            await database.insert_usage(records)
-        except StoreError:
-            ledger = self.services.ledger  # the writer spills what the database will not take now
-            if ledger is not None:
-                for record in records:
-                    ledger.record(record)
+    async def _retry_later(self, work: Work) -> None:
+        """Back off (holding the slot: a worker refused is a worker slowed), then queue the line
+        again behind the others. The entry is acknowledged only after its successor is queued: a
+        worker dying in between leaves it pending, to be claimed again."""
+        await asyncio.sleep(min(RETRY_BASE_S * 2**work.tries, RETRY_MAX_S))
+        await self.tier.queue.add([Work("", "line", work.batch_id, work.line, work.tries + 1)])
+
+    def _spill(self, records: list[UsageRecord]) -> None:
+        ledger = self.services.ledger
+        if ledger is not None:
+            for record in records:
+                ledger.record(record)
 
 
 def start_batch_worker(services: Services, load: Callable[[], int]) -> SupervisedTask | None:

@@ -394,3 +394,62 @@ def _batch_lines_answered(base: str) -> int:
         for line in text.splitlines()
         if line.startswith("switchyard_batch_lines_total{") and 'outcome="answered"' in line
     )
+
+
+def test_a_deleted_input_file_fails_the_lines_not_run_yet(tmp_path, valkey, upstream):
+    url, state = upstream
+    gate = threading.Event()
+    state.behaviour = FakeBehaviour(wait_for=gate)
+    with batch_proxy(tmp_path, url, valkey.url, batch={"concurrency": 1}) as base, sdk(base, "sk-a") as client:
+        batch = submit(client, jsonl([chat_line(f"f{i}") for i in range(3)]))
+        assert wait_until(lambda: state.num_requests == 1)
+        assert client.files.delete(batch.input_file_id).deleted
+        gate.set()
+        done = wait_for_status(client, batch.id, ("completed",))
+        assert (done.request_counts.completed, done.request_counts.failed) == (1, 2)
+        errors = read_lines(client, done.error_file_id)
+        assert [line["custom_id"] for line in errors] == ["f1", "f2"]
+        assert "deleted" in errors[0]["response"]["body"]["error"]["message"]
+
+
+def test_a_line_cut_short_by_a_shutdown_is_metered_and_runs_again(tmp_path, valkey, upstream, monkeypatch):
+    import switchyard.proxy.batch_runner as runner
+
+    monkeypatch.setattr(runner, "DRAIN_S", 0.2)  # how long a stopping proxy lets its lines run
+    url, state = upstream
+    gate = threading.Event()
+    state.behaviour = FakeBehaviour(wait_for=gate)
+    ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with batch_proxy(tmp_path, url, valkey.url, name="first") as base, sdk(base, "sk-a") as client:
+        batch = submit(client, jsonl([chat_line("cut")]))
+        assert wait_until(lambda: state.num_requests == 1)
+    request_id = f"batch_req_{batch.id.removeprefix('batch_')}_0"
+    assert [(r.attempt, r.status, r.batch_id) for r in read_ledger(ledger, request_id=request_id)] == [
+        (1, "cancelled", batch.id)
+    ]
+    gate.set()
+    with batch_proxy(tmp_path, url, valkey.url, name="second") as base, sdk(base, "sk-a") as client:
+        done = wait_for_status(client, batch.id, ("completed",))  # claimed again once idle for 1 s
+        assert [line["custom_id"] for line in read_lines(client, done.output_file_id)] == ["cut"]
+        usage = httpx.get(f"{base}/usage", headers={"authorization": "Bearer sk-a"}).json()
+        assert usage["batch_requests"] == 1
+    assert [(r.attempt, r.status) for r in read_ledger(ledger, request_id=request_id)] == [
+        (1, "cancelled"),
+        (2, "completed"),
+    ]
+
+
+def test_a_line_refused_for_now_runs_again_and_is_one_request(tmp_path, valkey, upstream):
+    url, state = upstream
+    # the upstream fails the first line's every attempt (a 502 for the line), then recovers
+    state.behaviour = FakeBehaviour(failure="500", fail_times=2)  # resilience.max_attempts: 2
+    with batch_proxy(tmp_path, url, valkey.url, batch={"concurrency": 1}) as base, sdk(base, "sk-a") as client:
+        batch = submit(client, jsonl([chat_line("flaky"), chat_line("fine")]))
+        done = wait_for_status(client, batch.id, ("completed",))
+        assert (done.request_counts.completed, done.request_counts.failed) == (2, 0)
+        request_id = f"batch_req_{batch.id.removeprefix('batch_')}_0"
+        attempts = read_ledger(f"sqlite:///{tmp_path / 'ledger.db'}", request_id=request_id)
+        # two attempts refused (the line queued again after 1 s), then its third attempt answered
+        assert [(r.attempt, r.status) for r in attempts] == [(1, "failed"), (2, "failed"), (3, "completed")]
+        usage = httpx.get(f"{base}/usage", headers={"authorization": "Bearer sk-a"}).json()
+        assert usage["batch_requests"] == 2

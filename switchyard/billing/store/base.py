@@ -55,6 +55,14 @@ class Database(Protocol):
 
     async def fetch(self, sql: str, *args: Any) -> list[tuple[Any, ...]]: ...
 
+    async def insert_usage_with(
+        self, records: Sequence[UsageRecord], statements: Sequence[tuple[str, Sequence[Any]]]
+    ) -> list[list[tuple[Any, ...]]]:
+        """Insert the records (as `insert_usage`) and run `statements` in the same transaction:
+        the usage of a piece of work and what it produced are written together or not at all.
+        Returns each statement's rows (RETURNING, SELECT; [] for the others)."""
+        ...
+
     # teams and keys
     async def directory_version(self) -> int: ...
 

@@ -211,6 +211,18 @@ class PostgresDatabase:
         async with self._connection() as db:
             return [tuple(row) for row in await db.fetch(_numbered(sql), *args)]
 
+    async def insert_usage_with(
+        self, records: Sequence[UsageRecord], statements: Sequence[tuple[str, Sequence[Any]]]
+    ) -> list[list[tuple[Any, ...]]]:
+        async with self._connection() as db, db.transaction():
+            if records:
+                await db.execute(
+                    "INSERT INTO usage SELECT * FROM jsonb_populate_recordset(NULL::usage, $1::jsonb) "
+                    "ON CONFLICT (request_id, attempt) DO NOTHING",
+                    json.dumps([dataclasses.asdict(r) for r in records]),
+                )
+            return [[tuple(row) for row in await db.fetch(_numbered(sql), *args)] for sql, args in statements]
+
     # teams and keys
 
     async def directory_version(self) -> int:

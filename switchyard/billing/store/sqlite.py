@@ -247,6 +247,22 @@ class SQLiteDatabase:
     async def fetch(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
         return await self._call(lambda db: db.execute(sql, args).fetchall())
 
+    async def insert_usage_with(
+        self, records: Sequence[UsageRecord], statements: Sequence[tuple[str, Sequence[Any]]]
+    ) -> list[list[tuple[Any, ...]]]:
+        rows = [usage_values(r) for r in records]
+
+        def write(db: sqlite3.Connection) -> list[list[tuple[Any, ...]]]:
+            def both() -> list[list[tuple[Any, ...]]]:
+                for start in range(0, len(rows), _ROWS_PER_INSERT):
+                    part = rows[start : start + _ROWS_PER_INSERT]
+                    db.execute(_insert_usage(len(part)), [value for row in part for value in row])
+                return [db.execute(sql, tuple(args)).fetchall() for sql, args in statements]
+
+            return self._write(db, both)
+
+        return await self._call(write)
+
     # teams and keys
 
     async def directory_version(self) -> int:

@@ -4,6 +4,7 @@ the counts the trigger keeps, and the finalization that writes the output and er
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,8 +15,9 @@ import pytest
 from switchyard.batch.ending import Finisher
 from switchyard.batch.files import FileStore, FileTooLarge
 from switchyard.batch.jobs import BatchStore, Result, line_request_id
-from switchyard.batch.lines import check_lines
-from switchyard.billing.store import Database, open_database
+from switchyard.batch.lines import Line, check_lines
+from switchyard.billing.records import UsageRecord
+from switchyard.billing.store import Database, StoreError, open_database
 from tests.servers.postgres import database_url, postgres_server, postgres_url  # noqa: F401
 
 
@@ -134,3 +136,54 @@ async def test_a_window_that_ran_out_expires_the_lines_not_run(database: Databas
     assert ended.output_file_id is None and (ended.completed, ended.failed) == (0, 1)
     errors = (await read_all(files, ended.error_file_id)).splitlines()  # type: ignore[arg-type]
     assert orjson.loads(errors[0])["error"]["code"] == "batch_expired"
+
+
+def _usage(request_id: str, attempt: int, cost: float) -> UsageRecord:
+    return UsageRecord(
+        request_id=request_id,
+        attempt=attempt,
+        model="m",
+        backend="openai#0",
+        status="completed",
+        prompt_tokens=1,
+        completion_tokens=2,
+        cost_usd=cost,
+        is_estimated=False,
+        started_at=time.time(),
+        duration_ms=1.0,
+        team="a",
+        batch_id="batch_x",
+    )
+
+
+async def test_a_lines_usage_and_result_are_written_together_or_not_at_all(database: Database) -> None:
+    batches = BatchStore(database)
+    batch = await batches.create(
+        team="a",
+        key_id=None,
+        endpoint="/v1/chat/completions",
+        input_file_id="file-x",
+        completion_window="24h",
+        window_s=60,
+        metadata=None,
+    )
+    lines = [Line(0, "only", 0, 10)]
+    await batches.set_lines(batch.id, lines)
+    assert await batches.start(batch.id)
+    request_id = line_request_id(batch.id, 0)
+    assert await batches.line(batch.id, 0) == (lines[0], False, 0)
+    with pytest.raises(StoreError):  # a statement that fails takes the usage with it
+        await database.insert_usage_with([_usage(request_id, 1, 0.5)], [("SELECT * FROM no_such_table", ())])
+    assert await database.read_usage(request_id=request_id) == []
+    result = Result(0, "only", request_id, 200, "{}")
+    assert await batches.write_result(batch.id, result, [_usage(request_id, 1, 0.5)]) == (True, True)
+    # the line answered again around a crash: its attempts go on from the first run's, its result stays
+    assert await batches.line(batch.id, 0) == (lines[0], True, 1)
+    assert await batches.write_result(batch.id, result, [_usage(request_id, 2, 0.25)]) == (False, True)
+    assert [r.attempt for r in await database.read_usage(request_id=request_id)] == [1, 2]
+    ended = await batches.get(batch.id)
+    assert ended is not None and (ended.completed, ended.failed) == (1, 0)
+    summary = await database.usage_summary(
+        dt.date.today() - dt.timedelta(days=1), dt.date.today() + dt.timedelta(days=1), group_by=None, team="a"
+    )
+    assert (summary["batch_requests"], summary["batch_cost_usd"]) == (1, 0.75)
