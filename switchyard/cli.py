@@ -163,14 +163,14 @@ def worker(
     import asyncio
     import signal
 
-    from switchyard.billing.ledger import worker_spill_path
     from switchyard.core.errors import NotConfigured
     from switchyard.proxy.batch_runner import run_worker
 
     settings = serve_settings(config, None)
     if not settings.billing.redis_url or settings.billing.resolved_database_url() is None:
         raise cli_error("a batch worker needs billing.redis_url (the queue) and a database (billing.database_url)")
-    settings.billing.spill_path = worker_spill_path(settings.billing.spill_path.expanduser(), os.getpid())
+    spill = settings.billing.spill_path.expanduser()  # its own, replayed by its next start
+    settings.billing.spill_path = spill.with_name(f"{spill.stem}.batch-worker{spill.suffix}")
     os.nice(nice)
     logging.basicConfig(level=settings.server.log_level.upper(), format="%(levelname)s:     %(message)s")
 

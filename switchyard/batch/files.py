@@ -132,9 +132,10 @@ class FileStore:
             where, args = where + " AND purpose = ?", [*args, purpose]
         if after is not None:
             anchor = await self.get(after)
-            if anchor is not None:
-                where += " AND (created_at, id) < (?, ?)"
-                args += [anchor.created_at, anchor.id]
+            if anchor is None:
+                return []  # an id not (or no longer) there: no page after it
+            where += " AND (created_at, id) < (?, ?)"
+            args += [anchor.created_at, anchor.id]
         order = f"ORDER BY created_at DESC, id DESC LIMIT {int(limit)}"
         rows = await self.database.fetch(f"SELECT {FILE_COLUMNS} FROM batch_files WHERE {where} {order}", *args)
         return [_file(row) for row in rows]
@@ -210,6 +211,9 @@ def _sync_close(handle: object) -> None:
 
 
 def _read_range(path: Path, start: int, length: int) -> bytes:
-    with path.open("rb") as handle:
-        handle.seek(start)
-        return handle.read(length)
+    try:
+        with path.open("rb") as handle:
+            handle.seek(start)
+            return handle.read(length)
+    except FileNotFoundError:  # deleted: nothing to read, as from the database
+        return b""

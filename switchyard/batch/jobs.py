@@ -86,8 +86,8 @@ class Batch:
 
     @property
     def is_done(self) -> bool:
-        """Every line has its result."""
-        return self.status != "validating" and self.completed + self.failed >= self.total
+        """Every line has its result (a batch still validating has none to wait for once it ended)."""
+        return (self.status != "validating" or self.ending is not None) and self.completed + self.failed >= self.total
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,9 +185,10 @@ class BatchStore:
             where, args = where + " AND team = ?", [*args, team]
         if after is not None:
             anchor = await self.get(after)
-            if anchor is not None:
-                where += " AND (created_at, id) < (?, ?)"
-                args += [anchor.created_at, anchor.id]
+            if anchor is None:
+                return []  # an id not (or no longer) there: no page after it
+            where += " AND (created_at, id) < (?, ?)"
+            args += [anchor.created_at, anchor.id]
         rows = await self.database.fetch(
             f"SELECT {_COLUMNS} FROM batches WHERE {where} ORDER BY created_at DESC, id DESC LIMIT {int(limit)}",
             *args,
@@ -240,29 +241,28 @@ class BatchStore:
 
     # running
 
-    async def line(self, batch_id: str, index: int) -> tuple[Line, bool, int] | None:
-        """The line, whether it has its result, and the attempts an earlier run of it recorded in
-        the ledger (its request's attempts go on from there): one query."""
+    async def line(self, batch_id: str, index: int) -> tuple[Line, bool] | None:
+        """The line, and whether it has its result: one query."""
         rows = await self.database.fetch(
             "SELECT l.custom_id, l.start, l.length, "
-            "(SELECT COUNT(*) FROM batch_results r WHERE r.batch_id = l.batch_id AND r.line = l.line), "
-            "(SELECT COALESCE(MAX(u.attempt), 0) FROM usage u WHERE u.request_id = ?) "
+            "(SELECT COUNT(*) FROM batch_results r WHERE r.batch_id = l.batch_id AND r.line = l.line) "
             "FROM batch_lines l WHERE l.batch_id = ? AND l.line = ?",
-            line_request_id(batch_id, index),
             batch_id,
             index,
         )
         if not rows:
             return None
-        custom_id, start, length, num_results, attempts = rows[0]
-        return Line(index, str(custom_id), int(start), int(length)), int(num_results) > 0, int(attempts)
+        custom_id, start, length, num_results = rows[0]
+        return Line(index, str(custom_id), int(start), int(length)), int(num_results) > 0
 
     async def write_result(
         self, batch_id: str, result: Result | None, usage: Sequence[UsageRecord]
     ) -> tuple[bool, bool]:
         """The line's usage and its result (unless it has one; None: only the usage), in one
         transaction: a line whose result is written has its usage in the ledger, and one that has
-        neither runs again. Returns (this result was written, every line of the batch has one)."""
+        neither runs again. The usage's attempts are numbered after those earlier runs of the line
+        left, so a line run twice is one request with every attempt's cost. Returns (this result
+        was written, every line of the batch has one)."""
         statements: list[tuple[str, Sequence[Any]]] = []
         if result is not None:
             statements.append((_INSERT_RESULT + " RETURNING line", _result_args(batch_id, result)))
@@ -324,10 +324,12 @@ class BatchStore:
         )
         return changed > 0
 
-    async def take_finalization(self, batch_id: str) -> bool:
-        """Every line has a result: the lease to write the output files (True: it is this worker's).
-        A batch that will complete shows `finalizing` from here."""
+    async def take_finalization(self, batch_id: str) -> float | None:
+        """Every line has a result: the lease to write the output files (its token, None: another
+        worker holds it, or the batch is not done). A batch that will complete shows `finalizing`
+        from here."""
         now = time.time()
+        lease = now + FINALIZE_LEASE_S
         changed = await self.database.execute(
             "UPDATE batches SET finalize_lease = ?, "
             "finalizing_at = CASE WHEN ending IS NULL THEN COALESCE(finalizing_at, ?) ELSE finalizing_at END, "
@@ -335,22 +337,25 @@ class BatchStore:
             "WHERE id = ? AND status IN ('validating', 'in_progress', 'finalizing', 'cancelling') "
             "AND (status != 'validating' OR ending IS NOT NULL) "
             "AND completed + failed >= total AND (finalize_lease IS NULL OR finalize_lease < ?)",
-            now + FINALIZE_LEASE_S,
+            lease,
             now,
             batch_id,
             now,
         )
-        return changed > 0
+        return lease if changed > 0 else None
 
-    async def finish(self, batch: Batch, output_file_id: str | None, error_file_id: str | None) -> None:
-        """The files are written: completed, cancelled or expired, with its timestamp."""
+    async def finish(self, batch: Batch, lease: float, output_file_id: str | None, error_file_id: str | None) -> bool:
+        """The files are written: completed, cancelled or expired, with its timestamp, if this
+        worker's lease still holds (False: another took the finalization over; its files win)."""
         status = batch.ending or "completed"
-        await self.database.execute(
+        changed = await self.database.execute(
             f"UPDATE batches SET status = ?, {status}_at = ?, output_file_id = ?, error_file_id = ?, "
-            "finalize_lease = NULL WHERE id = ?",
+            "finalize_lease = NULL WHERE id = ? AND finalize_lease = ?",
             status,
             time.time(),
             output_file_id,
             error_file_id,
             batch.id,
+            lease,
         )
+        return changed > 0

@@ -49,28 +49,32 @@ class Checked:
             self.errors.append(error)
 
 
-async def check_lines(chunks: AsyncIterable[bytes], endpoint: str, max_lines: int) -> Checked:
+async def check_lines(
+    chunks: AsyncIterable[bytes], endpoint: str, max_lines: int, max_line_bytes: int = 4 * 1024 * 1024
+) -> Checked:
     """Every line of the file, or the errors that fail it. Each chunk's lines are parsed on a
-    worker thread: a file of thousands of lines never holds the event loop."""
-    checker = _Checker(endpoint)
+    worker thread: a file of thousands of lines never holds the event loop. Reading stops at the
+    first line past `max_lines` or longer than `max_line_bytes`."""
+    checker = _Checker(endpoint, max_lines, max_line_bytes)
     async for chunk in chunks:
         await asyncio.to_thread(checker.feed, chunk)
+        if checker.is_stopped:
+            break
     checker.end()
     checked = checker.checked
     if not checked.lines and not checked.num_errors:
         checked.fail(LineError("empty_file", "The input file has no requests."))
-    if len(checked.lines) > max_lines:
-        checked.fail(
-            LineError("too_many_requests", f"The input file has {len(checked.lines)} requests; at most {max_lines}.")
-        )
     return checked
 
 
 class _Checker:
     """The file's lines as its bytes come, in order, a chunk at a time."""
 
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, max_lines: int, max_line_bytes: int) -> None:
         self.endpoint = endpoint
+        self.max_lines = max_lines
+        self.max_line_bytes = max_line_bytes
+        self.is_stopped = False
         self.checked = Checked()
         self.seen: set[str] = set()
         self.offset = 0  # of `rest` in the file
@@ -80,17 +84,35 @@ class _Checker:
     def feed(self, chunk: bytes) -> None:
         data = self.rest + chunk
         start = 0
-        while (end := data.find(b"\n", start)) >= 0:
-            self.number += 1
-            _check(data[start:end], self.offset + start, self.number, self.endpoint, self.seen, self.checked)
+        while (end := data.find(b"\n", start)) >= 0 and not self.is_stopped:
+            self._line(data[start:end], self.offset + start)
             start = end + 1
         self.offset += start
         self.rest = data[start:]
+        if len(self.rest) > self.max_line_bytes and not self.is_stopped:
+            self._stop(
+                "line_too_long",
+                f"Line {self.number + 1} is longer than {self.max_line_bytes} bytes.",
+                self.number + 1,
+            )
+
+    def _line(self, raw: bytes, start: int) -> None:
+        self.number += 1
+        if len(raw) > self.max_line_bytes:
+            self._stop("line_too_long", f"Line {self.number} is longer than {self.max_line_bytes} bytes.", self.number)
+            return
+        _check(raw, start, self.number, self.endpoint, self.seen, self.checked)
+        if len(self.checked.lines) > self.max_lines:
+            self._stop("too_many_requests", f"The file has more than {self.max_lines} requests (batch.max_lines).")
+
+    def _stop(self, code: str, message: str, line: int | None = None) -> None:
+        self.checked.fail(LineError(code, message, line))
+        self.is_stopped = True
+        self.rest = b""
 
     def end(self) -> None:
-        if self.rest:
-            self.number += 1
-            _check(self.rest, self.offset, self.number, self.endpoint, self.seen, self.checked)
+        if self.rest and not self.is_stopped:
+            self._line(self.rest, self.offset)
             self.rest = b""
 
 

@@ -63,6 +63,7 @@ class LineQueue:
             url, decode_responses=True, socket_timeout=BLOCK_MS / 1000 + 5, socket_connect_timeout=5
         )
         self._has_group = False
+        self._claim_from = {stream: "0-0" for stream in self.streams}  # XAUTOCLAIM's cursor, per stream
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -114,13 +115,19 @@ class LineQueue:
         for stream in self.streams:
             try:
                 answer = await self._client.xautoclaim(
-                    stream, self.group, self.consumer, self.claim_after_ms, start_id="0-0", count=count
+                    stream,
+                    self.group,
+                    self.consumer,
+                    self.claim_after_ms,
+                    start_id=self._claim_from[stream],
+                    count=count,
                 )
             except ResponseError as exc:
                 if "NOGROUP" not in str(exc):
                     raise
                 self._has_group = False
                 return claimed
+            self._claim_from[stream] = answer[0] if isinstance(answer[0], str) else "0-0"  # "0-0": round again
             claimed += [_work(stream, entry_id, fields) for entry_id, fields in answer[1] if fields]
         return claimed
 

@@ -196,6 +196,14 @@ class NotConfigured(SwitchyardError):
     code = "not_configured"
 
 
+class ServiceUnavailable(SwitchyardError):
+    """A store the request needs did not answer (the batch queue's Valkey, say)."""
+
+    status_code = 503
+    error_type = "server_error"
+    code = "service_unavailable"
+
+
 class RateLimited(SwitchyardError):
     status_code = 429
     error_type = "rate_limit_error"

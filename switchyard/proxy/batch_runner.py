@@ -53,6 +53,7 @@ DRAIN_S = 10.0  # at shutdown, how long running lines may take to finish
 IDLE_POLL_S = 0.05  # how often a worker paused by interactive traffic looks again
 CPU_WINDOW_S = 0.25  # the CPU share is measured over this long
 RETRY_BASE_S, RETRY_MAX_S = 1.0, 30.0  # a line refused for now runs again after 1, 2, 4, … 30 s
+MAX_TRIES = 6  # runs of a line refused for now; the last refusal is its result (an error-file entry)
 BATCH_FRESH_S = 1.0  # a batch's status, read once for its lines in this long (a cancel is seen after it)
 _PASSING = frozenset({500, 502, 503, 504})  # refusals that may pass: the line is run again later
 
@@ -85,10 +86,10 @@ def batch_prices(prices: dict[str, Price], factor: float) -> dict[str, Price]:
     return {name: Price(p.input_usd_per_mtok * factor, p.output_usd_per_mtok * factor) for name, p in prices.items()}
 
 
-def _is_passing(status: int, body: bytes) -> bool:
+def _is_passing(status: int, body: str) -> bool:
     if status in _PASSING:
         return True
-    return status == 429 and b'"insufficient_quota"' not in body
+    return status == 429 and '"insufficient_quota"' not in body
 
 
 class CpuShare:
@@ -123,6 +124,7 @@ class BatchRunner:
 
     async def run_forever(self) -> None:
         tending = asyncio.create_task(self._tend_forever())
+        touching = asyncio.create_task(self._touch_forever())
         validating = asyncio.create_task(self._validate_forever())
         try:
             while True:
@@ -140,7 +142,8 @@ class BatchRunner:
             tending.cancel()
             validating.cancel()
             await self._drain()
-            await asyncio.gather(tending, validating, return_exceptions=True)
+            touching.cancel()
+            await asyncio.gather(tending, touching, validating, return_exceptions=True)
 
     async def _validate_forever(self) -> None:
         """New batches, checked one at a time as they come: beside the lines, not behind them."""
@@ -210,10 +213,20 @@ class BatchRunner:
             except Exception:
                 logger.exception("batch upkeep failed; trying again in %g s", every_s)
 
+    async def _touch_forever(self) -> None:
+        """The entries this worker holds stay its own (their idle time starts again), on a loop of
+        its own: a long sweep must not let another worker take over a line still running here."""
+        every_s = self.settings.claim_after_s / 3
+        while True:
+            await asyncio.sleep(every_s)
+            held = [work for work, _ in self.running.values()]
+            try:
+                await self.tier.queue.touch(held + ([self.validating] if self.validating is not None else []))
+            except (RedisError, OSError) as exc:
+                logger.warning("could not keep this worker's batch lines (%s): another may take them over", exc)
+
     async def tend(self) -> None:
         queue = self.tier.queue
-        held = [work for work, _ in self.running.values()]
-        await queue.touch(held + ([self.validating] if self.validating is not None else []))
         room = self.settings.concurrency - len(self.running)
         if room > 0:
             for work in await queue.claim_abandoned(room):
@@ -241,23 +254,24 @@ class BatchRunner:
     async def validate(self, batch_id: str) -> None:
         tier = self.tier
         batch = await tier.batches.get(batch_id)
-        if batch is None or batch.status not in ("validating", "cancelling"):
-            return
+        if batch is None or batch.status != "validating" or batch.ending is not None:
+            return  # cancelled or expired before it was checked: the upkeep loop ends it
         stored = await tier.files.get(batch.input_file_id)
         if stored is None:
             error = LineError("file_not_found", f"The input file {batch.input_file_id} no longer exists.")
             await tier.batches.fail(batch_id, [error], 1)
             return
-        checked = await check_lines(tier.files.read(stored.id), batch.endpoint, self.settings.max_lines)
+        max_line_bytes = self.services.settings.server.max_body_bytes  # a line is a request's body
+        checked = await check_lines(tier.files.read(stored.id), batch.endpoint, self.settings.max_lines, max_line_bytes)
         if checked.num_errors:
             await tier.batches.fail(batch_id, checked.errors, checked.num_errors)
             return
+        batch = await tier.batches.get(batch_id)
+        if batch is None or batch.status != "validating" or batch.ending is not None:
+            return  # cancelled while it was checked: nothing is queued, the upkeep loop ends it
         await tier.batches.set_lines(batch_id, checked.lines)
         await tier.queue.add([Work("", "line", batch_id, line.index) for line in checked.lines])
-        if not await tier.batches.start(batch_id):  # cancelled (or its window ended) meanwhile
-            refreshed = await tier.batches.get(batch_id)
-            if refreshed is not None:
-                await self.tier.finisher.sweep(refreshed, time.time())
+        await tier.batches.start(batch_id)  # cancelled meanwhile: its lines' entries find it so
 
     async def _batch(self, batch_id: str) -> Batch | None:
         """The batch as read at most BATCH_FRESH_S ago: its lines need not read it each."""
@@ -279,27 +293,33 @@ class BatchRunner:
         if batch is None:
             return
         if batch.ending is not None or batch.status not in ("in_progress", "validating"):
-            await self.tier.finisher.sweep(batch, time.time())
-            return
+            return  # ended (cancelled, expired) or ending: the upkeep loop gives its lines their errors
         if batch.expires_at <= time.time():
-            await self.tier.finisher.sweep(batch, time.time())
-            return
+            return  # the window ran out: the upkeep loop expires it
         found = await batches.line(batch.id, work.line)
         if found is None:
             return
-        line, has_result, attempts_before = found
+        line, has_result = found
         if has_result:
             await self.tier.finisher.finalize_if_done(batch.id)
             return
         request_id = line_request_id(batch.id, line.index)
-        status, body, usage = await self._answer(batch, line.start, line.length, request_id, attempts_before)
-        result = Result(line.index, line.custom_id, request_id, status, body) if status is not None else None
+        status, body, usage = await self._answer(batch, line.start, line.length, request_id)
+        may_pass = _is_passing(status, body) and work.tries + 1 < MAX_TRIES
+        result = None if may_pass else Result(line.index, line.custom_id, request_id, status, body)
         try:
             written, is_done = await batches.write_result(batch.id, result, usage)
         except StoreError:
             self._spill(usage)  # the database will not take it now: the ledger's writer keeps it
             raise  # and the line runs again later
+        except asyncio.CancelledError:  # the server stops: what the line spent is metered, it runs again
+            # the write, if it began, has ended by the time this reads (one writer; a transaction)
+            after = await batches.line(batch.id, line.index) if result is not None else None
+            if after is not None and not after[1]:
+                await self._write_usage(usage)
+            raise
         if result is None:  # a refusal that may pass: its usage is written, the line runs again later
+            logger.info("batch %s: %s refused with %d; it runs again later", batch.id, request_id, status)
             await self._retry_later(work)
             return
         if written:
@@ -310,9 +330,9 @@ class BatchRunner:
         return
 
     async def _answer(
-        self, batch: Batch, start: int, length: int, request_id: str, attempts_before: int
-    ) -> tuple[int | None, str, list[UsageRecord]]:
-        """The line's status, body and usage records; status None: a refusal that may pass."""
+        self, batch: Batch, start: int, length: int, request_id: str
+    ) -> tuple[int, str, list[UsageRecord]]:
+        """The line's status, body and usage records."""
         services = self.services
         raw = await self.tier.files.read_range(batch.input_file_id, start, length)
         started_at = asyncio.get_running_loop().time()
@@ -328,19 +348,15 @@ class BatchRunner:
             return exc.status_code, bytes(error_response(exc).body).decode(), []
         record_line.requested_model = wire.model
         collected = _Collected()
-        terms = LineTerms(batch.id, self.prices, collected, attempts_before)
+        terms = LineTerms(batch.id, self.prices, collected)
         asked = Asked(priority="priority")  # a saturated model: wait for it, never a smaller one instead
         try:
             relayed = await relay(services, Origin(request_id, terms=terms), principal, parsed, asked, shape)
         except asyncio.CancelledError:  # shutdown cut it short: what it spent is metered, the line runs again
-            self._spill(collected.records)
+            await self._write_usage(collected.records)
             raise
         end_exchange(services, record_line, relayed, relayed.status, started_at)
-        body = bytes(relayed.response.body)
-        if _is_passing(relayed.status, body):
-            logger.info("batch %s: %s refused with %d; it runs again later", batch.id, request_id, relayed.status)
-            return None, "", collected.records
-        return relayed.status, body.decode(), collected.records
+        return relayed.status, bytes(relayed.response.body).decode(), collected.records
 
     def _principal(self, batch: Batch) -> Principal | None:
         directory = self.services.directory
@@ -374,8 +390,19 @@ class BatchRunner:
         """Back off (holding the slot: a worker refused is a worker slowed), then queue the line
         again behind the others. The entry is acknowledged only after its successor is queued: a
         worker dying in between leaves it pending, to be claimed again."""
-        await asyncio.sleep(min(RETRY_BASE_S * 2**work.tries, RETRY_MAX_S))
+        await asyncio.sleep(min(RETRY_BASE_S * 2 ** min(work.tries, 8), RETRY_MAX_S))
         await self.tier.queue.add([Work("", "line", work.batch_id, work.line, work.tries + 1)])
+
+    async def _write_usage(self, records: list[UsageRecord]) -> None:
+        """A line cut short: its usage alone, numbered after its earlier runs' (else the ledger's
+        writer keeps it for later)."""
+        database = self.services.database
+        if not records or database is None:
+            return
+        try:
+            await database.insert_usage_with(records, [])
+        except StoreError:
+            self._spill(records)
 
     def _spill(self, records: list[UsageRecord]) -> None:
         ledger = self.services.ledger

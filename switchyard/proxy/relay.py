@@ -90,12 +90,11 @@ def _cost_header(meter: RequestMeter) -> dict[str, str]:
 @dataclass(frozen=True, slots=True)
 class LineTerms:
     """How a batch's line is metered: at the batch's prices, into its own ledger (written with the
-    line's result), numbered after the attempts an earlier run of the line recorded."""
+    line's result)."""
 
     batch_id: str
     prices: dict[str, Price]
     ledger: Ledger
-    attempts_before: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,8 +156,6 @@ async def relay(
         spending=spending,
         metrics=services.metrics,
     )
-    if terms is not None:
-        meter.totals.num_attempts = terms.attempts_before
     annotate_request(requested_model=parsed.model, stream=bool(parsed.stream))
     ctx = RequestContext(meter.request_id, meter, principal)
     decision: Decision | None = None

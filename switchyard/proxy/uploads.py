@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
 
 MAX_FIELD_BYTES = 1024  # a text field (purpose); a file is not a field
+MAX_PARTS = 16  # parts of one form
 
 
 class Upload:
@@ -33,6 +34,7 @@ class Upload:
         self._is_file = False
         self._field = bytearray()
         self._out: list[bytes] = []
+        self._num_parts = 0
 
     def _boundary(self) -> bytes:
         content_type, params = parse_options_header(self.request.headers.get("content-type", ""))
@@ -45,6 +47,9 @@ class Upload:
 
     def _callbacks(self) -> MultipartCallbacks:
         def on_part_begin() -> None:
+            self._num_parts += 1
+            if self._num_parts > MAX_PARTS:
+                raise InvalidRequest(f"The form has more than {MAX_PARTS} parts; it needs 'file' and 'purpose'.")
             self._headers, self._name, self._is_file = {}, None, False
             self._field.clear()
 

@@ -396,11 +396,13 @@ def _batch_lines_answered(base: str) -> int:
     )
 
 
-def test_a_deleted_input_file_fails_the_lines_not_run_yet(tmp_path, valkey, upstream):
+@pytest.mark.parametrize("files_dir", [False, True], ids=["in-database", "in-directory"])
+def test_a_deleted_input_file_fails_the_lines_not_run_yet(tmp_path, valkey, upstream, files_dir):
     url, state = upstream
     gate = threading.Event()
     state.behaviour = FakeBehaviour(wait_for=gate)
-    with batch_proxy(tmp_path, url, valkey.url, batch={"concurrency": 1}) as base, sdk(base, "sk-a") as client:
+    options = {"concurrency": 1} | ({"files_dir": str(tmp_path / "files")} if files_dir else {})
+    with batch_proxy(tmp_path, url, valkey.url, batch=options) as base, sdk(base, "sk-a") as client:
         batch = submit(client, jsonl([chat_line(f"f{i}") for i in range(3)]))
         assert wait_until(lambda: state.num_requests == 1)
         assert client.files.delete(batch.input_file_id).deleted
@@ -453,3 +455,39 @@ def test_a_line_refused_for_now_runs_again_and_is_one_request(tmp_path, valkey, 
         assert [(r.attempt, r.status) for r in attempts] == [(1, "failed"), (2, "failed"), (3, "completed")]
         usage = httpx.get(f"{base}/usage", headers={"authorization": "Bearer sk-a"}).json()
         assert usage["batch_requests"] == 2
+
+
+def test_a_line_refused_every_time_ends_as_its_last_refusal(tmp_path, valkey, upstream, monkeypatch):
+    import switchyard.proxy.batch_runner as runner
+
+    monkeypatch.setattr(runner, "RETRY_BASE_S", 0.01)  # the back-off between runs
+    url, state = upstream
+    state.behaviour = FakeBehaviour(failure="500")
+    with batch_proxy(tmp_path, url, valkey.url) as base, sdk(base, "sk-a") as client:
+        batch = submit(client, jsonl([chat_line("doomed")]))
+        done = wait_for_status(client, batch.id, ("completed",))
+        assert (done.request_counts.completed, done.request_counts.failed) == (0, 1)
+        [entry] = read_lines(client, done.error_file_id)
+        # a 502, or the 503 of the model's breaker, which the failures opened
+        assert entry["response"]["status_code"] in (502, 503)
+        # every attempt of the six runs is metered (those the open breaker refused too), numbered on
+        records = read_ledger(f"sqlite:///{tmp_path / 'ledger.db'}", request_id=entry["id"])
+        assert [r.attempt for r in records] == list(range(1, len(records) + 1))
+        assert {r.status for r in records} == {"failed"} and len(records) >= runner.MAX_TRIES
+
+
+def test_a_batch_created_while_valkey_is_down_fails_at_once(tmp_path, valkey, upstream):
+    url, _ = upstream
+    with batch_proxy(tmp_path, url, valkey.url) as base, sdk(base, "sk-a") as client:
+        uploaded = client.files.create(file=("in.jsonl", io.BytesIO(jsonl([chat_line("x")]))), purpose="batch")
+        valkey.stop()
+        try:
+            with pytest.raises(openai.InternalServerError) as refused:
+                client.batches.create(
+                    input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+                )
+            assert refused.value.status_code == 503
+        finally:
+            valkey.start()
+        [failed] = client.batches.list().data
+        assert failed.status == "failed" and failed.errors.data[0].code == "queue_unavailable"

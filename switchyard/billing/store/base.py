@@ -58,8 +58,10 @@ class Database(Protocol):
     async def insert_usage_with(
         self, records: Sequence[UsageRecord], statements: Sequence[tuple[str, Sequence[Any]]]
     ) -> list[list[tuple[Any, ...]]]:
-        """Insert the records (as `insert_usage`) and run `statements` in the same transaction:
-        the usage of a piece of work and what it produced are written together or not at all.
+        """Insert the records and run `statements` in the same transaction: the usage of a piece of
+        work and what it produced are written together or not at all. Each record's `attempt` is
+        taken as counted from the attempts its request already has in the ledger (1: the next one),
+        read under a lock on the request, so two runs of one piece of work never collide.
         Returns each statement's rows (RETURNING, SELECT; [] for the others)."""
         ...
 

@@ -21,6 +21,7 @@ from switchyard.billing.store.schema import (
     KEY_COLUMNS,
     TEAM_COLUMNS,
     USAGE_COLUMNS,
+    after_earlier,
     check_group_by,
     check_team_changes,
     key_from_row,
@@ -216,10 +217,16 @@ class PostgresDatabase:
     ) -> list[list[tuple[Any, ...]]]:
         async with self._connection() as db, db.transaction():
             if records:
+                before: dict[str, int] = {}
+                for request_id in sorted({r.request_id for r in records}):  # locks taken in one order
+                    await db.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", request_id)
+                    before[request_id] = await db.fetchval(
+                        "SELECT COALESCE(MAX(attempt), 0) FROM usage WHERE request_id = $1", request_id
+                    )
                 await db.execute(
                     "INSERT INTO usage SELECT * FROM jsonb_populate_recordset(NULL::usage, $1::jsonb) "
                     "ON CONFLICT (request_id, attempt) DO NOTHING",
-                    json.dumps([dataclasses.asdict(r) for r in records]),
+                    json.dumps([dataclasses.asdict(after_earlier(r, before)) for r in records]),
                 )
             return [[tuple(row) for row in await db.fetch(_numbered(sql), *args)] for sql, args in statements]
 

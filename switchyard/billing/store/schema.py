@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from dataclasses import fields
@@ -37,6 +38,12 @@ _USAGE_GETTER = attrgetter(*USAGE_COLUMNS)
 def usage_values(record: UsageRecord) -> tuple[Any, ...]:
     """The record's values in USAGE_COLUMNS order (all scalars: `astuple` would deep-copy each)."""
     return _USAGE_GETTER(record)
+
+
+def after_earlier(record: UsageRecord, attempts_before: dict[str, int]) -> UsageRecord:
+    """`record` numbered after the attempts its request already has."""
+    before = attempts_before.get(record.request_id, 0)
+    return dataclasses.replace(record, attempt=before + record.attempt) if before else record
 
 
 def usage_from_row(row: Any) -> UsageRecord:

@@ -26,6 +26,7 @@ from switchyard.billing.store.schema import (
     KEY_COLUMNS,
     TEAM_COLUMNS,
     USAGE_COLUMNS,
+    after_earlier,
     check_group_by,
     check_team_changes,
     key_from_row,
@@ -250,10 +251,15 @@ class SQLiteDatabase:
     async def insert_usage_with(
         self, records: Sequence[UsageRecord], statements: Sequence[tuple[str, Sequence[Any]]]
     ) -> list[list[tuple[Any, ...]]]:
-        rows = [usage_values(r) for r in records]
-
         def write(db: sqlite3.Connection) -> list[list[tuple[Any, ...]]]:
-            def both() -> list[list[tuple[Any, ...]]]:
+            def both() -> list[list[tuple[Any, ...]]]:  # under BEGIN IMMEDIATE: no other writer reads between
+                before = {
+                    request_id: db.execute(
+                        "SELECT COALESCE(MAX(attempt), 0) FROM usage WHERE request_id = ?", (request_id,)
+                    ).fetchone()[0]
+                    for request_id in {r.request_id for r in records}
+                }
+                rows = [usage_values(after_earlier(r, before)) for r in records]
                 for start in range(0, len(rows), _ROWS_PER_INSERT):
                     part = rows[start : start + _ROWS_PER_INSERT]
                     db.execute(_insert_usage(len(part)), [value for row in part for value in row])

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
+from redis.exceptions import RedisError
 
 from switchyard.batch.jobs import Batch
+from switchyard.batch.lines import LineError
 from switchyard.batch.queue import Work
 from switchyard.batch.wire import CreateBatch, batch_object, list_object
-from switchyard.core.errors import Conflict, InvalidRequest, NotFound
+from switchyard.core.errors import Conflict, InvalidRequest, NotFound, ServiceUnavailable
 from switchyard.proxy.body import invalid_request, read_body
 from switchyard.proxy.exchange import LoggedRoute
 from switchyard.proxy.openapi import json_body, query
@@ -63,7 +67,12 @@ async def create_batch(request: Request) -> Response:
         window_s=tier.settings.window_s,
         metadata=asked.metadata,
     )
-    await tier.queue.add([Work("", "validate", batch.id)])
+    try:
+        await tier.queue.add([Work("", "validate", batch.id)])
+    except (RedisError, OSError) as exc:  # never queued: failed now rather than validating forever
+        error = LineError("queue_unavailable", "The batch queue (Valkey) did not answer; create the batch again.")
+        await tier.batches.fail(batch.id, [error], 1)
+        raise ServiceUnavailable("The batch queue did not answer; create the batch again shortly.") from exc
     return _json(batch_object(batch))
 
 
@@ -90,6 +99,8 @@ async def cancel_batch(request: Request, batch_id: str) -> Response:
     if not await tier.batches.cancel(batch.id):
         batch = await tier.batches.get(batch.id) or batch
         if batch.status not in ("cancelling", "cancelled"):
+            if batch.ending is not None:
+                raise Conflict(f"Batch {batch.id} is ending ({batch.ending}); it can no longer be cancelled.")
             raise Conflict(
                 f"Batch {batch.id} is {batch.status}; only a validating or in-progress batch can be cancelled."
             )
@@ -97,5 +108,5 @@ async def cancel_batch(request: Request, batch_id: str) -> Response:
     cancelled = await tier.batches.get(batch.id)
     assert cancelled is not None
     if cancelled.status == "cancelling" and cancelled.in_progress_at is not None:
-        await tier.finisher.sweep(cancelled, 0.0)
+        await asyncio.shield(tier.finisher.sweep(cancelled, 0.0))  # a client leaving does not stop it midway
     return _json(batch_object(await tier.batches.get(batch.id) or cancelled))

@@ -4,6 +4,7 @@ the counts the trigger keeps, and the finalization that writes the output and er
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import time
 from collections.abc import AsyncIterator
@@ -171,19 +172,84 @@ async def test_a_lines_usage_and_result_are_written_together_or_not_at_all(datab
     await batches.set_lines(batch.id, lines)
     assert await batches.start(batch.id)
     request_id = line_request_id(batch.id, 0)
-    assert await batches.line(batch.id, 0) == (lines[0], False, 0)
+    assert await batches.line(batch.id, 0) == (lines[0], False)
     with pytest.raises(StoreError):  # a statement that fails takes the usage with it
         await database.insert_usage_with([_usage(request_id, 1, 0.5)], [("SELECT * FROM no_such_table", ())])
     assert await database.read_usage(request_id=request_id) == []
     result = Result(0, "only", request_id, 200, "{}")
     assert await batches.write_result(batch.id, result, [_usage(request_id, 1, 0.5)]) == (True, True)
-    # the line answered again around a crash: its attempts go on from the first run's, its result stays
-    assert await batches.line(batch.id, 0) == (lines[0], True, 1)
-    assert await batches.write_result(batch.id, result, [_usage(request_id, 2, 0.25)]) == (False, True)
-    assert [r.attempt for r in await database.read_usage(request_id=request_id)] == [1, 2]
+    # the line answered again around a crash, its attempts numbered from 1 by the run that made them:
+    # they go on from the first run's in the ledger, and the first result stays
+    assert await batches.line(batch.id, 0) == (lines[0], True)
+    second_run = [_usage(request_id, 1, 0.125), _usage(request_id, 2, 0.125)]
+    assert await batches.write_result(batch.id, result, second_run) == (False, True)
+    assert [r.attempt for r in await database.read_usage(request_id=request_id)] == [1, 2, 3]
     ended = await batches.get(batch.id)
     assert ended is not None and (ended.completed, ended.failed) == (1, 0)
     summary = await database.usage_summary(
         dt.date.today() - dt.timedelta(days=1), dt.date.today() + dt.timedelta(days=1), group_by=None, team="a"
     )
     assert (summary["batch_requests"], summary["batch_cost_usd"]) == (1, 0.75)
+
+
+async def test_two_runs_of_one_line_writing_at_once_keep_every_attempt(database: Database) -> None:
+    request_id = "batch_req_race_0"
+    runs = [[_usage(request_id, 1, 0.5)], [_usage(request_id, 1, 0.25), _usage(request_id, 2, 0.25)]]
+    await asyncio.gather(*(database.insert_usage_with(run, []) for run in runs))
+    written = await database.read_usage(request_id=request_id)
+    assert sorted(r.attempt for r in written) == [1, 2, 3]
+    assert sum(r.cost_usd for r in written) == pytest.approx(1.0)
+
+
+async def test_a_batch_whose_window_ends_while_it_validates_expires(database: Database) -> None:
+    files, batches = FileStore(database), BatchStore(database)
+    batch = await batches.create(
+        team="a",
+        key_id=None,
+        endpoint="/v1/chat/completions",
+        input_file_id="file-never-checked",
+        completion_window="24h",
+        window_s=0.01,
+        metadata=None,
+    )
+    await Finisher(batches, files).sweep(batch, batch.expires_at + 1)
+    ended = await batches.get(batch.id)
+    assert ended is not None and (ended.status, ended.total, ended.output_file_id) == ("expired", 0, None)
+
+
+async def test_a_finalizer_that_lost_its_lease_leaves_the_files_of_the_one_that_took_over(database: Database) -> None:
+    files, batches = FileStore(database), BatchStore(database)
+    batch = await batches.create(
+        team="a",
+        key_id=None,
+        endpoint="/v1/chat/completions",
+        input_file_id="file-x",
+        completion_window="24h",
+        window_s=60,
+        metadata=None,
+    )
+    await batches.set_lines(batch.id, [Line(0, "only", 0, 10)])
+    assert await batches.start(batch.id)
+    assert await batches.put_result(batch.id, Result(0, "only", line_request_id(batch.id, 0), 200, "{}"))
+    slow = await batches.take_finalization(batch.id)
+    assert slow is not None and await batches.take_finalization(batch.id) is None  # held
+    await database.execute("UPDATE batches SET finalize_lease = 1 WHERE id = ?", batch.id)  # the lease ran out
+    await Finisher(batches, files).finalize_if_done(batch.id)  # another worker takes over and finishes
+    done = await batches.get(batch.id)
+    assert done is not None and done.status == "completed" and done.output_file_id is not None
+    started = await batches.get(batch.id)
+    assert started is not None
+    assert not await batches.finish(started, slow, "file-of-the-slow-one", None)  # too late: it changes nothing
+    assert (await batches.get(batch.id)).output_file_id == done.output_file_id  # type: ignore[union-attr]
+
+
+async def test_checking_stops_at_a_line_too_long_or_too_many_lines() -> None:
+    line = orjson.dumps({"custom_id": "x", "method": "POST", "url": "/v1/completions", "body": {"p": "y" * 100}})
+    checked = await check_lines(chunks(line + b"\n" + line, 50), "/v1/completions", 10, max_line_bytes=64)
+    assert [(e.code, e.line) for e in checked.errors] == [("line_too_long", 1)] and not checked.lines
+    many = b"".join(
+        orjson.dumps({"custom_id": f"c{i}", "method": "POST", "url": "/v1/completions", "body": {}}) + b"\n"
+        for i in range(50)
+    )
+    checked = await check_lines(chunks(many, 64), "/v1/completions", 10)
+    assert [e.code for e in checked.errors] == ["too_many_requests"] and len(checked.lines) == 11
