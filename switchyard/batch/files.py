@@ -15,6 +15,7 @@ from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from switchyard.batch.pages import newest_first
 from switchyard.billing.store import Database
 
 PART_BYTES = 1024 * 1024
@@ -124,20 +125,8 @@ class FileStore:
         self, team: str | None, *, purpose: str | None = None, after: str | None = None, limit: int = 100
     ) -> list[StoredFile]:
         """Newest first; `after`: the files created before that one (pagination)."""
-        where: str = "1 = 1"
-        args: list[object] = []
-        if team is not None:
-            where, args = where + " AND team = ?", [*args, team]
-        if purpose is not None:
-            where, args = where + " AND purpose = ?", [*args, purpose]
-        if after is not None:
-            anchor = await self.get(after)
-            if anchor is None:
-                return []  # an id not (or no longer) there: no page after it
-            where += " AND (created_at, id) < (?, ?)"
-            args += [anchor.created_at, anchor.id]
-        order = f"ORDER BY created_at DESC, id DESC LIMIT {int(limit)}"
-        rows = await self.database.fetch(f"SELECT {FILE_COLUMNS} FROM batch_files WHERE {where} {order}", *args)
+        filters = {"team": team, "purpose": purpose}
+        rows = await newest_first(self.database, "batch_files", FILE_COLUMNS, filters, after, limit)
         return [_file(row) for row in rows]
 
     async def rename(self, file_id: str, filename: str) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from switchyard.batch.lines import Line, LineError
+from switchyard.batch.pages import newest_first
 from switchyard.billing.records import UsageRecord
 from switchyard.billing.store import Database
 
@@ -179,20 +180,7 @@ class BatchStore:
 
     async def page(self, team: str | None, *, after: str | None = None, limit: int = 20) -> list[Batch]:
         """Newest first; `after`: the batches created before that one."""
-        where: str = "1 = 1"
-        args: list[object] = []
-        if team is not None:
-            where, args = where + " AND team = ?", [*args, team]
-        if after is not None:
-            anchor = await self.get(after)
-            if anchor is None:
-                return []  # an id not (or no longer) there: no page after it
-            where += " AND (created_at, id) < (?, ?)"
-            args += [anchor.created_at, anchor.id]
-        rows = await self.database.fetch(
-            f"SELECT {_COLUMNS} FROM batches WHERE {where} ORDER BY created_at DESC, id DESC LIMIT {int(limit)}",
-            *args,
-        )
+        rows = await newest_first(self.database, "batches", _COLUMNS, {"team": team}, after, limit)
         return [_batch(row) for row in rows]
 
     async def open_batches(self) -> list[Batch]:

@@ -15,7 +15,7 @@ import pytest
 
 from switchyard.batch.ending import Finisher
 from switchyard.batch.files import FileStore, FileTooLarge
-from switchyard.batch.jobs import BatchStore, Result, line_request_id
+from switchyard.batch.jobs import Batch, BatchStore, Result, line_request_id
 from switchyard.batch.lines import Line, check_lines
 from switchyard.billing.records import UsageRecord
 from switchyard.billing.store import Database, StoreError, open_database
@@ -27,6 +27,18 @@ async def database(database_url: str) -> AsyncIterator[Database]:  # noqa: F811
     database = await open_database(database_url)
     yield database
     await database.aclose()
+
+
+async def new_batch(batches: BatchStore, input_file_id: str, *, team: str = "a", window_s: float = 60) -> Batch:
+    return await batches.create(
+        team=team,
+        key_id=None,
+        endpoint="/v1/chat/completions",
+        input_file_id=input_file_id,
+        completion_window="24h",
+        window_s=window_s,
+        metadata=None,
+    )
 
 
 async def chunks(data: bytes, size: int) -> AsyncIterator[bytes]:
@@ -117,15 +129,7 @@ async def test_a_window_that_ran_out_expires_the_lines_not_run(database: Databas
     line = {"custom_id": "only", "method": "POST", "url": "/v1/chat/completions", "body": {}}
     stored = await files.create("", "batch", "in.jsonl", chunks(orjson.dumps(line), 100))
     checked = await check_lines(files.read(stored.id), "/v1/chat/completions", 10)
-    batch = await batches.create(
-        team="",
-        key_id=None,
-        endpoint="/v1/chat/completions",
-        input_file_id=stored.id,
-        completion_window="24h",
-        window_s=0.01,
-        metadata=None,
-    )
+    batch = await new_batch(batches, stored.id, team="", window_s=0.01)
     await batches.set_lines(batch.id, checked.lines)
     assert await batches.start(batch.id)
     assert not await batches.expire(batch.id, batch.created_at)  # not yet
@@ -159,15 +163,7 @@ def _usage(request_id: str, attempt: int, cost: float) -> UsageRecord:
 
 async def test_a_lines_usage_and_result_are_written_together_or_not_at_all(database: Database) -> None:
     batches = BatchStore(database)
-    batch = await batches.create(
-        team="a",
-        key_id=None,
-        endpoint="/v1/chat/completions",
-        input_file_id="file-x",
-        completion_window="24h",
-        window_s=60,
-        metadata=None,
-    )
+    batch = await new_batch(batches, "file-x")
     lines = [Line(0, "only", 0, 10)]
     await batches.set_lines(batch.id, lines)
     assert await batches.start(batch.id)
@@ -203,15 +199,7 @@ async def test_two_runs_of_one_line_writing_at_once_keep_every_attempt(database:
 
 async def test_a_batch_whose_window_ends_while_it_validates_expires(database: Database) -> None:
     files, batches = FileStore(database), BatchStore(database)
-    batch = await batches.create(
-        team="a",
-        key_id=None,
-        endpoint="/v1/chat/completions",
-        input_file_id="file-never-checked",
-        completion_window="24h",
-        window_s=0.01,
-        metadata=None,
-    )
+    batch = await new_batch(batches, "file-never-checked", window_s=0.01)
     await Finisher(batches, files).sweep(batch, batch.expires_at + 1)
     ended = await batches.get(batch.id)
     assert ended is not None and (ended.status, ended.total, ended.output_file_id) == ("expired", 0, None)
@@ -219,15 +207,7 @@ async def test_a_batch_whose_window_ends_while_it_validates_expires(database: Da
 
 async def test_a_finalizer_that_lost_its_lease_leaves_the_files_of_the_one_that_took_over(database: Database) -> None:
     files, batches = FileStore(database), BatchStore(database)
-    batch = await batches.create(
-        team="a",
-        key_id=None,
-        endpoint="/v1/chat/completions",
-        input_file_id="file-x",
-        completion_window="24h",
-        window_s=60,
-        metadata=None,
-    )
+    batch = await new_batch(batches, "file-x")
     await batches.set_lines(batch.id, [Line(0, "only", 0, 10)])
     assert await batches.start(batch.id)
     assert await batches.put_result(batch.id, Result(0, "only", line_request_id(batch.id, 0), 200, "{}"))
@@ -253,3 +233,15 @@ async def test_checking_stops_at_a_line_too_long_or_too_many_lines() -> None:
     )
     checked = await check_lines(chunks(many, 64), "/v1/completions", 10)
     assert [e.code for e in checked.errors] == ["too_many_requests"] and len(checked.lines) == 11
+
+
+async def test_lists_page_newest_first_after_an_id(database: Database) -> None:
+    files = FileStore(database)
+    made = [await files.create("a", "batch", f"f{i}.jsonl", chunks(b"{}", 2)) for i in range(3)]
+    await database.execute("UPDATE batch_files SET created_at = 1000 + bytes")  # one moment: ids break the tie
+    newest = sorted(made, key=lambda f: f.id, reverse=True)
+    first = await files.page("a", limit=2)
+    assert [f.id for f in first] == [f.id for f in newest[:2]]
+    assert [f.id for f in await files.page("a", after=first[-1].id, limit=2)] == [newest[2].id]
+    assert await files.page("a", after="file-gone") == []
+    assert await files.page("b") == [] and len(await files.page(None, purpose="batch")) == 3
