@@ -260,10 +260,6 @@ class BatchStore:
         is_done = bool(counts) and counts[0][3] != "validating" and counts[0][1] + counts[0][2] >= counts[0][0]
         return written, is_done
 
-    async def put_result(self, batch_id: str, result: Result) -> bool:
-        """The line's result, unless it has one (True: this one was written)."""
-        return await self.database.execute(_INSERT_RESULT, *_result_args(batch_id, result)) > 0
-
     async def fill_missing(self, batch_id: str, code: str, message: str) -> int:
         """Every line without a result gets one that says why it never ran (expired, cancelled)."""
         prefix = line_request_id(batch_id, 0)[:-1]

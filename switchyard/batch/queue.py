@@ -146,7 +146,3 @@ class LineQueue:
                 pipe.xack(work.stream, self.group, work.entry_id)
                 pipe.xdel(work.stream, work.entry_id)
             await pipe.execute()
-
-    async def backlog(self) -> int:
-        """Lines in the stream (pending or not read yet)."""
-        return int(await self._client.xlen(self.stream))

@@ -10,8 +10,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from switchyard.batch.files import StoredFile
 from switchyard.batch.jobs import Batch, Result
 
-ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
-COMPLETION_WINDOWS = ("24h",)
 FILE_PURPOSES = ("batch",)  # what may be uploaded; a batch writes "batch_output"
 MAX_METADATA_PAIRS = 16
 

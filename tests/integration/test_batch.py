@@ -71,6 +71,18 @@ def upstream() -> Iterator[tuple[str, FakeState]]:
         yield url + "/v1", state
 
 
+@pytest.fixture
+def held(upstream) -> Iterator[tuple[str, FakeState, threading.Event]]:
+    """The upstream, holding every answer until the test sets the event (set at the end anyway)."""
+    url, state = upstream
+    gate = threading.Event()
+    state.behaviour = FakeBehaviour(wait_for=gate)
+    try:
+        yield url, state, gate
+    finally:
+        gate.set()
+
+
 def sdk(base_url: str, key: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
 
@@ -259,10 +271,8 @@ def test_an_input_file_that_is_not_a_batch_fails_at_validating_naming_its_lines(
         assert state.num_requests == 0
 
 
-def test_a_new_batch_is_validated_at_once_however_many_lines_wait(tmp_path, valkey, upstream):
-    url, state = upstream
-    gate = threading.Event()
-    state.behaviour = FakeBehaviour(wait_for=gate)
+def test_a_new_batch_is_validated_at_once_however_many_lines_wait(tmp_path, valkey, held):
+    url, state, gate = held
     with batch_proxy(tmp_path, url, valkey.url, batch={"concurrency": 1}) as base, sdk(base, "sk-a") as client:
         first = submit(client, jsonl([chat_line(f"w{i}") for i in range(20)]))
         assert wait_until(lambda: state.num_requests == 1)  # its one slot held, nineteen lines queued
@@ -307,10 +317,8 @@ def test_without_valkey_the_batch_endpoints_say_which_key_turns_them_on(tmp_path
             assert "billing.redis_url" in answer.json()["error"]["message"]
 
 
-def test_cancel_stops_lines_not_started_and_lets_running_ones_finish(tmp_path, valkey, upstream):
-    url, state = upstream
-    gate = threading.Event()
-    state.behaviour = FakeBehaviour(wait_for=gate)
+def test_cancel_stops_lines_not_started_and_lets_running_ones_finish(tmp_path, valkey, held):
+    url, state, gate = held
     with batch_proxy(tmp_path, url, valkey.url, batch={"concurrency": 2}) as base, sdk(base, "sk-a") as client:
         batch = submit(client, jsonl([chat_line(f"c{i}") for i in range(10)]))
         assert wait_until(lambda: state.num_requests == 2)  # two lines at the upstream, held there
@@ -333,16 +341,15 @@ def test_cancel_stops_lines_not_started_and_lets_running_ones_finish(tmp_path, v
             client.batches.cancel(finished.id)
 
 
-def test_lines_left_when_the_window_ends_expire(tmp_path, valkey, upstream):
-    url, state = upstream
-    gate = threading.Event()
-    state.behaviour = FakeBehaviour(wait_for=gate)
+def test_lines_left_when_the_window_ends_expire(tmp_path, valkey, held):
+    url, state, gate = held
     with (
-        batch_proxy(tmp_path, url, valkey.url, batch={"concurrency": 1, "window_s": 2.0}) as base,
+        batch_proxy(tmp_path, url, valkey.url, batch={"concurrency": 1, "window_s": 5.0}) as base,
         sdk(base, "sk-a") as client,
     ):
         batch = submit(client, jsonl([chat_line(f"e{i}") for i in range(4)]))
-        assert batch.expires_at - batch.created_at == 2
+        assert batch.expires_at - batch.created_at == 5
+        assert wait_until(lambda: state.num_requests == 1)  # validated, its first line held at the upstream
         done = wait_for_status(client, batch.id, ("expired",))
         gate.set()
         assert done.expired_at is not None and done.output_file_id is None
@@ -365,10 +372,8 @@ def test_a_team_out_of_budget_has_its_remaining_lines_refused_and_never_overspen
         assert spent == pytest.approx(4 * LINE_COST) and spent <= 0.00201
 
 
-def test_two_proxies_drain_one_batch_each_line_once(tmp_path, valkey, upstream):
-    url, state = upstream
-    gate = threading.Event()
-    state.behaviour = FakeBehaviour(wait_for=gate)
+def test_two_proxies_drain_one_batch_each_line_once(tmp_path, valkey, held):
+    url, state, gate = held
     with (
         batch_proxy(tmp_path, url, valkey.url, name="one", batch={"concurrency": 4}) as first,
         batch_proxy(tmp_path, url, valkey.url, name="two", batch={"concurrency": 4}) as second,
@@ -397,10 +402,8 @@ def _batch_lines_answered(base: str) -> int:
 
 
 @pytest.mark.parametrize("files_dir", [False, True], ids=["in-database", "in-directory"])
-def test_a_deleted_input_file_fails_the_lines_not_run_yet(tmp_path, valkey, upstream, files_dir):
-    url, state = upstream
-    gate = threading.Event()
-    state.behaviour = FakeBehaviour(wait_for=gate)
+def test_a_deleted_input_file_fails_the_lines_not_run_yet(tmp_path, valkey, held, files_dir):
+    url, state, gate = held
     options = {"concurrency": 1} | ({"files_dir": str(tmp_path / "files")} if files_dir else {})
     with batch_proxy(tmp_path, url, valkey.url, batch=options) as base, sdk(base, "sk-a") as client:
         batch = submit(client, jsonl([chat_line(f"f{i}") for i in range(3)]))
@@ -414,13 +417,11 @@ def test_a_deleted_input_file_fails_the_lines_not_run_yet(tmp_path, valkey, upst
         assert "deleted" in errors[0]["response"]["body"]["error"]["message"]
 
 
-def test_a_line_cut_short_by_a_shutdown_is_metered_and_runs_again(tmp_path, valkey, upstream, monkeypatch):
+def test_a_line_cut_short_by_a_shutdown_is_metered_and_runs_again(tmp_path, valkey, held, monkeypatch):
     import switchyard.proxy.batch_runner as runner
 
-    monkeypatch.setattr(runner, "DRAIN_S", 0.2)  # how long a stopping proxy lets its lines run
-    url, state = upstream
-    gate = threading.Event()
-    state.behaviour = FakeBehaviour(wait_for=gate)
+    monkeypatch.setattr(runner, "DRAIN_S", 0.2)  # how long a stopping proxy lets its line (held) run
+    url, state, gate = held
     ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
     with batch_proxy(tmp_path, url, valkey.url, name="first") as base, sdk(base, "sk-a") as client:
         batch = submit(client, jsonl([chat_line("cut")]))

@@ -20,6 +20,7 @@ from switchyard.batch.lines import Line, check_lines
 from switchyard.billing.records import UsageRecord
 from switchyard.billing.store import Database, StoreError, open_database
 from tests.servers.postgres import database_url, postgres_server, postgres_url  # noqa: F401
+from tests.unit.billing.test_store import usage
 
 
 @pytest.fixture
@@ -96,8 +97,8 @@ async def test_the_status_sequence_moves_once_and_the_files_are_written_once(dat
     for i in range(4):
         status = 200 if i % 2 == 0 else 400
         result = Result(i, f"c{i}", line_request_id(batch.id, i), status, '{"ok": true}')
-        assert await batches.put_result(batch.id, result)
-        assert not await batches.put_result(batch.id, result)  # a second answer to the line is not kept
+        assert (await batches.write_result(batch.id, result, []))[0]
+        assert not (await batches.write_result(batch.id, result, []))[0]  # a second answer is not kept
     running = await batches.get(batch.id)
     assert running is not None and (running.completed, running.failed, running.total) == (2, 2, 5)
     await finisher.finalize_if_done(batch.id)  # one line left: nothing to finalize
@@ -144,21 +145,8 @@ async def test_a_window_that_ran_out_expires_the_lines_not_run(database: Databas
 
 
 def _usage(request_id: str, attempt: int, cost: float) -> UsageRecord:
-    return UsageRecord(
-        request_id=request_id,
-        attempt=attempt,
-        model="m",
-        backend="openai#0",
-        status="completed",
-        prompt_tokens=1,
-        completion_tokens=2,
-        cost_usd=cost,
-        is_estimated=False,
-        started_at=time.time(),
-        duration_ms=1.0,
-        team="a",
-        batch_id="batch_x",
-    )
+    """A batch line's attempt of today, for team a (the ledger's own test record, changed)."""
+    return usage(request_id, attempt, cost_usd=cost, started_at=time.time(), team="a", batch_id="batch_x")
 
 
 async def test_a_lines_usage_and_result_are_written_together_or_not_at_all(database: Database) -> None:
@@ -210,7 +198,8 @@ async def test_a_finalizer_that_lost_its_lease_leaves_the_files_of_the_one_that_
     batch = await new_batch(batches, "file-x")
     await batches.set_lines(batch.id, [Line(0, "only", 0, 10)])
     assert await batches.start(batch.id)
-    assert await batches.put_result(batch.id, Result(0, "only", line_request_id(batch.id, 0), 200, "{}"))
+    result = Result(0, "only", line_request_id(batch.id, 0), 200, "{}")
+    assert await batches.write_result(batch.id, result, []) == (True, True)
     slow = await batches.take_finalization(batch.id)
     assert slow is not None and await batches.take_finalization(batch.id) is None  # held
     await database.execute("UPDATE batches SET finalize_lease = 1 WHERE id = ?", batch.id)  # the lease ran out
