@@ -96,3 +96,8 @@ class Backend(ABC):
     def price(self) -> Price | None:
         """The backend's own price, used when the config gives none (LiteLLM's price map)."""
         return None
+
+    def adapter(self, name: str, source: str) -> Backend:
+        """A backend that answers as this model with the LoRA adapter `name` (read from `source`)
+        applied: the registry lists it under the adapter's name. Only self-hosted backends have it."""
+        raise NotImplementedError(f"backend {type(self).__name__} serves no LoRA adapters")

@@ -10,6 +10,7 @@ import aiohttp
 
 from switchyard.backends.base import Backend
 from switchyard.backends.openai_http import OpenAIHTTPBackend, Replica
+from switchyard.billing.teams import Team
 from switchyard.core.capabilities import Capabilities
 from switchyard.core.errors import ModelNotFound
 from switchyard.core.settings import (
@@ -35,6 +36,9 @@ class ModelEntry:
     assemble_from_stream: bool = False  # a non-stream request is asked as a stream (backends/assemble.py)
     # the config's `capabilities:` (and `logprobs:`), key by key over what the backend reports
     capability_overrides: dict[str, Any] = field(default_factory=dict)
+    kind: str = "chat"  # chat | embedding (core.settings.MODEL_KINDS)
+    parent: str | None = None  # a LoRA adapter's base model
+    teams: frozenset[str] | None = None  # an adapter's teams (None: whoever may use its base model)
     # (what the backend reported, what that makes with the overrides): rebuilt when the report changes
     _capabilities: tuple[Capabilities, Capabilities] | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -49,6 +53,15 @@ class ModelEntry:
         merged = reported.overridden(self.capability_overrides).overridden({"context_window": self.context_window})
         self._capabilities = (reported, merged)
         return merged
+
+    def open_to(self, team: Team | None) -> bool:
+        """Whether `team` may use this model (None: no teams configured). An adapter: a team that
+        may use it or its base model, and that its `teams` name, when they are given."""
+        if team is None:
+            return True
+        if self.teams is not None and team.name not in self.teams:
+            return False
+        return team.may_use(self.name) or (self.parent is not None and team.may_use(self.parent))
 
 
 def _http_backend_kwargs(model: OpenAIModel | VLLMModel, upstream: UpstreamSettings) -> dict:
@@ -185,9 +198,11 @@ def build_registry(
 ) -> ModelRegistry:
     """A backend per configured model (`only` these, when given); `backends` replaces the built ones by name."""
     given = backends or {}
-    models = [m for m in settings.models if only is None or m.name in only]
-    entries = [
-        ModelEntry(
+    entries = []
+    for model in settings.models:
+        if only is not None and model.name not in only:
+            continue
+        entry = ModelEntry(
             name=model.name,
             backend=given.get(model.name)
             or BACKEND_BUILDERS[model.backend](model, session, _upstream_for(model, settings)),
@@ -198,7 +213,29 @@ def build_registry(
             request_timeout_s=model.request_timeout_s,
             assemble_from_stream=model.assemble_from_stream,
             capability_overrides=_capability_overrides(model),
+            kind=model.kind,
         )
-        for model in models
-    ]
+        entries.append(entry)
+        for adapter in getattr(model, "adapters", ()):
+            entries.append(_adapter_entry(entry, adapter.name, adapter.path, adapter.teams, given))
     return ModelRegistry(entries)
+
+
+def _adapter_entry(
+    base: ModelEntry, name: str, source: str, teams: Sequence[str] | None, given: Mapping[str, Backend]
+) -> ModelEntry:
+    """A LoRA adapter: a model of its own name, on its base model's backend, with its base's limits."""
+    return ModelEntry(
+        name=name,
+        backend=given.get(name) or base.backend.adapter(name, source),
+        backend_kind=base.backend_kind,
+        tier=None,  # `auto` reaches an adapter through a team's default_adapters only
+        context_window=base.context_window,
+        first_token_timeout_s=base.first_token_timeout_s,
+        request_timeout_s=base.request_timeout_s,
+        assemble_from_stream=base.assemble_from_stream,
+        capability_overrides=base.capability_overrides,
+        kind=base.kind,
+        parent=base.name,
+        teams=frozenset(teams) if teams is not None else None,
+    )

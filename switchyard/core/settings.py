@@ -28,6 +28,7 @@ DEFAULT_CONFIG_NAME = "switchyard.yaml"
 
 
 RESERVED_MODEL_NAMES = ("auto", "cascade")
+EMBEDDED_EMBEDDING_MODELS = ("all-minilm-l6-v2",)  # the embedded embedders (backend embedded)
 
 
 class ConfigError(Exception):
@@ -114,6 +115,8 @@ class TeamSettings(_Strict):
     rpm: int | None = Field(default=None, ge=1, le=2**31 - 1)  # requests per minute; null: no limit
     tpm: int | None = Field(default=None, ge=1, le=2**31 - 1)  # tokens (prompt + max_tokens) per minute
     priority: str = "interactive"  # interactive | batch | a name in billing.priority_tiers
+    # adapters (by name) that `auto` applies when it routes this team to their base model
+    default_adapters: list[str] = Field(default_factory=list)
 
 
 class AuthSettings(_Strict):
@@ -260,6 +263,7 @@ class EngineSettings(_Strict):
     context_window: int = Field(default=2048, ge=16)  # prompt + max_tokens limit
     default_max_tokens: int = Field(default=256, ge=1)  # when the request gives none
     threads: int | None = Field(default=None, ge=1)  # torch threads; default: all cores
+    max_loras: int = Field(default=2, ge=1)  # adapters held loaded at once (each its own engine); LRU
 
 
 class VLLMSettings(_Strict):
@@ -269,6 +273,7 @@ class VLLMSettings(_Strict):
     max_waiting: int = Field(default=4, ge=0)  # more waiting requests than this: saturated
     max_kv_cache_usage: float = Field(default=0.9, gt=0, le=1)  # KV cache fuller than this: saturated
     sticky_prefix: bool = True  # one system prompt -> one replica (rendezvous hashing), unless saturated
+    max_loras: int = Field(default=4, ge=1)  # adapters loaded on one replica at once (vLLM's --max-loras); LRU
 
 
 class PriceSettings(_Strict):
@@ -291,10 +296,24 @@ class CapabilitySettings(_Strict):
     n: bool | None = None
 
 
+class AdapterSettings(_Strict):
+    """A LoRA adapter on a self-hosted model: asked for by its own name, answered by its base model."""
+
+    name: str = Field(min_length=1)
+    path: str = Field(min_length=1)  # a folder with the adapter (vLLM: a path or source its server can read)
+    teams: list[str] | None = None  # the teams that may use it; null: every team that may use the base model
+    price: PriceSettings | None = None  # default: the base model's
+
+
+MODEL_KINDS = ("chat", "embedding")
+
+
 class _ModelBase(_Strict):
     """One public model name and the backend deployment(s) that serve it: what every backend takes."""
 
     name: str = Field(min_length=1)
+    # chat: /v1/chat/completions, /v1/completions, /v1/responses; embedding: /v1/embeddings
+    kind: Literal["chat", "embedding"] = "chat"
     price: PriceSettings | None = None  # for metering; backend litellm defaults to LiteLLM's price map
     fallbacks: list[str] = Field(default_factory=list)  # models that answer when this one fails
     degrade_to: str | None = None  # a smaller model for best-effort requests while this one is saturated
@@ -360,6 +379,7 @@ class VLLMModel(_HTTPModel):
 
     backend: Literal["vllm"]
     vllm: VLLMSettings = Field(default_factory=VLLMSettings)
+    adapters: list[AdapterSettings] = Field(default_factory=list)  # LoRA adapters loaded at run time
 
 
 class LiteLLMModel(_ModelBase):
@@ -384,8 +404,24 @@ class EmbeddedModel(_ModelBase):
     """A model run in-process on the embedded CPU engine."""
 
     backend: Literal["embedded"]
-    model: str  # a built-in name (smollm2-135m), an HF model folder, or a .gguf file
+    model: str  # a built-in name (smollm2-135m, all-minilm-l6-v2), an HF model folder, or a .gguf file
     engine: EngineSettings = Field(default_factory=EngineSettings)
+    adapters: list[AdapterSettings] = Field(default_factory=list)  # LoRA adapters (peft), loaded on first use
+
+    @model_validator(mode="after")
+    def _embedding_model(self) -> EmbeddedModel:
+        is_embedder = self.model.lower() in EMBEDDED_EMBEDDING_MODELS
+        if is_embedder and "kind" not in self.model_fields_set:
+            self.kind = "embedding"
+        if is_embedder != (self.kind == "embedding"):
+            raise ValueError(
+                f"model '{self.name}': {self.model} is "
+                + ("an embedding model: kind must be 'embedding'" if is_embedder else "not an embedding model")
+                + f" (the embedded engine embeds with {', '.join(EMBEDDED_EMBEDDING_MODELS)})"
+            )
+        if is_embedder and self.adapters:
+            raise ValueError(f"model '{self.name}': an embedding model takes no adapters")
+        return self
 
     @property
     def effective_context_window(self) -> int | None:
@@ -452,22 +488,41 @@ class Settings(BaseSettings):
         if (refusal := workers_refusal(self.server.workers, self.billing.redis_url, "server.workers:")) is not None:
             raise ValueError(refusal)
         seen: set[str] = set()
+        for name in (m.name for m in self.models):
+            if name in RESERVED_MODEL_NAMES:
+                raise ValueError(f"model name '{name}' is reserved: it asks Switchyard to choose")
+            if name in seen:
+                raise ValueError(f"model name '{name}' is listed twice")
+            seen.add(name)
+        adapters = {a.name: (m, a) for m in self.models for a in getattr(m, "adapters", ())}
         for model in self.models:
-            if model.name in RESERVED_MODEL_NAMES:
-                raise ValueError(f"model name '{model.name}' is reserved: it asks Switchyard to choose")
-            if model.name in seen:
-                raise ValueError(f"model name '{model.name}' is listed twice")
-            seen.add(model.name)
+            for adapter in getattr(model, "adapters", ()):
+                if adapter.name in RESERVED_MODEL_NAMES or adapter.name in seen:
+                    raise ValueError(f"model '{model.name}': adapter name '{adapter.name}' is taken (names are shared)")
+                seen.add(adapter.name)
+                for team_name in adapter.teams or ():
+                    if team_name not in self.teams:
+                        raise ValueError(f"adapter '{adapter.name}' names team '{team_name}', which is not configured")
+        by_name = {model.name: model for model in self.models}
         for model in self.models:
-            if model.degrade_to is not None and (model.degrade_to not in seen or model.degrade_to == model.name):
+            if model.degrade_to is not None and (model.degrade_to not in by_name or model.degrade_to == model.name):
                 raise ValueError(f"model '{model.name}' degrades to '{model.degrade_to}', which is not another model")
             for fallback in model.fallbacks:
-                if fallback not in seen or fallback == model.name:
+                if fallback not in by_name or fallback == model.name:
                     raise ValueError(f"model '{model.name}' falls back to '{fallback}', which is not another model")
-        by_name = {model.name: model for model in self.models}
+            for other in (*model.fallbacks, *([model.degrade_to] if model.degrade_to else [])):
+                if by_name[other].kind != model.kind:
+                    raise ValueError(
+                        f"model '{model.name}' ({model.kind}) falls back or degrades to '{other}' "
+                        f"({by_name[other].kind}): both must be of one kind"
+                    )
+            if model.kind == "embedding" and model.tier is not None:
+                raise ValueError(f"model '{model.name}' embeds: it has no tier ('auto' routes chat models)")
         for name in self.cascade.ladder:
             if name not in by_name:
                 raise ValueError(f"cascade.ladder names '{name}', which is not a configured model")
+            if by_name[name].kind != "chat":
+                raise ValueError(f"cascade.ladder names '{name}', an embedding model")
         team_of_key: dict[str, str] = {}
         priorities = ("interactive", "batch", *self.billing.priority_tiers)
         for team_name, team in self.teams.items():
@@ -477,8 +532,18 @@ class Settings(BaseSettings):
                     "(name more in billing.priority_tiers)"
                 )
             for model_name in team.models or ():
-                if model_name not in by_name:
+                if model_name not in by_name and model_name not in adapters:
                     raise ValueError(f"team '{team_name}' may use '{model_name}', which is not a configured model")
+            parents: set[str] = set()
+            for adapter_name in team.default_adapters:
+                if adapter_name not in adapters:
+                    raise ValueError(f"team '{team_name}' has default adapter '{adapter_name}', which is not configured")
+                base, adapter = adapters[adapter_name]
+                if adapter.teams is not None and team_name not in adapter.teams:
+                    raise ValueError(f"team '{team_name}' has default adapter '{adapter_name}', which it may not use")
+                if base.name in parents:
+                    raise ValueError(f"team '{team_name}' has two default adapters on model '{base.name}'")
+                parents.add(base.name)
             for key in (k.get_secret_value() for k in team.api_keys):
                 if key in team_of_key:
                     raise ValueError(

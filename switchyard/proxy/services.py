@@ -295,6 +295,11 @@ async def _watch_health(registry: ModelRegistry, interval_s: float) -> None:
 def model_prices(settings: Settings, registry: ModelRegistry) -> dict[str, Price]:
     """Each model's price: the config's, else the backend's own (LiteLLM's price map)."""
     configured = {m.name: m.price.to_price() for m in settings.models if m.price is not None}
+    for model in settings.models:  # a LoRA adapter: its own price, else its base model's
+        for adapter in getattr(model, "adapters", ()):
+            price = adapter.price or model.price
+            if price is not None:
+                configured[adapter.name] = price.to_price()
     prices = {}
     for entry in registry:
         price = configured.get(entry.name) or entry.backend.price()
