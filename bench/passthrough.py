@@ -48,5 +48,13 @@ async def chat(request: Request):
     return StreamingResponse(relay(), status_code=upstream.status, media_type="text/event-stream")
 
 
+@app.post("/v1/embeddings")
+async def embeddings(request: Request):
+    session: aiohttp.ClientSession = request.app.state.session
+    async with session.post(UPSTREAM + "/embeddings", data=await request.body(), headers=JSON) as upstream:
+        content = await upstream.read()
+    return Response(content, status_code=upstream.status, media_type="application/json")
+
+
 if __name__ == "__main__":
     uvicorn.run(app, host="127.0.0.1", port=PORT, log_level="warning", access_log=False)

@@ -7,12 +7,13 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from switchyard.backends.breaker import Breaker, Ticket
+from switchyard.backends.token_counts import APPROXIMATION, TokenCount, approximate_count, run_counter
 from switchyard.core.capabilities import EVERYTHING, Capabilities
+from switchyard.core.errors import InvalidRequest
 from switchyard.core.prices import Price
-from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest, CompletionResult, StreamChunk
+from switchyard.core.protocol import CompletionResult, StreamChunk
+from switchyard.core.requests import AnyRequest, GenerationRequest
 from switchyard.core.supervision import SupervisedTask
-
-AnyRequest = ChatCompletionRequest | CompletionRequest
 
 __all__ = ["AnyRequest", "Backend", "BackendHealth", "Pick"]
 
@@ -96,6 +97,22 @@ class Backend(ABC):
     def price(self) -> Price | None:
         """The backend's own price, used when the config gives none (LiteLLM's price map)."""
         return None
+
+    async def tokenize(self, request: GenerationRequest) -> TokenCount:
+        """The prompt tokens `request` would cost this model: a chat request's messages with its chat
+        template applied, a completion's prompt. The default counts with OpenAI's cl100k_base over
+        OpenAI's chat format, marked approximate (`backends/token_counts.py`)."""
+        return await run_counter(lambda: approximate_count(request), request, encoding=APPROXIMATION)
+
+    async def detokenize(self, tokens: Sequence[int]) -> str:
+        """The text of this model's token ids. The default refuses: a model counted by approximation
+        has no token ids of its own to read."""
+        raise InvalidRequest(
+            f"The model '{self.name}' has no tokenizer Switchyard can reach, so it cannot detokenize; "
+            "/v1/tokenize counts its prompts approximately.",
+            param="model",
+            code="unsupported_model",
+        )
 
     def adapter(self, name: str, source: str) -> Backend:
         """A backend that answers as this model with the LoRA adapter `name` (read from `source`)

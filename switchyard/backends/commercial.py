@@ -8,18 +8,22 @@ in `_translate`, the one place that knows them. Prices come from LiteLLM's bundl
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import re
 import traceback
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 from switchyard.backends.base import AnyRequest, Backend, BackendHealth, Pick
 from switchyard.backends.litellm_models import capabilities_of
 from switchyard.backends.litellm_params import litellm_arguments
+from switchyard.backends.litellm_tokens import count_openai, openai_tokenizer
+from switchyard.backends.token_counts import TokenCount, offline_encoding, run_counter
 from switchyard.core.capabilities import Capabilities
+from switchyard.core.embeddings_wire import EmbeddingRequest, as_base64
 from switchyard.core.errors import (
     BackendError,
     BackendRateLimited,
@@ -32,6 +36,7 @@ from switchyard.core.errors import (
 )
 from switchyard.core.prices import Price
 from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
+from switchyard.core.requests import GenerationRequest
 from switchyard.core.tracing import traceparent_headers
 from switchyard.core.urls import replica_label
 
@@ -117,6 +122,43 @@ class CommercialBackend(Backend):
             return None
         return Price(entry["input_cost_per_token"] * 1e6, entry.get("output_cost_per_token", 0.0) * 1e6)
 
+    @functools.cached_property
+    def _openai_tokenizer(self) -> tuple[str, str] | None:
+        """(OpenAI model, tiktoken encoding) when this is an OpenAI model (backends/litellm_tokens.py)."""
+        return openai_tokenizer(_litellm(), self.litellm_model, self.api_base)
+
+    async def tokenize(self, request: GenerationRequest) -> TokenCount:
+        """OpenAI's models: with their own encoding, offline; every other model, approximated with
+        cl100k_base (backends/litellm_tokens.py)."""
+        if "_openai_tokenizer" not in vars(self):  # LiteLLM's first import takes seconds: not on the loop
+            await asyncio.to_thread(lambda: self._openai_tokenizer)
+        if self._openai_tokenizer is not None:
+            model, encoding = self._openai_tokenizer
+            counted = await run_counter(
+                lambda: count_openai(_litellm(), model, encoding, request), request, encoding=encoding
+            )
+            if counted is not None:
+                return counted
+        return await super().tokenize(request)
+
+    async def detokenize(self, tokens: Sequence[int]) -> str:
+        """An OpenAI model's ids read with its encoding; other models have none (a 400)."""
+        if "_openai_tokenizer" not in vars(self):
+            await asyncio.to_thread(lambda: self._openai_tokenizer)
+        if self._openai_tokenizer is None:
+            return await super().detokenize(tokens)
+        name = self._openai_tokenizer[1]
+        encoding = await asyncio.to_thread(offline_encoding, name)
+        if encoding is None:
+            return await super().detokenize(tokens)
+        try:
+            return encoding.decode(list(tokens))
+        except (KeyError, OverflowError) as exc:  # an id the encoding does not have
+            raise InvalidRequest(
+                f"The token ids hold one that {name}, the encoding of '{self.name}', does not have: {exc}",
+                param="tokens",
+            ) from None
+
     def _kwargs(self, request: AnyRequest, *, stream: bool) -> dict[str, Any]:
         if not isinstance(request, ChatCompletionRequest):
             raise InvalidRequest(f"{self.name} answers chat completions only.", param="model")
@@ -199,7 +241,40 @@ class CommercialBackend(Backend):
             return BackendUnavailable(message, backend=self.name, retry_after_s=_retry_after_s(exc))
         return BackendError(message, backend=self.name)
 
+    async def _embed(self, request: EmbeddingRequest) -> CompletionResult:
+        """Embeddings through `litellm.aembedding`: the provider's own, in OpenAI's answer shape."""
+        payload = request.wire_payload()
+        # Floats from the provider (LiteLLM cannot read base64 answers, and not every provider
+        # writes them); base64, when the client asked for it, is written here.
+        kwargs: dict[str, Any] = {key: payload[key] for key in ("dimensions", "user") if payload.get(key) is not None}
+        trace = traceparent_headers()
+        if trace:
+            kwargs["extra_headers"] = trace
+        try:
+            response = await _litellm().aembedding(
+                model=self.litellm_model,
+                input=payload["input"],
+                api_base=self.api_base,
+                api_key=self._api_key,
+                timeout=self.timeout_s,
+                num_retries=0,
+                max_retries=0,
+                **kwargs,
+            )
+        except Exception as exc:  # the boundary, as in complete()
+            raise self._translate(exc) from exc
+        body = response.model_dump(exclude_none=True)
+        body.pop("_hidden_params", None)
+        if payload.get("encoding_format") == "base64":
+            for item in body.get("data") or ():
+                item["embedding"] = as_base64(item["embedding"])
+        upstream_model = body.get("model")
+        body["model"] = self.name
+        return CompletionResult.from_dict(body, upstream_model)
+
     async def complete(self, request: AnyRequest, pick: Pick | None = None) -> CompletionResult:
+        if isinstance(request, EmbeddingRequest):
+            return await self._embed(request)
         litellm = _litellm()
         kwargs = self._kwargs(request, stream=False)
         try:

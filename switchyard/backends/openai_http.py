@@ -21,6 +21,7 @@ from switchyard.backends.balancer import LeastOutstanding
 from switchyard.backends.base import AnyRequest, Backend, BackendHealth, Pick
 from switchyard.backends.breaker import Breaker, CircuitOpen, CoolingDown
 from switchyard.backends.sse import SSEDecodeError, iter_sse_data
+from switchyard.core.embeddings_wire import EmbeddingRequest
 from switchyard.core.errors import (
     BackendError,
     BackendRateLimited,
@@ -184,6 +185,8 @@ class OpenAIHTTPBackend(Backend):
 
     @staticmethod
     def _path(request: AnyRequest) -> str:
+        if isinstance(request, EmbeddingRequest):
+            return "/embeddings"
         return "/chat/completions" if isinstance(request, ChatCompletionRequest) else "/completions"
 
     async def _post(self, replica: Replica, request: AnyRequest, *, stream: bool) -> aiohttp.ClientResponse:
@@ -256,7 +259,9 @@ class OpenAIHTTPBackend(Backend):
         if status != 200:
             raise self._status_error(replica, status, headers, data)
         result = CompletionResult(data)
-        if not result.looks_like_completion():
+        if not (
+            result.looks_like_embeddings() if isinstance(request, EmbeddingRequest) else result.looks_like_completion()
+        ):
             raise BackendError(f"upstream {self.name} sent a malformed response", backend=self.name)
         return result.named(self.name)
 

@@ -93,10 +93,15 @@ def _build_vllm(model: VLLMModel, session: aiohttp.ClientSession, upstream: Upst
         metrics_interval_s=options.metrics_interval_s,
         limits=SaturationLimits(options.max_waiting, options.max_kv_cache_usage),
         is_sticky=options.sticky_prefix,
+        max_loras=options.max_loras,
     )
 
 
 def _build_embedded(model: EmbeddedModel, session: aiohttp.ClientSession, upstream: UpstreamSettings) -> Backend:
+    if model.kind == "embedding":
+        from switchyard.backends.embedded.embedding import EmbeddingBackend
+
+        return EmbeddingBackend(model.name, num_threads=model.engine.threads)
     from switchyard.backends.embedded.backend import EmbeddedBackend
     from switchyard.backends.embedded.engine import EngineLimits
 
@@ -110,7 +115,12 @@ def _build_embedded(model: EmbeddedModel, session: aiohttp.ClientSession, upstre
         context_window=model.effective_context_window or engine.context_window,
     )
     return EmbeddedBackend(
-        model.name, model.model, limits, default_max_tokens=engine.default_max_tokens, num_threads=engine.threads
+        model.name,
+        model.model,
+        limits,
+        default_max_tokens=engine.default_max_tokens,
+        num_threads=engine.threads,
+        max_loras=engine.max_loras,
     )
 
 

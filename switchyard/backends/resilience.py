@@ -49,6 +49,7 @@ from switchyard.backends.registry import ModelEntry, ModelRegistry
 from switchyard.backends.waiting import Held, WaitingTokens
 from switchyard.billing.context import Deadline, RequestContext
 from switchyard.billing.metering import RequestMeter
+from switchyard.core.embeddings_wire import EmbeddingRequest
 from switchyard.core.estimates import worst_case_tokens
 from switchyard.core.protocol import CompletionResult, StreamChunk
 
@@ -246,5 +247,7 @@ class ResilientExecutor:
 
 def _can_stream(request: AnyRequest) -> bool:
     """OpenAI's API refuses to stream a legacy completion with `best_of` (vLLM: beam search too)."""
+    if isinstance(request, EmbeddingRequest):
+        return False
     payload = request.wire_payload()
     return payload.get("best_of") in (None, 1) and not payload.get("use_beam_search")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from switchyard.billing.metering import RequestMeter
 from switchyard.billing.teams import Principal, Team
 from switchyard.core.estimates import estimated_cost_usd
-from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
+from switchyard.core.requests import AnyRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +49,10 @@ class RequestContext:
         """The same request, metered by another meter (a cascade rung's fork)."""
         return replace(self, meter=meter)
 
-    def worst_case_cost_usd(self, model: str, request: ChatCompletionRequest | CompletionRequest) -> float:
+    def worst_case_cost_usd(self, model: str, request: AnyRequest) -> float:
         return estimated_cost_usd(request, self.meter.prices.get(model))
 
-    async def reserve_for(self, model: str, request: ChatCompletionRequest | CompletionRequest) -> bool:
+    async def reserve_for(self, model: str, request: AnyRequest) -> bool:
         """Hold the worst-case cost of calls to `model` in the caller's budgets, once per model and
         request however often it is asked (True: it fits, or is held already)."""
         spending = self.meter.spending

@@ -38,6 +38,7 @@ class Team:
     tpm: int | None = None  # tokens per minute (prompt + max_tokens); None: no limit
     priority: str = PRIORITY_DEFAULT  # interactive | batch | a tier named in billing.priority_tiers
     source: str = "yaml"  # yaml | database
+    default_adapters: tuple[str, ...] = ()  # LoRA adapters `auto` applies on their base models
 
     def may_use(self, model: str) -> bool:
         return self.models is None or model in self.models

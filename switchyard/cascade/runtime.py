@@ -33,7 +33,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from switchyard.backends.attempts import AllAttemptsFailed
-from switchyard.backends.base import AnyRequest
 from switchyard.backends.registry import ModelEntry
 from switchyard.backends.resilience import ResilientExecutor
 from switchyard.billing.context import RequestContext
@@ -46,6 +45,7 @@ from switchyard.core.capabilities import explain, unsupported_by_any
 from switchyard.core.errors import BackendError, BackendRejected, InvalidRequest
 from switchyard.core.metrics import Metrics
 from switchyard.core.protocol import ChatCompletionRequest
+from switchyard.core.requests import GenerationRequest
 
 __all__ = ["Cascade", "CascadePolicy", "Outcome", "Plan", "Rung"]
 
@@ -112,7 +112,7 @@ class Cascade:
     def plan(
         self,
         start: ModelEntry,
-        request: AnyRequest,
+        request: GenerationRequest,
         mode: str | None,
         near_threshold: bool = False,
         ctx: RequestContext | None = None,
@@ -212,7 +212,7 @@ class Cascade:
 
     # -- the entry point ---------------------------------------------------------------------------
 
-    async def run(self, plan: Plan, request: AnyRequest, ctx: RequestContext) -> Outcome:
+    async def run(self, plan: Plan, request: GenerationRequest, ctx: RequestContext) -> Outcome:
         """Answer `request` along `plan`: a whole answer, or a stream decided before its first byte.
         One loop for both: a rung is started (a hedge beside the first), its answer judged, and
         either handed to the relay or dropped for the next rung."""

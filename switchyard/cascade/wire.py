@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from switchyard.backends.base import AnyRequest
 from switchyard.cascade.confidence import TokenEvidence
 from switchyard.core.protocol import ChatCompletionRequest, RawJSON
+from switchyard.core.requests import GenerationRequest
 
 
-def with_logprobs(request: AnyRequest, top_logprobs: int) -> AnyRequest:
+def with_logprobs(request: GenerationRequest, top_logprobs: int) -> GenerationRequest:
     """The same request asking for the logprobs a judged rung needs (at least what the client asked)."""
     payload = request.wire_payload()
     if isinstance(request, ChatCompletionRequest):
@@ -25,7 +25,7 @@ def with_logprobs(request: AnyRequest, top_logprobs: int) -> AnyRequest:
     return type(request).from_payload(payload)
 
 
-def client_top_logprobs(request: AnyRequest) -> int | None:
+def client_top_logprobs(request: GenerationRequest) -> int | None:
     """How many alternatives the client asked for; None when it asked for no logprobs at all."""
     if isinstance(request, ChatCompletionRequest):
         return (request.top_logprobs or 0) if request.logprobs else None

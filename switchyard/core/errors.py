@@ -128,6 +128,24 @@ class UnsupportedParameter(InvalidRequest):
     code = "unsupported_parameter"
 
 
+class WrongModelKind(InvalidRequest):
+    """A chat model asked for embeddings, or an embedding model for a completion."""
+
+    code = "unsupported_model"
+
+
+_ENDPOINTS = {"chat": "/v1/chat/completions, /v1/completions and /v1/responses", "embedding": "/v1/embeddings"}
+
+
+def wrong_kind(model: str, kind: str) -> WrongModelKind:
+    """The 400 for a request to `model` (of `kind`) that only a model of the other kind answers."""
+    if kind == "chat":
+        message = f"The model '{model}' is a chat model: it does not create embeddings; ask an embedding model."
+    else:
+        message = f"The model '{model}' is an embedding model: ask /v1/embeddings, or a chat model here."
+    return WrongModelKind(f"{message} It serves {_ENDPOINTS[kind]}.", param="model")
+
+
 class AuthenticationFailed(SwitchyardError):
     status_code = 401
     error_type = "invalid_request_error"

@@ -217,6 +217,8 @@ class ModelCard(_Open):
     created: int = 0
     owned_by: str = "switchyard"
     # --- Switchyard-only fields ---------------------------------------------------------------
+    kind: str = "chat"  # chat | embedding (what /v1/embeddings serves)
+    parent: str | None = None  # a LoRA adapter's base model (vLLM's name for it)
     tier: str | None = None
     context_window: int | None = None
     ready: bool = False
@@ -356,6 +358,11 @@ class CompletionResult(RawJSON):
         """
         data = self.data.strip()
         return data.startswith(b"{") and data.endswith(b"}") and b'"choices"' in data
+
+    def looks_like_embeddings(self) -> bool:
+        """The same check for an embeddings answer: a JSON object with `data`."""
+        data = self.data.strip()
+        return data.startswith(b"{") and data.endswith(b"}") and b'"data"' in data
 
     def as_chat_completion(self) -> ChatCompletion:
         return ChatCompletion.model_validate(self.parsed)

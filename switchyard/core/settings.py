@@ -28,7 +28,8 @@ DEFAULT_CONFIG_NAME = "switchyard.yaml"
 
 
 RESERVED_MODEL_NAMES = ("auto", "cascade")
-EMBEDDED_EMBEDDING_MODELS = ("all-minilm-l6-v2",)  # the embedded embedders (backend embedded)
+# the embedded embedders (backend embedded), and the tokens each reads
+EMBEDDED_EMBEDDING_MODELS = {"all-minilm-l6-v2": 256}
 
 
 class ConfigError(Exception):
@@ -425,6 +426,8 @@ class EmbeddedModel(_ModelBase):
 
     @property
     def effective_context_window(self) -> int | None:
+        if self.kind == "embedding":
+            return self.context_window or EMBEDDED_EMBEDDING_MODELS[self.model.lower()]
         return self.context_window or self.engine.context_window
 
 
@@ -537,7 +540,9 @@ class Settings(BaseSettings):
             parents: set[str] = set()
             for adapter_name in team.default_adapters:
                 if adapter_name not in adapters:
-                    raise ValueError(f"team '{team_name}' has default adapter '{adapter_name}', which is not configured")
+                    raise ValueError(
+                        f"team '{team_name}' has default adapter '{adapter_name}', which is not configured"
+                    )
                 base, adapter = adapters[adapter_name]
                 if adapter.teams is not None and team_name not in adapter.teams:
                     raise ValueError(f"team '{team_name}' has default adapter '{adapter_name}', which it may not use")

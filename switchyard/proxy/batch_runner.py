@@ -32,6 +32,7 @@ from switchyard.batch.wire import is_answer
 from switchyard.billing.records import UsageRecord
 from switchyard.billing.store import StoreError
 from switchyard.billing.teams import Principal
+from switchyard.core.embeddings_wire import EmbeddingRequest
 from switchyard.core.errors import AuthenticationFailed, InvalidRequest, NotConfigured, SwitchyardError
 from switchyard.core.prices import Price
 from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
@@ -382,6 +383,9 @@ class BatchRunner:
         if endpoint == "/v1/completions":
             completion = parse_request(CompletionRequest, raw, limits)
             return completion, completion, PASS_THROUGH
+        if endpoint == "/v1/embeddings":
+            embedding = parse_request(EmbeddingRequest, raw, limits)
+            return embedding, embedding, PASS_THROUGH
         asked = parse_request(ResponsesRequest, raw, limits)
         parsed, shape = as_chat_request(asked, self.services)
         return asked, parsed, shape

@@ -18,7 +18,8 @@ from switchyard.billing.limits.errors import RateLimitExceeded
 from switchyard.billing.teams import Team
 from switchyard.cascade.runtime import Plan
 from switchyard.core.capabilities import unsupported
-from switchyard.core.errors import ModelNotAllowed
+from switchyard.core.embeddings_wire import EmbeddingRequest
+from switchyard.core.errors import InvalidRequest, ModelNotAllowed, wrong_kind
 from switchyard.core.estimates import worst_case_tokens
 from switchyard.proxy.routing import CASCADE_MODEL, auto_not_configured, cascade_not_configured
 from switchyard.proxy.services import Services
@@ -45,9 +46,21 @@ class Decision:
     ceiling: str | None = None  # the strongest model the route could have reached (auto, cascade)
 
 
-def _allowed(team: Team | None, entry: ModelEntry, asked_for: str) -> ModelEntry:
-    if team is not None and not team.may_use(entry.name):
+def allowed(team: Team | None, entry: ModelEntry, asked_for: str) -> ModelEntry:
+    if not entry.open_to(team):
+        assert team is not None
         raise ModelNotAllowed(f"Team '{team.name}' may not use model '{asked_for}'.", param="model")
+    return entry
+
+
+def with_default_adapter(services: Services, team: Team | None, entry: ModelEntry) -> ModelEntry:
+    """The team's default adapter on `entry`'s model, when it has one (`teams.*.default_adapters`)."""
+    if team is None or not team.default_adapters:
+        return entry
+    for name in team.default_adapters:
+        adapter = services.registry.find(name)
+        if adapter is not None and adapter.parent == entry.name and adapter.open_to(team):
+            return adapter
     return entry
 
 
@@ -55,6 +68,8 @@ async def decide(
     services: Services, parsed: AnyRequest, ctx: RequestContext, asked: Asked, needed: dict[str, str]
 ) -> Decision:
     principal, team = ctx.principal, ctx.team
+    if isinstance(parsed, EmbeddingRequest):
+        return await _decide_embedding(services, parsed, ctx, asked)
     try:
         rate = await services.budgets.check_rate(principal, worst_case_tokens(parsed))
     except RateLimitExceeded as exc:
@@ -72,6 +87,10 @@ async def decide(
         entry, score = decision.entry, decision.score
         ceiling = services.auto_router.strongest(team).name
         headers["x-switchyard-route"] = decision.reason
+        adapted = with_default_adapter(services, team, entry)
+        if adapted is not entry:
+            entry = adapted
+            headers["x-switchyard-route"] += f"+adapter:{adapted.name}"
         if decision.score is not None:
             headers["x-switchyard-score"] = f"{decision.score:.4f}"
         margin = services.cascade.policy.hedge_margin if services.cascade is not None else None
@@ -79,12 +98,14 @@ async def decide(
     elif parsed.model == CASCADE_MODEL:
         if services.cascade is None:
             raise cascade_not_configured()
-        _allowed(team, services.cascade.rungs[0].entry, CASCADE_MODEL)  # the cascade is the team's if its first rung is
+        allowed(team, services.cascade.rungs[0].entry, CASCADE_MODEL)  # the cascade is the team's if its first rung is
         first, notes = services.cascade.first_capable(needed)
-        entry = _allowed(team, first, CASCADE_MODEL)
+        entry = allowed(team, first, CASCADE_MODEL)
         headers["x-switchyard-route"] = f"cascade->{entry.name}" + "".join(notes)
     else:
-        entry = _allowed(team, services.registry.get(parsed.model), parsed.model)
+        entry = allowed(team, services.registry.get(parsed.model), parsed.model)
+        if entry.kind != "chat":
+            raise wrong_kind(entry.name, entry.kind)
         lacking = entry.capabilities.lacks(needed)
         if lacking:
             raise unsupported(entry.name, lacking)
@@ -106,3 +127,32 @@ async def decide(
     if parsed.model == CASCADE_MODEL and ceiling is None:
         ceiling = admission.entry.name
     return Decision(admission.entry, headers, needed, plan, score, ceiling)
+
+
+async def _decide_embedding(
+    services: Services, parsed: EmbeddingRequest, ctx: RequestContext, asked: Asked
+) -> Decision:
+    """Embeddings: the named embedding model (never `auto` or `cascade`), the caller's rate limits,
+    saturation and the budget's reservation, as for a completion."""
+    principal, team = ctx.principal, ctx.team
+    if parsed.model in ("auto", CASCADE_MODEL):
+        raise InvalidRequest(
+            f"'{parsed.model}' chooses among chat models; /v1/embeddings needs an embedding model by name.",
+            param="model",
+            code="unsupported_model",
+        )
+    entry = allowed(team, services.registry.get(parsed.model), parsed.model)
+    if entry.kind != "embedding":
+        raise wrong_kind(entry.name, entry.kind)
+    parsed.inputs()  # refused here when empty or too many, before anything is counted
+    try:
+        rate = await services.budgets.check_rate(principal, worst_case_tokens(parsed))
+    except RateLimitExceeded as exc:
+        services.metrics.rate_limit_refused(team.name if team is not None else None, exc.limit)
+        raise
+    headers: dict[str, str] = rate.headers() if rate is not None else {}
+    admission = await services.saturation.admit(entry, asked.priority, ctx, {})
+    if not await ctx.reserve_for(admission.entry.name, parsed):
+        cost = ctx.worst_case_cost_usd(admission.entry.name, parsed)
+        raise await services.budgets.refusal(principal, (cost, admission.entry.name))
+    return Decision(admission.entry, headers, {})

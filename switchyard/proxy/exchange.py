@@ -24,6 +24,7 @@ from starlette.responses import Response
 from switchyard.backends.base import AnyRequest
 from switchyard.billing.directory import UnknownKey
 from switchyard.billing.teams import Principal
+from switchyard.core.embeddings_wire import EmbeddingRequest
 from switchyard.core.errors import SwitchyardError
 from switchyard.core.metrics import route_of
 from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
@@ -37,10 +38,10 @@ from switchyard.proxy.relay import Origin, Relayed, relay
 from switchyard.proxy.request_log import CLIENT_CLOSED_REQUEST, RequestLine, write_line
 from switchyard.proxy.services import Services, services_of
 
-MODEL_PATHS = frozenset(("/v1/chat/completions", "/v1/completions", "/v1/responses"))
+MODEL_PATHS = frozenset(("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings"))
 AUTO_NAMES = ("auto", "cascade")
 
-W = TypeVar("W", ChatCompletionRequest, CompletionRequest, ResponsesRequest)
+W = TypeVar("W", ChatCompletionRequest, CompletionRequest, ResponsesRequest, EmbeddingRequest)
 # How an API's request becomes the chat path's request, and how its answer is written.
 Prepare = Callable[[Any, Services], tuple[AnyRequest, AnswerShape]]
 

@@ -1,7 +1,8 @@
 """What `/v1/models` and `/v1/models/{id}` show: a card per model the caller may use, then `auto`
 and `cascade` when they are configured and lead somewhere the caller may go.
 
-A model's card shows its tier, context window, readiness and capabilities (the backend's report
+A model's card shows its kind (chat or embedding), its base model when it is a LoRA adapter
+(`parent`), its tier, context window, readiness and capabilities (the backend's report
 under the config's `capabilities:`). The cards of `auto` and `cascade` show what at least one of
 the models they may pick can do: both pass over a model that cannot serve a request for one that
 can.
@@ -22,7 +23,7 @@ from switchyard.proxy.routing import CASCADE_MODEL
 
 def model_cards(services, team: Team | None) -> list[ModelCard]:
     """Every card the caller may see, the configured models first, in the config's order."""
-    cards = [_card(entry) for entry in services.registry if team is None or team.may_use(entry.name)]
+    cards = [_card(entry) for entry in services.registry if entry.open_to(team)]
     return cards + [card for name in _route_names(services) if (card := _route_card(services, name, team))]
 
 
@@ -38,6 +39,8 @@ def _card(entry: ModelEntry) -> ModelCard:
     capabilities = entry.capabilities  # the context window: the config's, else the backend's
     return ModelCard(
         id=entry.name,
+        kind=entry.kind,
+        parent=entry.parent,
         tier=entry.tier,
         context_window=capabilities.context_window,
         ready=entry.backend.is_ready(),

@@ -25,11 +25,13 @@ from switchyard.billing.metering import RequestMeter, RequestTags, usage_of
 from switchyard.billing.teams import Principal
 from switchyard.cascade.runtime import Plan
 from switchyard.core.capabilities import needs
+from switchyard.core.embeddings_wire import EmbeddingRequest
 from switchyard.core.errors import SwitchyardError
 from switchyard.core.estimates import estimated_prompt_tokens
 from switchyard.core.metrics import HistogramTally
 from switchyard.core.prices import Price
 from switchyard.core.protocol import RawJSON, StreamChunk
+from switchyard.core.requests import GenerationRequest
 from switchyard.core.tracing import annotate_request
 from switchyard.proxy.answer_shape import PASS_THROUGH, AnswerShape
 from switchyard.proxy.decide import Asked, Decision, decide
@@ -195,7 +197,7 @@ async def _cancel_when_client_leaves(request: Request, task: asyncio.Task, left:
 async def _execute(
     services: Services, decision: Decision, parsed: AnyRequest, ctx: RequestContext, shape: AnswerShape
 ) -> tuple[Response, Answered]:
-    if decision.plan is not None:
+    if decision.plan is not None and not isinstance(parsed, EmbeddingRequest):
         return await _relay_cascade(services, decision.plan, parsed, decision.headers, ctx, shape)
     meter = ctx.meter
     if parsed.stream:
@@ -216,7 +218,7 @@ async def _execute(
 async def _relay_cascade(
     services: Services,
     plan: Plan,
-    parsed: AnyRequest,
+    parsed: GenerationRequest,
     route_headers: dict[str, str],
     ctx: RequestContext,
     shape: AnswerShape,

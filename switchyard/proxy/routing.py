@@ -88,8 +88,12 @@ class AutoRouter:
         team: Team | None,
         headroom_usd: float | None,
         needed: dict[str, str],
+        *,
+        is_counted: bool = True,
     ) -> RouteDecision:
-        """`needed`: what the request needs of a model (`core.capabilities.needs`)."""
+        """`needed`: what the request needs of a model (`core.capabilities.needs`); `is_counted`:
+        whether the metrics count the decision (not for a request that is only asked about)."""
+        metrics = self.metrics if is_counted else None
         mode = quality or "balanced"
         if mode not in QUALITY_MODES:
             raise InvalidRequest(
@@ -117,14 +121,14 @@ class AutoRouter:
                 if mode != "balanced":
                     reason += f"({mode})"
             finally:
-                if self.metrics is not None:
-                    self.metrics.classifier_decision.observe(time.perf_counter() - started_at)
+                if metrics is not None:
+                    metrics.classifier_decision.observe(time.perf_counter() - started_at)
         entry, notes = self._constrain(index, request, team, headroom_usd, needed)
         margin = min(abs(score - t) for t in thresholds) if score is not None and thresholds else None
         kind = notes[-1][0] if notes else kind
         tier = entry.tier or ""  # always set: every candidate came from models_by_tier
-        if self.metrics is not None:
-            self.metrics.route_decided(tier, kind)
+        if metrics is not None:
+            metrics.route_decided(tier, kind)
         return RouteDecision(entry, reason + "->" + tier + "".join(text for _, text in notes), score, margin, kind)
 
     def strongest(self, team: Team | None) -> ModelEntry:

@@ -357,6 +357,7 @@ def _yaml_teams(settings: Settings) -> list[tuple[Team, list]]:
                 team.rpm,
                 team.tpm,
                 team.priority,
+                default_adapters=tuple(team.default_adapters),
             ),
             yaml_keys(name, [key.get_secret_value() for key in team.api_keys]),
         )

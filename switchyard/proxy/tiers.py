@@ -16,7 +16,7 @@ from collections.abc import Callable
 from switchyard.billing.teams import Principal
 from switchyard.core.errors import InvalidRequest, RateLimited
 from switchyard.core.estimates import answer_budget, estimated_tokens
-from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
+from switchyard.core.requests import AnyRequest
 from switchyard.core.settings import PriorityTierSettings
 
 BUILT_IN_TIERS = {
@@ -36,9 +36,7 @@ class TierSlots:
         self.tiers = tiers
         self.running: Counter[str] = Counter()
 
-    def enter(
-        self, principal: Principal | None, parsed: ChatCompletionRequest | CompletionRequest
-    ) -> Callable[[], None] | None:
+    def enter(self, principal: Principal | None, parsed: AnyRequest) -> Callable[[], None] | None:
         """Check the tier's caps and take a slot; the returned callable gives it back (None: no slot)."""
         if principal is None:
             return None

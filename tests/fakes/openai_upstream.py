@@ -25,8 +25,11 @@ arguments in fragments), and finish_reason "tool_calls".
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
+import hashlib
 import math
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -106,6 +109,33 @@ def _completion_logprob(behaviour: FakeBehaviour, i: int, num_top: int, offset: 
 
 def _finish_reason(body: dict[str, Any], behaviour: FakeBehaviour) -> str:
     return "length" if _num_tokens(body, behaviour) < behaviour.num_tokens else "stop"
+
+
+FAKE_EMBEDDING_DIM = 8
+
+
+def fake_vector(item: str | list[int], dimensions: int = FAKE_EMBEDDING_DIM) -> list[float]:
+    """A fixed vector per input (from its hash), so tests can tell which input got which row."""
+    seed = hashlib.sha256(orjson.dumps(item)).digest()
+    return [round((seed[i % len(seed)] - 128) / 128, 6) for i in range(dimensions)]
+
+
+def fake_embeddings(body: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's embeddings answer: a vector per input (base64 of float32 when asked), one token a word."""
+    given = body.get("input")
+    items = [given] if isinstance(given, str) or (given and isinstance(given[0], int)) else list(given or [])
+    vectors = [fake_vector(item, body.get("dimensions") or FAKE_EMBEDDING_DIM) for item in items]
+    if body.get("encoding_format") == "base64":
+        data: list[Any] = [base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode() for v in vectors]
+    else:
+        data = vectors
+    tokens = sum(len(item.split()) if isinstance(item, str) else len(item) for item in items)
+    return {
+        "object": "list",
+        "data": [{"object": "embedding", "index": i, "embedding": vector} for i, vector in enumerate(data)],
+        "model": body.get("model", ""),
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
 
 
 def _usage(body: dict[str, Any], behaviour: FakeBehaviour) -> dict[str, int]:
@@ -202,7 +232,7 @@ class FakeOpenAIUpstream:
             self.state.behaviour = self.state.behaviour.updated(orjson.loads(await _read_body(receive)))
             await self._respond(send, 200, b"{}")
             return
-        if method != "POST" or path not in ("/v1/chat/completions", "/v1/completions"):
+        if method != "POST" or path not in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
             await self._respond(send, 404, _error(404, f"no route {path}", "invalid_request_error", None))
             return
         body = orjson.loads(await _read_body(receive))
@@ -280,6 +310,9 @@ class FakeOpenAIUpstream:
             content_type = b"text/event-stream" if body.get("stream") else b"application/json"
             await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", content_type)]})
             await self._wait_for_disconnect(receive, record)
+            return
+        if scope["path"] == "/v1/embeddings":
+            await self._respond(send, 200, orjson.dumps(fake_embeddings(body)))
             return
         is_chat = scope["path"] == "/v1/chat/completions"
         if body.get("stream"):

@@ -44,6 +44,7 @@ def batch_proxy(
         models=[
             {"name": "small", "base_url": upstream, "price": PRICE, "tier": "small"},
             {"name": "other", "base_url": upstream, "price": PRICE, "tier": "large"},
+            {"name": "embed", "kind": "embedding", "base_url": upstream, "price": PRICE},
         ],
         teams={
             "a": {"api_keys": ["sk-a"], "models": ["small"]},
@@ -169,13 +170,14 @@ def test_sdk_round_trip_answers_every_line_and_files_failures_beside_them(tmp_pa
     [
         ("/v1/completions", {"model": "small", "prompt": "hi", "max_tokens": 5}, "text_completion"),
         ("/v1/responses", {"model": "small", "input": "hi", "max_output_tokens": 16}, "response"),
+        ("/v1/embeddings", {"model": "embed", "input": ["hi", "there"]}, "list"),
     ],
 )
-def test_completions_and_responses_batches_answer_in_their_own_shapes(
+def test_completions_responses_and_embeddings_batches_answer_in_their_own_shapes(
     tmp_path, valkey, upstream, endpoint, body, answer
 ):
     url, _ = upstream
-    with batch_proxy(tmp_path, url, valkey.url) as base, sdk(base, "sk-a") as client:
+    with batch_proxy(tmp_path, url, valkey.url) as base, sdk(base, "sk-b") as client:
         lines = [{"custom_id": f"r{i}", "method": "POST", "url": endpoint, "body": body} for i in range(3)]
         uploaded = client.files.create(file=("in.jsonl", io.BytesIO(jsonl(lines))), purpose="batch")
         batch = client.batches.create(input_file_id=uploaded.id, endpoint=endpoint, completion_window="24h")
@@ -292,7 +294,7 @@ def test_bad_requests_to_the_api_get_openai_errors(tmp_path, valkey, upstream):
         with pytest.raises(openai.BadRequestError, match="completion_window"):
             client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="1h")  # type: ignore[arg-type]
         with pytest.raises(openai.BadRequestError, match="endpoint"):
-            client.batches.create(input_file_id=uploaded.id, endpoint="/v1/embeddings", completion_window="24h")
+            client.batches.create(input_file_id=uploaded.id, endpoint="/v1/moderations", completion_window="24h")
         with pytest.raises(openai.NotFoundError):
             client.batches.create(input_file_id="file-nope", endpoint="/v1/chat/completions", completion_window="24h")
         with pytest.raises(openai.BadRequestError, match="purpose"):

@@ -133,7 +133,7 @@ def test_the_proxy_configs_pass_check_config(name: str) -> None:
     if name == "switchyard.gpu.yaml":
         assert backends == {"qwen-7b": "vllm", "llama-70b": "vllm"}
     else:
-        assert backends == {"local-small": "embedded"}
+        assert backends == {"local-small": "embedded", "local-embed": "embedded"}
 
 
 def test_compose_mounts_files_that_exist() -> None:

@@ -44,7 +44,8 @@ def test_no_file_uses_the_built_in_default():
     from switchyard.backends.embedded.models import is_installed
 
     settings = load_settings(None)
-    small, large = settings.models
+    small, large, embed = settings.models
+    assert (embed.name, embed.kind, embed.model, embed.tier) == ("local-embed", "embedding", "all-minilm-l6-v2", None)
     assert (small.name, small.backend, small.model, small.tier) == ("local-small", "embedded", "smollm2-135m", "small")
     assert (large.name, large.backend, large.tier) == ("local-large", "embedded", "large")
     assert large.model == ("gemma3-270m" if is_installed("gemma3-270m") else "smollm2-135m")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from switchyard.backends.assemble import AnswerAssembler
 from switchyard.backends.base import AnyRequest, Backend, BackendHealth, Pick
@@ -15,10 +16,16 @@ from switchyard.backends.embedded import openai_format as fmt
 from switchyard.backends.embedded import tool_calls
 from switchyard.backends.embedded.constraints import JsonGrammar
 from switchyard.backends.embedded.engine import EmbeddedEngine, EngineLimits
+from switchyard.backends.token_counts import OFF_LOOP_TOKEN_IDS, TokenCount, run_counter
 from switchyard.core.capabilities import Capabilities, needs, unsupported
-from switchyard.core.errors import BackendUnavailable, InvalidRequest
+from switchyard.core.embeddings_wire import EmbeddingRequest
+from switchyard.core.errors import BackendUnavailable, InvalidRequest, wrong_kind
 from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
+from switchyard.core.requests import GenerationRequest
 from switchyard.core.urls import replica_label
+
+if TYPE_CHECKING:
+    from switchyard.backends.embedded.adapters import AdapterPool
 
 logger = logging.getLogger("switchyard.engine")
 
@@ -35,6 +42,7 @@ class EmbeddedBackend(Backend):
         default_max_tokens: int = 256,
         num_threads: int | None = None,
         cache_dir: Path | None = None,
+        max_loras: int = 2,
     ) -> None:
         self.name = name
         self.model_spec = model
@@ -46,6 +54,8 @@ class EmbeddedBackend(Backend):
         self._grammar: JsonGrammar | None = None
         self._load_error: str | None = None
         self.label = replica_label("embedded", 0)
+        self.max_loras = max_loras
+        self.adapter_pool: AdapterPool | None = None  # created with the first adapter
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -68,6 +78,8 @@ class EmbeddedBackend(Backend):
         logger.info("model %s (%s) is ready", self.name, self.model_spec)
 
     async def aclose(self) -> None:
+        if self.adapter_pool is not None:
+            await self.adapter_pool.aclose()
         if self.engine is not None:
             engine, self.engine = self.engine, None
             await asyncio.to_thread(engine.stop)
@@ -118,10 +130,52 @@ class EmbeddedBackend(Backend):
             raise BackendUnavailable(f"{self.name} is not ready: {detail}", backend=self.name, retry_after_s=5)
         return self.engine
 
+    @contextlib.asynccontextmanager
+    async def _serving_engine(self) -> AsyncIterator[EmbeddedEngine]:
+        """The engine a request runs on, held for as long as the request runs."""
+        yield self._engine()
+
+    def _json_grammar(self) -> JsonGrammar:
+        assert self._grammar is not None
+        return self._grammar
+
+    def adapter(self, name: str, source: str) -> Backend:
+        """This model with the LoRA adapter in the folder `source` merged in, loaded on its first
+        request on an engine of its own (see `adapters.py`)."""
+        from switchyard.backends.embedded.adapters import AdapterPool, EmbeddedAdapter
+
+        if self.adapter_pool is None:
+            self.adapter_pool = AdapterPool(self, self.max_loras)
+        return EmbeddedAdapter(self, self.adapter_pool, name, source)
+
+    # -- tokens ---------------------------------------------------------------------------------
+
+    async def tokenize(self, request: GenerationRequest) -> TokenCount:
+        """The prompt ids the engine is given for `request` (the chat template over the messages, or
+        the prompt): `count` is what the answer's `usage.prompt_tokens` says."""
+        tokenizer = self._engine().tokenizer
+        if isinstance(request, ChatCompletionRequest):
+            ids = await run_counter(lambda: fmt.chat_prompt_ids(tokenizer, request), request)
+        else:
+            ids = await run_counter(lambda: fmt.completion_prompt_ids(tokenizer, request), request)
+        return TokenCount(len(ids), list(ids), max_model_len=self.limits.context_window)
+
+    async def detokenize(self, tokens: Sequence[int]) -> str:
+        """The text of `tokens`, special tokens included (as vLLM's /detokenize writes them)."""
+        tokenizer = self._engine().tokenizer
+        vocabulary = len(tokenizer)
+        unknown = next((t for t in tokens if not 0 <= t < vocabulary), None)
+        if unknown is not None:
+            raise InvalidRequest(
+                f"Token id {unknown} is not in the vocabulary of '{self.name}' ({vocabulary} tokens).", param="tokens"
+            )
+        if len(tokens) < OFF_LOOP_TOKEN_IDS:
+            return tokenizer.decode(list(tokens), skip_special_tokens=False)
+        return await asyncio.to_thread(tokenizer.decode, list(tokens), skip_special_tokens=False)
+
     # -- requests -------------------------------------------------------------------------------
 
-    async def _prepare(self, request: AnyRequest):
-        engine = self._engine()
+    async def _prepare(self, engine: EmbeddedEngine, request: GenerationRequest):
         self._refuse_what_it_cannot_do(request)
         tokenizer = engine.tokenizer
         is_chat = isinstance(request, ChatCompletionRequest)
@@ -135,7 +189,7 @@ class EmbeddedBackend(Backend):
             params.stop = (*params.stop, fmt.FALLBACK_TURN_STOP)
         if isinstance(request, ChatCompletionRequest):
             params.constraint = await self._constraint(request)
-        return engine, tokenizer, is_chat, prompt_ids, params
+        return tokenizer, is_chat, prompt_ids, params
 
     async def _constraint(self, request: ChatCompletionRequest):
         """The JSON grammar the answer is decoded under: a forced tool call's, else response_format's."""
@@ -146,11 +200,11 @@ class EmbeddedBackend(Backend):
             param = "response_format"
             if not is_json:
                 return None
-        assert self._grammar is not None
-        if not self._grammar.is_prepared:
-            await asyncio.to_thread(self._grammar.prepare)
+        grammar = self._json_grammar()
+        if not grammar.is_prepared:
+            await asyncio.to_thread(grammar.prepare)
         try:
-            return self._grammar.constraint(schema)
+            return grammar.constraint(schema)
         except Exception as exc:  # the schema parser's own errors: a schema it cannot follow
             raise InvalidRequest(f"{self.name} cannot follow this JSON schema: {exc}", param=param) from exc
 
@@ -161,7 +215,14 @@ class EmbeddedBackend(Backend):
         return assembler.result()
 
     async def stream(self, request: AnyRequest, pick: Pick | None = None) -> AsyncIterator[StreamChunk]:
-        engine, tokenizer, is_chat, prompt_ids, params = await self._prepare(request)
+        if isinstance(request, EmbeddingRequest):  # routing sends embeddings to embedding models only
+            raise wrong_kind(self.name, "chat")
+        async with self._serving_engine() as engine, contextlib.aclosing(self._answer(engine, request)) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+    async def _answer(self, engine: EmbeddedEngine, request: GenerationRequest) -> AsyncGenerator[StreamChunk, None]:
+        tokenizer, is_chat, prompt_ids, params = await self._prepare(engine, request)
         base = {
             "id": ("chatcmpl-" if is_chat else "cmpl-") + uuid.uuid4().hex,
             "object": "chat.completion.chunk" if is_chat else "text_completion",

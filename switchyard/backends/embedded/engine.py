@@ -13,7 +13,7 @@ import asyncio
 import itertools
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 import torch
@@ -208,7 +208,7 @@ class EmbeddedEngine:
 
     # -- generation -----------------------------------------------------------------------------
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[TokenStep]:
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncGenerator[TokenStep, None]:
         """Yield each generated token (EOS included, as the last) with its logprob and alternatives.
 
         Closing the iterator early (the client left, a stop string matched) cancels the request in

@@ -6,6 +6,7 @@ folder (transformers takes ~20 s to de-quantise a GGUF, ~0.5 s to load the conve
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.util
 import logging
@@ -147,3 +148,64 @@ def load_model(spec: str, *, cache_dir: Path | None = None, num_threads: int | N
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True).eval()
     return model, tokenizer
+
+
+def adapter_folder(source: str) -> Path:
+    """The folder of a LoRA adapter saved by peft's `save_pretrained`."""
+    path = Path(source).expanduser()
+    if not (path / "adapter_config.json").is_file():
+        raise ModelSourceError(
+            f"{source} is not a LoRA adapter folder (peft's save_pretrained writes adapter_config.json)"
+        )
+    return path
+
+
+def load_adapter_model(base_model, folder: Path):
+    """A copy of `base_model` with the LoRA adapter in `folder` merged into its weights.
+
+    The copy shares with `base_model` every tensor the adapter leaves alone, and owns a clone of each
+    one it changes: merging writes only the clones, so the base model (serving meanwhile) never sees
+    a write. Blocking: call it off the event loop.
+    """
+    with _LOAD_LOCK:  # also guards peft's and transformers' lazy imports
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        import torch
+        from peft import PeftConfig, PeftModel, PeftType
+        from peft.tuners.tuners_utils import BaseTunerLayer
+        from peft.utils.other import AuxiliaryTrainingWrapper
+
+        config = PeftConfig.from_pretrained(str(folder))
+        if config.peft_type != PeftType.LORA:
+            raise ModelSourceError(f"{folder} holds a {config.peft_type} adapter; the embedded engine serves LoRA ones")
+        config.inference_mode = True
+        shared = {id(t): t for t in (*base_model.parameters(), *base_model.buffers())}
+        peft_model = PeftModel(copy.deepcopy(base_model, dict(shared)), config)
+        loaded = peft_model.load_adapter(str(folder), "default")
+        if loaded.missing_keys or loaded.unexpected_keys:
+            unfit = [*loaded.missing_keys, *loaded.unexpected_keys]
+            raise ModelSourceError(f"the adapter in {folder} does not fit the model (weights {unfit[:3]} do not match)")
+        clones: dict[int, torch.Tensor] = {}
+        for wrapper in peft_model.modules():
+            if isinstance(wrapper, BaseTunerLayer | AuxiliaryTrainingWrapper):
+                for module in wrapper.modules():
+                    _own_shared(module._parameters, shared, clones)
+                    _own_shared(module._buffers, shared, clones)
+        merged = peft_model.merge_and_unload().eval()
+    num_bytes = sum(t.numel() * t.element_size() for t in clones.values())
+    logger.info("LoRA adapter %s merged: %.1f MB of weights of its own, the rest shared", folder, num_bytes / 2**20)
+    return merged
+
+
+def _own_shared(tensors: dict, shared: dict[int, object], clones: dict) -> None:
+    """Replace each of `tensors` that is shared with the base model by a clone (one per shared tensor,
+    so weights tied in the base stay tied among the clones)."""
+    import torch
+
+    for key, tensor in list(tensors.items()):
+        if tensor is None or id(tensor) not in shared:
+            continue
+        if id(tensor) not in clones:
+            clone = tensor.detach().clone()
+            is_parameter = isinstance(tensor, torch.nn.Parameter)
+            clones[id(tensor)] = torch.nn.Parameter(clone, requires_grad=False) if is_parameter else clone
+        tensors[key] = clones[id(tensor)]

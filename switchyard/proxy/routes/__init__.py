@@ -3,19 +3,23 @@ from switchyard.proxy.routes import (
     batches,
     chat,
     completions,
+    embeddings,
     files,
     health,
     metrics,
     models,
     responses,
+    tokenize,
     usage,
 )
 
 ROUTERS = (
     chat.router,
     completions.router,
+    embeddings.router,
     responses.router,
     models.router,
+    tokenize.router,
     usage.router,
     files.router,
     batches.router,

@@ -1,0 +1,15 @@
+"""The requests a model answers, as one type for every layer: chat completions, completions (both
+for models of kind `chat`) and embeddings (kind `embedding`)."""
+
+from __future__ import annotations
+
+from switchyard.core.embeddings_wire import EmbeddingRequest
+from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
+
+AnyRequest = ChatCompletionRequest | CompletionRequest | EmbeddingRequest
+GenerationRequest = ChatCompletionRequest | CompletionRequest
+
+
+def kind_of(request: AnyRequest) -> str:
+    """The kind of model that answers `request` (core.settings.MODEL_KINDS)."""
+    return "embedding" if isinstance(request, EmbeddingRequest) else "chat"
