@@ -105,6 +105,7 @@ def switchyard(tiny_model_dir: Path) -> Iterator[Proxy]:
                     "base_url": anthropic_url,
                     "api_key": "sk-ant-up",
                 },
+                {"name": "embed", "kind": "embedding", "base_url": openai_url, "api_key": "sk-up"},
                 {
                     "name": "tiny",
                     "backend": "embedded",

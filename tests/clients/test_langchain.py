@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import openai
 import pytest
 
@@ -17,6 +18,7 @@ from tests.clients.conftest import (
     Verdict,
     sampling,
 )
+from tests.fakes.openai_upstream import fake_vector
 
 langchain_openai = pytest.importorskip("langchain_openai")
 from langchain_core.messages import AIMessageChunk, HumanMessage, ToolMessage  # noqa: E402
@@ -119,3 +121,14 @@ def test_default_headers_reach_the_proxy(switchyard):
     with pytest.raises(openai.BadRequestError) as info:
         llm.invoke(PROMPT)
     assert info.value.param == "x-switchyard-quality"
+
+
+def test_openai_embeddings(switchyard):
+    # check_embedding_ctx_length=False: LangChain otherwise splits texts with tiktoken's cl100k_base,
+    # which it downloads (docs/clients.md)
+    embeddings = langchain_openai.OpenAIEmbeddings(
+        model="embed", base_url=switchyard.base_url, api_key=API_KEY, check_embedding_ctx_length=False, max_retries=0
+    )
+    texts = ["first text", "second text"]
+    np.testing.assert_allclose(embeddings.embed_documents(texts), [fake_vector(t) for t in texts], atol=1e-6)
+    np.testing.assert_allclose(embeddings.embed_query("a question"), fake_vector("a question"), atol=1e-6)

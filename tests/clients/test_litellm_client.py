@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterator
 
 import litellm
+import numpy as np
 import openai
 import pytest
 
@@ -23,6 +24,7 @@ from tests.clients.conftest import (
     WEATHER_TOOL,
     sampling,
 )
+from tests.fakes.openai_upstream import fake_vector
 
 ASK = [{"role": "user", "content": PROMPT}]
 TOOL_MODELS = ("gpt", "gpt-litellm", "claude")
@@ -113,3 +115,13 @@ async def test_acompletion_with_a_client_of_its_own(switchyard):
         ]
     assert reply.choices[0].message.content == CLAUDE_TEXT
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == CLAUDE_TEXT
+
+
+def test_embedding(switchyard):
+    texts = ["first text", "second text"]
+    with openai.OpenAI(base_url=switchyard.base_url, api_key=API_KEY, max_retries=0) as client:  # as complete()
+        reply = litellm.embedding(
+            model="openai/embed", input=texts, api_base=switchyard.base_url, api_key=API_KEY, client=client
+        )
+    np.testing.assert_allclose([item["embedding"] for item in reply.data], [fake_vector(t) for t in texts], atol=1e-6)
+    assert reply.usage.prompt_tokens == 4
