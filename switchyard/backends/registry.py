@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
@@ -104,6 +104,7 @@ def _build_embedded(model: EmbeddedModel, session: aiohttp.ClientSession, upstre
         return EmbeddingBackend(model.name, num_threads=model.engine.threads)
     from switchyard.backends.embedded.backend import EmbeddedBackend
     from switchyard.backends.embedded.engine import EngineLimits
+    from switchyard.backends.embedded.speculation import Speculation
 
     engine = model.engine
     limits = EngineLimits(
@@ -113,6 +114,13 @@ def _build_embedded(model: EmbeddedModel, session: aiohttp.ClientSession, upstre
         max_queue=engine.max_queue,
         queue_timeout_s=engine.queue_timeout_s,
         context_window=model.effective_context_window or engine.context_window,
+        single_stream=engine.single_stream,
+        speculation=Speculation(
+            engine.speculation.method,
+            engine.speculation.num_tokens,
+            engine.speculation.ngram,
+            engine.speculation.min_ngram,
+        ),
     )
     return EmbeddedBackend(
         model.name,
@@ -235,17 +243,11 @@ def _adapter_entry(
     base: ModelEntry, name: str, source: str, teams: Sequence[str] | None, given: Mapping[str, Backend]
 ) -> ModelEntry:
     """A LoRA adapter: a model of its own name, on its base model's backend, with its base's limits."""
-    return ModelEntry(
+    return replace(
+        base,
         name=name,
         backend=given.get(name) or base.backend.adapter(name, source),
-        backend_kind=base.backend_kind,
         tier=None,  # `auto` reaches an adapter through a team's default_adapters only
-        context_window=base.context_window,
-        first_token_timeout_s=base.first_token_timeout_s,
-        request_timeout_s=base.request_timeout_s,
-        assemble_from_stream=base.assemble_from_stream,
-        capability_overrides=base.capability_overrides,
-        kind=base.kind,
         parent=base.name,
         teams=frozenset(teams) if teams is not None else None,
     )

@@ -70,12 +70,7 @@ async def decide(
     principal, team = ctx.principal, ctx.team
     if isinstance(parsed, EmbeddingRequest):
         return await _decide_embedding(services, parsed, ctx, asked)
-    try:
-        rate = await services.budgets.check_rate(principal, worst_case_tokens(parsed))
-    except RateLimitExceeded as exc:
-        services.metrics.rate_limit_refused(team.name if team is not None else None, exc.limit)
-        raise
-    headers: dict[str, str] = rate.headers() if rate is not None else {}
+    headers = await _rate_headers(services, ctx, parsed)
     is_near = False
     score = ceiling = None
     if parsed.model == "auto":
@@ -112,9 +107,7 @@ async def decide(
     admission = await services.saturation.admit(entry, asked.priority, ctx, needed)
     if admission.is_degraded:
         headers["x-switchyard-degraded"] = "1"
-    if not await ctx.reserve_for(admission.entry.name, parsed):
-        cost = ctx.worst_case_cost_usd(admission.entry.name, parsed)
-        raise await services.budgets.refusal(principal, (cost, admission.entry.name))
+    await _reserve(services, ctx, admission.entry, parsed)
     plan = None
     if services.cascade is not None and parsed.model in ("auto", CASCADE_MODEL):
         planned = services.cascade.plan(admission.entry, parsed, asked.cascade_mode, is_near, ctx, needed=needed)
@@ -134,7 +127,7 @@ async def _decide_embedding(
 ) -> Decision:
     """Embeddings: the named embedding model (never `auto` or `cascade`), the caller's rate limits,
     saturation and the budget's reservation, as for a completion."""
-    principal, team = ctx.principal, ctx.team
+    team = ctx.team
     if parsed.model in ("auto", CASCADE_MODEL):
         raise InvalidRequest(
             f"'{parsed.model}' chooses among chat models; /v1/embeddings needs an embedding model by name.",
@@ -145,14 +138,24 @@ async def _decide_embedding(
     if entry.kind != "embedding":
         raise wrong_kind(entry.name, entry.kind)
     parsed.inputs()  # refused here when empty or too many, before anything is counted
-    try:
-        rate = await services.budgets.check_rate(principal, worst_case_tokens(parsed))
-    except RateLimitExceeded as exc:
-        services.metrics.rate_limit_refused(team.name if team is not None else None, exc.limit)
-        raise
-    headers: dict[str, str] = rate.headers() if rate is not None else {}
+    headers = await _rate_headers(services, ctx, parsed)
     admission = await services.saturation.admit(entry, asked.priority, ctx, {})
-    if not await ctx.reserve_for(admission.entry.name, parsed):
-        cost = ctx.worst_case_cost_usd(admission.entry.name, parsed)
-        raise await services.budgets.refusal(principal, (cost, admission.entry.name))
+    await _reserve(services, ctx, admission.entry, parsed)
     return Decision(admission.entry, headers, {})
+
+
+async def _rate_headers(services: Services, ctx: RequestContext, parsed: AnyRequest) -> dict[str, str]:
+    """The caller's rate limits, checked (a 429 when over) and said in `x-ratelimit-*` headers."""
+    try:
+        rate = await services.budgets.check_rate(ctx.principal, worst_case_tokens(parsed))
+    except RateLimitExceeded as exc:
+        services.metrics.rate_limit_refused(ctx.team.name if ctx.team is not None else None, exc.limit)
+        raise
+    return rate.headers() if rate is not None else {}
+
+
+async def _reserve(services: Services, ctx: RequestContext, entry: ModelEntry, parsed: AnyRequest) -> None:
+    """The request's worst case reserved in the caller's budgets (a 429 when it does not fit)."""
+    if not await ctx.reserve_for(entry.name, parsed):
+        cost = ctx.worst_case_cost_usd(entry.name, parsed)
+        raise await services.budgets.refusal(ctx.principal, (cost, entry.name))
