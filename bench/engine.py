@@ -1,18 +1,27 @@
-"""Throughput and inter-token latency of the embedded engine, against plain `model.generate`.
+"""The embedded engine against plain `model.generate`, in one process and one run, on one loaded model.
 
-In one run, on one loaded model: plain `generate` one request at a time (greedy, logprobs via
-output_scores), then the engine at concurrency 1, 8 and 32 (greedy, logprobs + top_logprobs=5).
-Prints aggregate tokens/s, p50 inter-token latency, the speed-up over plain generate, and peak
-RSS; writes the engine section of bench/RESULTS.md.
+Plain `generate` one request at a time (greedy, logprobs via output_scores) on each workload, then
+the engine (greedy, logprobs + top_logprobs=5):
 
-    .venv/bin/python bench/engine.py                       # SmolLM2-135M, 32 new tokens each
-    .venv/bin/python bench/engine.py --concurrency 1 8 --new-tokens 16
+- free writing (short stories) at concurrency 1, 8 and 32: the batch path (`single_stream: false`),
+  the single-stream path, and the single-stream path with prompt-lookup speculation (the default);
+- copy-heavy answers (repeat a paragraph, rename a function in code) at concurrency 1, the same
+  three ways;
+- a shared 1,500-token system prompt: 16 requests one after another, time to first token of the
+  first and of the later ones, with prefix caching on and off, on the batch path and on the
+  single-stream path.
+
+Prints the table and writes the engine section of bench/RESULTS.md.
+
+    .venv/bin/python bench/engine.py                       # SmolLM2-135M
+    .venv/bin/python bench/engine.py --concurrency 1 8 --new-tokens 16 --no-write
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import platform
 import resource
@@ -27,102 +36,246 @@ sys.path.insert(0, str(ROOT))
 from results import write_section  # noqa: E402 - bench/ is on sys.path when run as a script
 
 TOPICS = ["a robot", "the sea", "a lighthouse", "winter", "a train", "the moon", "a garden", "a city at night"]
+DOC = (
+    "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. It is named after the "
+    "engineer Gustave Eiffel, whose company designed and built the tower from 1887 to 1889. Locally nicknamed La dame "
+    "de fer, it was constructed as the centrepiece of the 1889 World's Fair, and to crown the centennial anniversary "
+    "of the French Revolution."
+)
+CODE = (
+    "def parse_line(line):\n    parts = line.strip().split(',')\n    name = parts[0]\n    age = int(parts[1])\n"
+    "    city = parts[2]\n    return {'name': name, 'age': age, 'city': city}\n\n\ndef parse_file(path):\n"
+    "    rows = []\n    with open(path) as f:\n        for line in f:\n            rows.append(parse_line(line))\n"
+    "    return rows\n"
+)
+COPY_TASKS = [
+    f"Repeat the following text exactly, word for word:\n\n{DOC}",
+    "Rename the function parse_line to parse_row everywhere in this code and print the full updated code:\n\n"
+    f"```python\n{CODE}```",
+]
+SYSTEM_SENTENCE = "You are the support assistant of Switchyard, a proxy that routes requests to language models. "
+
+
+def _chat(tokenizer, messages: list[dict]) -> list[int]:
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
 
 
 def prompts(tokenizer, n: int) -> list[list[int]]:
+    """Free writing."""
+    topics = [TOPICS[i % len(TOPICS)] for i in range(n)]
     return [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": f"Write a short story about {TOPICS[i % len(TOPICS)]} (#{i})."}],
-            add_generation_prompt=True,
-            tokenize=True,
-            return_dict=False,
-        )
-        for i in range(n)
+        _chat(tokenizer, [{"role": "user", "content": f"Write a short story about {t} (#{i})."}])
+        for i, t in enumerate(topics)
     ]
 
 
-def plain_generate(model, tokenizer, n: int, new_tokens: int) -> tuple[float, float]:
-    """tokens/s and p50 inter-token latency (ms) of `generate`, one request at a time."""
+def copy_prompts(tokenizer, n: int) -> list[list[int]]:
+    return [_chat(tokenizer, [{"role": "user", "content": COPY_TASKS[i % len(COPY_TASKS)]}]) for i in range(n)]
+
+
+def shared_prefix_prompts(tokenizer, n: int, num_prefix_tokens: int) -> list[list[int]]:
+    system = SYSTEM_SENTENCE
+    while len(tokenizer.encode(system)) < num_prefix_tokens:
+        system += SYSTEM_SENTENCE
+    return [
+        _chat(tokenizer, [{"role": "system", "content": system}, {"role": "user", "content": f"Question {i}: {t}?"}])
+        for i, t in enumerate((TOPICS * n)[:n])
+    ]
+
+
+class _Clock:
+    """A `generate` streamer that notes when each new token comes (its first call is the prompt)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def put(self, value) -> None:
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+
+def plain_generate(model, tokenizer, prompt_ids: list[list[int]], new_tokens: int) -> tuple[float, float]:
+    """tokens/s and the p50 over requests of ms per token after the first, `generate` one request at a time."""
     import torch
 
-    num_tokens, gaps = 0, []
+    num_tokens, per_token_ms = 0, []
     started = time.perf_counter()
-    for ids in prompts(tokenizer, n):
-        t0 = time.perf_counter()
+    for ids in prompt_ids:
+        clock = _Clock()
         with torch.no_grad():
             out = model.generate(
                 torch.tensor([ids]),
                 max_new_tokens=new_tokens,
-                min_new_tokens=new_tokens,
                 do_sample=False,
                 output_scores=True,
                 return_dict_in_generate=True,
                 pad_token_id=tokenizer.eos_token_id,
+                streamer=clock,
             )
-        generated = out.sequences.shape[1] - len(ids)
-        num_tokens += generated
-        gaps.append((time.perf_counter() - t0) / generated * 1000)
-    return num_tokens / (time.perf_counter() - started), statistics.median(gaps)
+        num_tokens += out.sequences.shape[1] - len(ids)
+        times = clock.times[1:]
+        per_token_ms.append((times[-1] - times[0]) / max(1, len(times) - 1) * 1000)
+    return num_tokens / (time.perf_counter() - started), statistics.median(per_token_ms)
 
 
-async def engine_run(engine, tokenizer, concurrency: int, new_tokens: int) -> tuple[float, float]:
+async def engine_run(engine, prompt_ids: list[list[int]], concurrency: int, new_tokens: int) -> tuple[float, float]:
+    """tokens/s and the p50 over requests of ms per token after the first, `concurrency` requests at a time.
+    (Per request, not per gap: speculation delivers several tokens at once.)"""
     from switchyard.backends.embedded.sampler import SamplingParams
 
-    gaps: list[float] = []
+    per_token_ms: list[float] = []
+    queue = list(prompt_ids)
 
-    async def one(ids: list[int]) -> int:
-        last, count = time.perf_counter(), 0
-        params = SamplingParams(max_tokens=new_tokens, temperature=0.0, top_logprobs=5)
-        async for _ in engine.generate(ids, params):
-            now = time.perf_counter()
-            if count:
-                gaps.append((now - last) * 1000)
-            last, count = now, count + 1
+    async def worker() -> int:
+        count = 0
+        while queue:
+            ids = queue.pop(0)
+            params = SamplingParams(max_tokens=new_tokens, temperature=0.0, top_logprobs=5)
+            times = [time.perf_counter() async for _ in engine.generate(ids, params)]
+            if len(times) > 1:
+                per_token_ms.append((times[-1] - times[0]) / (len(times) - 1) * 1000)
+            count += len(times)
         return count
 
     started = time.perf_counter()
-    counts = await asyncio.gather(*(one(ids) for ids in prompts(tokenizer, concurrency)))
-    return sum(counts) / (time.perf_counter() - started), statistics.median(gaps)
+    counts = await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return sum(counts) / (time.perf_counter() - started), statistics.median(per_token_ms or [0.0])
+
+
+async def ttft_run(engine, prompt_ids: list[list[int]]) -> tuple[float, float]:
+    """Time to first token (ms) of the first request, and the median of the later ones, one at a time."""
+    from switchyard.backends.embedded.sampler import SamplingParams
+
+    ttfts = []
+    for ids in prompt_ids:
+        t0 = time.perf_counter()
+        stream = engine.generate(ids, SamplingParams(max_tokens=4, temperature=0.0))
+        await anext(stream)
+        ttfts.append((time.perf_counter() - t0) * 1000)
+        async for _ in stream:
+            pass
+    return ttfts[0], statistics.median(ttfts[1:])
+
+
+class Engines:
+    """Engines on the one loaded model, each started for its rows and stopped after them."""
+
+    def __init__(self, model, tokenizer, **base) -> None:
+        from switchyard.backends.embedded.engine import EngineLimits
+
+        self.model, self.tokenizer, self.base = model, tokenizer, base
+        self.has_prefix_caching = "prefix_caching" in {f.name for f in dataclasses.fields(EngineLimits)}
+
+    async def __call__(self, **limits):
+        from switchyard.backends.embedded.engine import EmbeddedEngine, EngineLimits
+
+        engine = EmbeddedEngine(self.model, self.tokenizer, EngineLimits(**{**self.base, **limits}))
+        await asyncio.to_thread(engine.start)
+        return engine
+
+
+PATHS = {
+    "batch path": dict(single_stream=False),
+    "single stream": dict(speculation_method="off"),
+    "single stream + prompt lookup": {},
+}
+
+
+def _limits(path: dict) -> dict:
+    from switchyard.backends.embedded.speculation import Speculation
+
+    limits = dict(path)
+    if limits.pop("speculation_method", None) == "off":
+        limits["speculation"] = Speculation(method="off")
+    return limits
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
-    parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--baseline-requests", type=int, default=3)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--baseline-requests", type=int, default=4)
+    parser.add_argument("--prefix-tokens", type=int, default=1500)
+    parser.add_argument("--prefix-requests", type=int, default=16)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
 
-    from switchyard.backends.embedded.engine import EmbeddedEngine, EngineLimits
     from switchyard.backends.embedded.models import load_model
 
     model, tokenizer = load_model(args.model)
-    print(f"plain generate, {args.baseline_requests} requests one at a time …", file=sys.stderr)
-    base_tps, base_itl = plain_generate(model, tokenizer, args.baseline_requests, args.new_tokens)
-    engine = EmbeddedEngine(model, tokenizer, EngineLimits(num_blocks=512, page_size=32, max_batch_tokens=512))
-    await asyncio.to_thread(engine.start)
-    rows = [("plain generate", 1, base_tps, base_itl)]
-    try:
-        await engine_run(engine, tokenizer, 1, 4)  # warm-up
-        for c in args.concurrency:
-            print(f"engine, concurrency {c} …", file=sys.stderr)
-            tps, itl = await engine_run(engine, tokenizer, c, args.new_tokens)
-            rows.append(("engine", c, tps, itl))
-    finally:
-        await asyncio.to_thread(engine.stop)
-    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    single = next(tps for name, c, tps, _ in rows if name == "engine" and c == 1) if 1 in args.concurrency else None
-    lines = [
-        f"## Embedded engine (`bench/engine.py`)\n\nRun {time.strftime('%Y-%m-%d')} on {platform.machine()}, "
-        f"{os.cpu_count()} cores; model {args.model}, float32, {args.new_tokens} new tokens per request, greedy, "
-        f"logprobs on (engine: top_logprobs=5); peak RSS {peak_rss_mb:.0f} MB.\n",
-        "| path | concurrency | tokens/s | p50 inter-token ms | × plain generate | × engine at 1 |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    n = args.baseline_requests
+    workloads = {"free writing": prompts(tokenizer, max(32, n)), "copy-heavy": copy_prompts(tokenizer, max(32, n))}
+    base: dict[str, tuple[float, float]] = {}
+    for workload, ids in workloads.items():
+        print(f"plain generate, {workload}, {n} requests one at a time …", file=sys.stderr)
+        base[workload] = plain_generate(model, tokenizer, ids[:n], args.new_tokens)
+    engines = Engines(model, tokenizer, num_blocks=512, page_size=32, max_batch_tokens=512, context_window=2048)
+    rows: list[tuple[str, str, int, float, float]] = [
+        ("plain generate", workload, 1, tps, itl) for workload, (tps, itl) in base.items()
     ]
-    for name, c, tps, itl in rows:
-        vs_single = f"{tps / single:.1f}×" if single and name == "engine" else "-"
-        lines.append(f"| {name} | {c} | {tps:.1f} | {itl:.1f} | {tps / base_tps:.1f}× | {vs_single} |")
+    for path, limits in PATHS.items():
+        engine = await engines(**_limits(limits))
+        try:
+            await engine_run(engine, workloads["free writing"][:1], 1, 4)  # warm-up
+            for workload, ids in workloads.items():
+                for c in args.concurrency if workload == "free writing" else [1]:
+                    if c > 1 and path != "single stream + prompt lookup" and path != "batch path":
+                        continue  # beyond one stream the single-stream path hands over: the batch rows say it
+                    print(f"engine, {path}, {workload}, concurrency {c} …", file=sys.stderr)
+                    tps, itl = await engine_run(engine, ids[: max(c, n)], c, args.new_tokens)
+                    rows.append((f"engine, {path}", workload, c, tps, itl))
+            counts = engine.solo_counts
+            if counts is not None and counts.num_draft_tokens:
+                rate = counts.num_accepted_tokens / counts.num_draft_tokens
+                print(
+                    f"{path}: {counts.num_accepted_tokens}/{counts.num_draft_tokens} drafts accepted ({rate:.0%})",
+                    file=sys.stderr,
+                )
+        finally:
+            await asyncio.to_thread(engine.stop)
+
+    prefix_rows = []
+    prefixed = shared_prefix_prompts(tokenizer, args.prefix_requests, args.prefix_tokens)
+    num_shared = next(i for i, (a, b) in enumerate(zip(prefixed[0], prefixed[1], strict=False)) if a != b)
+    for path in ("batch path", "single stream"):
+        for caching in (False, True):
+            if not engines.has_prefix_caching and path == "batch path" and caching:
+                print("EngineLimits has no prefix_caching yet: batch-path caching row skipped", file=sys.stderr)
+                continue
+            limits = _limits(PATHS[path]) | ({"prefix_caching": caching} if engines.has_prefix_caching else {})
+            print(f"shared prefix, {path}, prefix caching {caching} …", file=sys.stderr)
+            engine = await engines(**limits)
+            try:
+                first, later = await ttft_run(engine, prefixed)
+            finally:
+                await asyncio.to_thread(engine.stop)
+            prefix_rows.append((path, caching, first, later))
+
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    lines = [
+        f"## Embedded engine (`bench/engine.py`)\n\nRun {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()}, "
+        f"{os.cpu_count()} cores; model {args.model}, float32, up to {args.new_tokens} new tokens per request, greedy, "
+        f"logprobs on (engine: top_logprobs=5); at least {n} requests per row; peak RSS {peak_rss_mb:.0f} MB. "
+        "× plain generate: against plain `generate` one request at a time on the same workload.\n",
+        "| path | workload | concurrency | tokens/s | p50 ms per token | × plain generate |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for name, workload, c, tps, itl in rows:
+        lines.append(f"| {name} | {workload} | {c} | {tps:.1f} | {itl:.1f} | {tps / base[workload][0]:.2f}× |")
+    lines += [
+        "",
+        f"Shared system prompt: {args.prefix_requests} requests one after another, each a "
+        f"{len(prefixed[0])}-token prompt whose first {num_shared} tokens are the same for all; "
+        "time to first token of the first request and the median of the later ones.",
+        "",
+        "| path | prefix caching | first TTFT ms | later TTFT ms (p50) | later ÷ first |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    for path, caching, first, later in prefix_rows:
+        lines.append(f"| {path} | {'on' if caching else 'off'} | {first:.0f} | {later:.0f} | {later / first:.2f} |")
     section = "\n".join(lines) + "\n"
     print(section)
     if not args.no_write:

@@ -114,6 +114,7 @@ def _build_embedded(model: EmbeddedModel, session: aiohttp.ClientSession, upstre
         max_queue=engine.max_queue,
         queue_timeout_s=engine.queue_timeout_s,
         context_window=model.effective_context_window or engine.context_window,
+        prefix_caching=engine.prefix_caching,
         single_stream=engine.single_stream,
         speculation=Speculation(
             engine.speculation.method,

@@ -66,7 +66,7 @@ class RequestTotals:
     ttft_s: float | None = None  # the answering attempt's time to its first chunk (streams, assembled answers)
 
 
-_USAGE = re.compile(rb'"usage"\s*:\s*(\{[^{}]*\})')
+_USAGE = re.compile(rb'"usage"\s*:\s*(\{(?:[^{}]|\{[^{}]*\})*\})')  # one level of nesting: *_tokens_details
 
 
 def usage_of(result: CompletionResult) -> dict[str, Any] | None:
@@ -75,6 +75,14 @@ def usage_of(result: CompletionResult) -> dict[str, Any] | None:
         return result._parsed.get("usage")
     match = _USAGE.search(result.data)
     return orjson.loads(match.group(1)) if match else None
+
+
+def cached_prompt_tokens(usage: dict[str, Any] | None) -> int:
+    """Prompt tokens the upstream read from its prefix cache (OpenAI's, vLLM's and the embedded
+    engine's `usage.prompt_tokens_details.cached_tokens`), 0 when it says none."""
+    details = (usage or {}).get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return cached if isinstance(cached, int) and cached > 0 else 0
 
 
 @dataclass
@@ -179,9 +187,9 @@ class RequestMeter:
             return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
         return (self.prompt_tokens_estimate if num_chunks else 0), num_chunks
 
-    def cost_of(self, model: str | None, prompt: int, completion: int) -> float:
+    def cost_of(self, model: str | None, prompt: int, completion: int, cached_prompt: int = 0) -> float:
         price = self.prices.get(model) if model is not None else None
-        return price.cost_usd(prompt, completion) if price is not None else 0.0
+        return price.cost_usd(prompt, completion, cached_prompt) if price is not None else 0.0
 
     def _write(
         self,
@@ -197,7 +205,8 @@ class RequestMeter:
         if self.counts is not None:
             self.counts[(entry.name, status)] += 1
         prompt, completion = self.tokens(usage, num_chunks)
-        cost = self.cost_of(entry.name, prompt, completion)
+        cached_prompt = cached_prompt_tokens(usage)
+        cost = self.cost_of(entry.name, prompt, completion, cached_prompt)
         totals.cost_usd += cost
         totals.prompt_tokens += prompt
         totals.completion_tokens += completion
@@ -243,7 +252,9 @@ class RequestMeter:
                     ),
                     is_hedge=self.is_hedge,
                     hosting=hosting_of(entry),
-                    ceiling_cost_usd=self.cost_of(tags.ceiling_model, prompt, completion) if is_routed else None,
+                    ceiling_cost_usd=(
+                        self.cost_of(tags.ceiling_model, prompt, completion, cached_prompt) if is_routed else None
+                    ),
                     batch_id=tags.batch_id,
                 )
             )

@@ -253,6 +253,21 @@ class ReplicaSettings(_Strict):
     api_key: SecretStr | None = None
 
 
+class SpeculationSettings(_Strict):
+    """Speculative decoding on the embedded engine's single-stream path (docs/engine.md)."""
+
+    method: Literal["prompt_lookup", "off"] = "prompt_lookup"  # drafts copied from the context, or none
+    num_tokens: int = Field(default=8, ge=1, le=16)  # drafts verified per forward pass
+    ngram: int = Field(default=3, ge=1, le=8)  # longest context suffix looked up for a draft
+    min_ngram: int = Field(default=2, ge=1, le=8)  # shortest one
+
+    @model_validator(mode="after")
+    def _ngram_range(self) -> SpeculationSettings:
+        if self.min_ngram > self.ngram:
+            raise ValueError("speculation.min_ngram may not exceed speculation.ngram")
+        return self
+
+
 class EngineSettings(_Strict):
     """The embedded engine's sizes (backend `embedded`)."""
 
@@ -265,6 +280,9 @@ class EngineSettings(_Strict):
     default_max_tokens: int = Field(default=256, ge=1)  # when the request gives none
     threads: int | None = Field(default=None, ge=1)  # torch threads; default: all cores
     max_loras: int = Field(default=2, ge=1)  # adapters held loaded at once (each its own engine); LRU
+    prefix_caching: bool = True  # reuse the KV of prompt prefixes seen before (docs/engine.md#prefix-caching)
+    single_stream: bool = True  # a request alone runs as plain `generate` does, not in the paged batch
+    speculation: SpeculationSettings = Field(default_factory=SpeculationSettings)  # on the single-stream path
 
 
 class VLLMSettings(_Strict):
@@ -280,9 +298,10 @@ class VLLMSettings(_Strict):
 class PriceSettings(_Strict):
     input_usd_per_mtok: float = Field(ge=0)
     output_usd_per_mtok: float = Field(ge=0)
+    cached_input_usd_per_mtok: float | None = Field(default=None, ge=0)  # prompt tokens from a prefix cache
 
     def to_price(self) -> Price:
-        return Price(self.input_usd_per_mtok, self.output_usd_per_mtok)
+        return Price(self.input_usd_per_mtok, self.output_usd_per_mtok, self.cached_input_usd_per_mtok)
 
 
 class CapabilitySettings(_Strict):

@@ -84,7 +84,7 @@ def _body_of(raw: bytes) -> Any:
 
 
 def batch_prices(prices: dict[str, Price], factor: float) -> dict[str, Price]:
-    return {name: Price(p.input_usd_per_mtok * factor, p.output_usd_per_mtok * factor) for name, p in prices.items()}
+    return {name: price.scaled(factor) for name, price in prices.items()}
 
 
 def _is_passing(status: int, body: str) -> bool:

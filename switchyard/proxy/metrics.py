@@ -145,6 +145,23 @@ def live_families(state) -> Iterator[LiveFamily]:
         budget.add([team], ratio)
     yield queue
     yield budget
+    drafts = _counter(
+        "switchyard_engine_draft_tokens",
+        "Draft tokens the embedded engine verified (speculative decoding).",
+        ("model",),
+    )
+    accepted = _counter(
+        "switchyard_engine_draft_tokens_accepted", "Draft tokens the embedded engine's model accepted.", ("model",)
+    )
+    for e in entries:
+        draft_counts = getattr(e.backend, "draft_counts", None)  # embedded models only
+        if draft_counts is not None:
+            num_drafts, num_accepted = draft_counts()
+            drafts.add([e.name], num_drafts)
+            accepted.add([e.name], num_accepted)
+    yield drafts
+    yield accepted
+    yield from _prefix_cache_families(entries)
     scorer = state.auto_router.scorer if state.auto_router is not None else None
     if scorer is not None:
         batches = _counter("switchyard_classifier_batches", "Classifier forward passes.")
@@ -264,6 +281,33 @@ def _folder_lock(folder: str, operation: int) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(file, fcntl.LOCK_UN)
+
+
+def _prefix_cache_families(entries) -> Iterator[LiveFamily]:
+    queries = _counter(
+        "switchyard_engine_prefix_cache_queries",
+        "Prompt tokens the embedded engine looked up in its prefix cache.",
+        ("model",),
+    )
+    hits = _counter(
+        "switchyard_engine_prefix_cache_hits",
+        "Prompt tokens the embedded engine found in its prefix cache (their KV reused, not computed).",
+        ("model",),
+    )
+    held = _gauge(
+        "switchyard_engine_prefix_cache_tokens",
+        "Tokens whose KV the embedded engine's batch cache holds for prefix reuse (in use or kept).",
+        ("model",),
+        "livesum",
+    )  # each worker runs its own engine
+    for e in entries:
+        stats_of = getattr(e.backend, "prefix_cache_stats", None)  # embedded models only
+        stats = stats_of() if stats_of is not None else None
+        if stats is not None:
+            queries.add([e.name], stats.num_query_tokens)
+            hits.add([e.name], stats.num_hit_tokens)
+            held.add([e.name], stats.num_cached_tokens)
+    yield from (queries, hits, held)
 
 
 def _cascade_families(cascade) -> Iterator[LiveFamily]:

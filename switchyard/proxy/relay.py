@@ -21,7 +21,7 @@ from switchyard.backends.base import AnyRequest
 from switchyard.backends.registry import ModelEntry
 from switchyard.billing.context import Deadline, RequestContext
 from switchyard.billing.ledger import Ledger
-from switchyard.billing.metering import RequestMeter, RequestTags, usage_of
+from switchyard.billing.metering import RequestMeter, RequestTags, cached_prompt_tokens, usage_of
 from switchyard.billing.teams import Principal
 from switchyard.cascade.runtime import Plan
 from switchyard.core.capabilities import needs
@@ -263,7 +263,7 @@ def _without_usage(chunk: StreamChunk) -> StreamChunk | None:
 def _with_cost(chunk: StreamChunk, meter: RequestMeter, entry: ModelEntry) -> StreamChunk:
     """The usage chunk, with what the whole request cost (this attempt's tokens included)."""
     usage = chunk.parsed["usage"]
-    cost = meter.total_cost_usd + meter.cost_of(entry.name, *meter.tokens(usage, 0))
+    cost = meter.total_cost_usd + meter.cost_of(entry.name, *meter.tokens(usage, 0), cached_prompt_tokens(usage))
     return StreamChunk.from_dict({**chunk.parsed, "usage": {**usage, "cost_usd": round(cost, 10)}})
 
 

@@ -116,7 +116,16 @@ def trained(tmp_path_factory) -> Iterator[Trained]:
 def proxy(trained):
     adapters = [{"name": name, "path": str(folder)} for name, folder in trained.folders.items()]
     adapters.append({"name": "adapter-missing", "path": str(trained.model_dir / "nowhere")})
-    engine = {"num_blocks": 64, "page_size": 16, "context_window": 256, "max_loras": 1, "threads": 1}
+    # the batch path: `_hold_at_token` holds a request by stopping the batch's thread at a token
+    # (a lone request on the single-stream path would not stop there)
+    engine = {
+        "num_blocks": 64,
+        "page_size": 16,
+        "context_window": 256,
+        "max_loras": 1,
+        "threads": 1,
+        "single_stream": False,
+    }
     model = {"name": "tiny", "backend": "embedded", "model": str(trained.model_dir), "engine": engine}
     settings = Settings(models=[{**model, "adapters": adapters}], upstream={"health_interval_s": 0.2})
     app = create_app(settings)

@@ -222,6 +222,9 @@ class EmbeddedAdapter(EmbeddedBackend):
         engine = self.pool.engine_of(self.name)
         return engine.num_waiting_tokens if engine is not None else 0
 
+    def _loaded_engine(self) -> EmbeddedEngine | None:
+        return self.pool.engine_of(self.name)
+
     async def health(self) -> BackendHealth:
         base = await self.base.health()
         error = self.pool.load_errors.get(self.name)

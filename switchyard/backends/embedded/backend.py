@@ -16,6 +16,7 @@ from switchyard.backends.embedded import openai_format as fmt
 from switchyard.backends.embedded import tool_calls
 from switchyard.backends.embedded.constraints import JsonGrammar
 from switchyard.backends.embedded.engine import EmbeddedEngine, EngineLimits
+from switchyard.backends.embedded.prefix_cache import PrefixCacheCounts, PrefixCacheStats
 from switchyard.backends.token_counts import OFF_LOOP_TOKEN_IDS, TokenCount, run_counter
 from switchyard.core.capabilities import Capabilities, needs, unsupported
 from switchyard.core.embeddings_wire import EmbeddingRequest
@@ -56,6 +57,7 @@ class EmbeddedBackend(Backend):
         self.label = replica_label("embedded", 0)
         self.max_loras = max_loras
         self.adapter_pool: AdapterPool | None = None  # created with the first adapter
+        self.prefix_cache_counts = PrefixCacheCounts()  # this model's, whichever engine ran it
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -94,6 +96,23 @@ class EmbeddedBackend(Backend):
     def queued_tokens(self) -> int:
         """Tokens (prompt plus max_tokens) of the requests waiting for KV blocks."""
         return self.engine.num_waiting_tokens if self.engine is not None else 0
+
+    def draft_counts(self) -> tuple[int, int]:
+        """Speculation's draft tokens verified so far, and those the model accepted."""
+        counts = self.engine.solo_counts if self.engine is not None else None
+        return (counts.num_draft_tokens, counts.num_accepted_tokens) if counts is not None else (0, 0)
+
+    def prefix_cache_stats(self) -> PrefixCacheStats | None:
+        """Prompt tokens looked up in the prefix cache and found there, and what it holds now; None
+        with `prefix_caching: false` or a model that cannot share blocks (sliding-window layers)."""
+        engine, counts = self._loaded_engine(), self.prefix_cache_counts
+        if not self.limits.prefix_caching or (engine is not None and not engine.uses_prefix_caching):
+            return None
+        num_cached = engine.num_prefix_cached_tokens if engine is not None else 0
+        return PrefixCacheStats(counts.num_query_tokens, counts.num_hit_tokens, num_cached)
+
+    def _loaded_engine(self) -> EmbeddedEngine | None:
+        return self.engine
 
     async def health(self) -> BackendHealth:
         if self.is_ready():
@@ -240,13 +259,17 @@ class EmbeddedBackend(Backend):
         held_logprobs: list[dict] = []
         assembler = fmt.TextAssembler(tokenizer, params.stop)
         steps = engine.generate(prompt_ids, params)
-        num_generated, finish_reason, offset = 0, "length", 0
+        num_generated, num_cached, finish_reason, offset = 0, 0, "length", 0
         try:
             if is_chat:
                 head = {"role": "assistant"} if holds_back else {"role": "assistant", "content": ""}
                 yield self._chunk(base, head, None, None, is_chat)
             async for step in steps:
                 num_generated += 1
+                if num_generated == 1:  # the prompt is in: whatever came from the prefix cache is known
+                    num_cached = step.num_cached_tokens
+                    if engine.uses_prefix_caching:
+                        self.prefix_cache_counts.add(len(prompt_ids), num_cached)
                 if step.token_id in engine.eos_token_ids:
                     finish_reason = "stop"
                     break
@@ -283,7 +306,8 @@ class EmbeddedBackend(Backend):
                 yield self._chunk(base, {"content": text}, logprobs, None, True)
             rest = ""
         yield self._chunk(base, ({"content": rest} if rest else {}) if is_chat else rest, None, finish_reason, is_chat)
-        yield StreamChunk.from_dict({**base, "choices": [], "usage": fmt.usage(len(prompt_ids), num_generated)})
+        usage = fmt.usage(len(prompt_ids), num_generated, num_cached)
+        yield StreamChunk.from_dict({**base, "choices": [], "usage": usage})
 
     @staticmethod
     def _chunk(base: dict, delta: Any, logprobs: Any, finish_reason: str | None, is_chat: bool) -> StreamChunk:

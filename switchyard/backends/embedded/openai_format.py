@@ -165,12 +165,17 @@ def completion_logprobs(tokenizer, steps: list[tuple[int, float, list[tuple[int,
     }
 
 
-def usage(num_prompt_tokens: int, num_completion_tokens: int) -> dict[str, int]:
-    return {
+def usage(num_prompt_tokens: int, num_completion_tokens: int, num_cached_tokens: int = 0) -> dict[str, Any]:
+    """OpenAI's usage object; `prompt_tokens_details.cached_tokens` (the prompt tokens whose KV came
+    from the prefix cache, counted among `prompt_tokens`) only when some did."""
+    counts: dict[str, Any] = {
         "prompt_tokens": num_prompt_tokens,
         "completion_tokens": num_completion_tokens,
         "total_tokens": num_prompt_tokens + num_completion_tokens,
     }
+    if num_cached_tokens > 0:
+        counts["prompt_tokens_details"] = {"cached_tokens": num_cached_tokens}
+    return counts
 
 
 def now() -> int:

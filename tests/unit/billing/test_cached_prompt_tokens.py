@@ -1,0 +1,75 @@
+"""Prompt tokens read from an upstream's prefix cache (`usage.prompt_tokens_details.cached_tokens`,
+as OpenAI, vLLM and the embedded engine report them), priced at `cached_input_usd_per_mtok`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from switchyard.billing.metering import RequestMeter, cached_prompt_tokens, usage_of
+from switchyard.core.prices import Price
+from switchyard.core.protocol import CompletionResult
+from switchyard.core.settings import PriceSettings
+
+PRICE = Price(input_usd_per_mtok=2.0, output_usd_per_mtok=8.0, cached_input_usd_per_mtok=0.5)
+USAGE = {"prompt_tokens": 1000, "completion_tokens": 100, "prompt_tokens_details": {"cached_tokens": 600}}
+
+
+@dataclass
+class Entry:
+    name: str
+    backend_kind: str = "openai"
+    tier: str | None = None
+
+
+def test_cached_prompt_tokens_are_priced_at_their_own_rate():
+    assert PRICE.cost_usd(1000, 100, 600) == pytest.approx((400 * 2.0 + 600 * 0.5 + 100 * 8.0) / 1e6)
+    assert PRICE.cost_usd(1000, 100) == pytest.approx((1000 * 2.0 + 100 * 8.0) / 1e6)
+    assert PRICE.cost_usd(10, 0, 600) == pytest.approx(10 * 0.5 / 1e6)  # never more cached than prompt
+
+
+def test_without_a_cached_price_cached_tokens_cost_what_other_prompt_tokens_do():
+    price = Price(2.0, 8.0)
+    assert price.cost_usd(1000, 100, 600) == price.cost_usd(1000, 100)
+
+
+def test_the_config_key_is_optional_and_scaled_with_the_rest():
+    assert PriceSettings(input_usd_per_mtok=2, output_usd_per_mtok=8).to_price().cached_input_usd_per_mtok is None
+    settings = PriceSettings(input_usd_per_mtok=2, output_usd_per_mtok=8, cached_input_usd_per_mtok=0.5)
+    assert settings.to_price() == PRICE
+    assert PRICE.scaled(0.5) == Price(1.0, 4.0, 0.25)
+    assert Price(2.0, 8.0).scaled(0.5) == Price(1.0, 4.0)
+
+
+@pytest.mark.parametrize(
+    ("usage", "cached"),
+    [
+        (USAGE, 600),
+        ({"prompt_tokens": 5, "completion_tokens": 1}, 0),
+        ({"prompt_tokens": 5, "prompt_tokens_details": None}, 0),
+        ({"prompt_tokens": 5, "prompt_tokens_details": {"audio_tokens": 0}}, 0),
+        ({"prompt_tokens": 5, "prompt_tokens_details": {"cached_tokens": "3"}}, 0),
+        (None, 0),
+    ],
+)
+def test_cached_tokens_are_read_from_openais_usage_shape(usage, cached):
+    assert cached_prompt_tokens(usage) == cached
+
+
+def test_usage_with_details_is_found_in_a_whole_answer_without_parsing_it():
+    body = (
+        b'{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"{}"}}],'
+        b'"usage":{"prompt_tokens":1000,"completion_tokens":100,"prompt_tokens_details":{"cached_tokens":600},'
+        b'"completion_tokens_details":{"reasoning_tokens":0},"total_tokens":1100}}'
+    )
+    usage = usage_of(CompletionResult(body))
+    assert usage is not None and cached_prompt_tokens(usage) == 600
+    assert usage["completion_tokens_details"] == {"reasoning_tokens": 0}
+
+
+def test_an_attempts_cost_prices_its_cached_tokens():
+    meter = RequestMeter(None, {"m": PRICE}, "req_1")
+    meter.finished(Entry("m"), "completed", USAGE)
+    assert meter.total_cost_usd == pytest.approx(PRICE.cost_usd(1000, 100, 600))
+    assert meter.totals.prompt_tokens == 1000  # cached tokens are prompt tokens still
