@@ -13,15 +13,8 @@ from switchyard.backends.openai_http import OpenAIHTTPBackend, Replica
 from switchyard.billing.teams import Team
 from switchyard.core.capabilities import Capabilities
 from switchyard.core.errors import ModelNotFound
-from switchyard.core.settings import (
-    AnyModelSettings,
-    EmbeddedModel,
-    LiteLLMModel,
-    OpenAIModel,
-    Settings,
-    UpstreamSettings,
-    VLLMModel,
-)
+from switchyard.core.model_settings import AnyModelSettings, EmbeddedModel, LiteLLMModel, OpenAIModel, VLLMModel
+from switchyard.core.settings import Settings, UpstreamSettings
 
 
 @dataclass(slots=True)
@@ -36,7 +29,7 @@ class ModelEntry:
     assemble_from_stream: bool = False  # a non-stream request is asked as a stream (backends/assemble.py)
     # the config's `capabilities:` (and `logprobs:`), key by key over what the backend reports
     capability_overrides: dict[str, Any] = field(default_factory=dict)
-    kind: str = "chat"  # chat | embedding (core.settings.MODEL_KINDS)
+    kind: str = "chat"  # chat | embedding (core.model_settings.MODEL_KINDS)
     parent: str | None = None  # a LoRA adapter's base model
     teams: frozenset[str] | None = None  # an adapter's teams (None: whoever may use its base model)
     # (what the backend reported, what that makes with the overrides): rebuilt when the report changes

@@ -11,5 +11,5 @@ GenerationRequest = ChatCompletionRequest | CompletionRequest
 
 
 def kind_of(request: AnyRequest) -> str:
-    """The kind of model that answers `request` (core.settings.MODEL_KINDS)."""
+    """The kind of model that answers `request` (core.model_settings.MODEL_KINDS)."""
     return "embedding" if isinstance(request, EmbeddingRequest) else "chat"
