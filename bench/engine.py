@@ -4,7 +4,8 @@ Plain `generate` one request at a time (greedy, logprobs via output_scores) on e
 the engine (greedy, logprobs + top_logprobs=5):
 
 - free writing (short stories) at concurrency 1, 8 and 32: the batch path (`single_stream: false`),
-  the single-stream path, and the single-stream path with prompt-lookup speculation (the default);
+  the single-stream path, the single-stream path with prompt-lookup speculation (the default), and
+  with a draft model (the model's own first `--draft-layers` layers);
 - copy-heavy answers (repeat a paragraph, rename a function in code) at concurrency 1, the same
   three ways;
 - a shared 1,500-token system prompt: 16 requests one after another, time to first token of the
@@ -162,33 +163,52 @@ async def ttft_run(engine, prompt_ids: list[list[int]]) -> tuple[float, float]:
 class Engines:
     """Engines on the one loaded model, each started for its rows and stopped after them."""
 
-    def __init__(self, model, tokenizer, **base) -> None:
+    def __init__(self, model, tokenizer, draft_model=None, **base) -> None:
         from switchyard.backends.embedded.engine import EngineLimits
 
         self.model, self.tokenizer, self.base = model, tokenizer, base
+        self.draft_model = draft_model
         self.has_prefix_caching = "prefix_caching" in {f.name for f in dataclasses.fields(EngineLimits)}
 
     async def __call__(self, **limits):
         from switchyard.backends.embedded.engine import EmbeddedEngine, EngineLimits
 
-        engine = EmbeddedEngine(self.model, self.tokenizer, EngineLimits(**{**self.base, **limits}))
+        extra = {"draft_model": self.draft_model} if limits.get("speculation_draft") else {}
+        limits = {k: v for k, v in limits.items() if k != "speculation_draft"}
+        engine = EmbeddedEngine(self.model, self.tokenizer, EngineLimits(**{**self.base, **limits}), **extra)
         await asyncio.to_thread(engine.start)
         return engine
+
+
+def shallow_copy_of(model, num_layers: int):
+    """The model's first `num_layers` decoder layers and its head: a draft model that needs no
+    second download (the only one a single local model allows), untrained for the task."""
+    import copy
+
+    shallow = copy.deepcopy(model)
+    shallow.model.layers = shallow.model.layers[:num_layers]
+    shallow.config.num_hidden_layers = num_layers
+    return shallow
 
 
 PATHS = {
     "batch path": dict(single_stream=False),
     "single stream": dict(speculation_method="off"),
     "single stream + prompt lookup": {},
+    "single stream + draft model": dict(speculation_method="draft_model"),
 }
 
 
-def _limits(path: dict) -> dict:
+def _limits(path: dict, num_draft_tokens: int = 4) -> dict:
     from switchyard.backends.embedded.speculation import Speculation
 
     limits = dict(path)
-    if limits.pop("speculation_method", None) == "off":
+    method = limits.pop("speculation_method", None)
+    if method == "off":
         limits["speculation"] = Speculation(method="off")
+    elif method == "draft_model":
+        limits["speculation"] = Speculation(method="draft_model", num_tokens=num_draft_tokens, draft_model="shallow")
+        limits["speculation_draft"] = True
     return limits
 
 
@@ -200,6 +220,10 @@ async def main() -> None:
     parser.add_argument("--baseline-requests", type=int, default=4)
     parser.add_argument("--prefix-tokens", type=int, default=1500)
     parser.add_argument("--prefix-requests", type=int, default=16)
+    parser.add_argument(
+        "--draft-layers", type=int, default=15, help="the draft model: the model's first N layers (0: no draft rows)"
+    )
+    parser.add_argument("--draft-tokens", type=int, default=4, help="drafts per step for the draft model")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
 
@@ -212,12 +236,18 @@ async def main() -> None:
     for workload, ids in workloads.items():
         print(f"plain generate, {workload}, {n} requests one at a time …", file=sys.stderr)
         base[workload] = plain_generate(model, tokenizer, ids[:n], args.new_tokens)
-    engines = Engines(model, tokenizer, num_blocks=512, page_size=32, max_batch_tokens=512, context_window=2048)
+    draft_model = shallow_copy_of(model, args.draft_layers) if args.draft_layers else None
+    engines = Engines(
+        model, tokenizer, draft_model, num_blocks=512, page_size=32, max_batch_tokens=512, context_window=2048
+    )
     rows: list[tuple[str, str, int, float, float]] = [
         ("plain generate", workload, 1, tps, itl) for workload, (tps, itl) in base.items()
     ]
+    acceptance: dict[str, str] = {}
     for path, limits in PATHS.items():
-        engine = await engines(**_limits(limits))
+        if limits.get("speculation_method") == "draft_model" and draft_model is None:
+            continue
+        engine = await engines(**_limits(limits, args.draft_tokens))
         try:
             await engine_run(engine, workloads["free writing"][:1], 1, 4)  # warm-up
             for workload, ids in workloads.items():
@@ -225,15 +255,20 @@ async def main() -> None:
                     if c > 1 and path != "single stream + prompt lookup" and path != "batch path":
                         continue  # beyond one stream the single-stream path hands over: the batch rows say it
                     print(f"engine, {path}, {workload}, concurrency {c} …", file=sys.stderr)
+                    before = dataclasses.replace(engine.solo_counts) if engine.solo_counts is not None else None
                     tps, itl = await engine_run(engine, ids[: max(c, n)], c, args.new_tokens)
                     rows.append((f"engine, {path}", workload, c, tps, itl))
-            counts = engine.solo_counts
-            if counts is not None and counts.num_draft_tokens:
-                rate = counts.num_accepted_tokens / counts.num_draft_tokens
-                print(
-                    f"{path}: {counts.num_accepted_tokens}/{counts.num_draft_tokens} drafts accepted ({rate:.0%})",
-                    file=sys.stderr,
-                )
+                    counts = engine.solo_counts
+                    if before is not None and counts is not None and counts.num_draft_tokens > before.num_draft_tokens:
+                        num_drafts = counts.num_draft_tokens - before.num_draft_tokens
+                        num_kept = counts.num_accepted_tokens - before.num_accepted_tokens
+                        acceptance[f"{path}, {workload}, concurrency {c}"] = (
+                            f"{num_kept}/{num_drafts} ({num_kept / num_drafts:.0%})"
+                        )
+                        print(
+                            f"{path}, {workload}: {acceptance[f'{path}, {workload}, concurrency {c}']} drafts kept",
+                            file=sys.stderr,
+                        )
         finally:
             await asyncio.to_thread(engine.stop)
 
@@ -265,6 +300,16 @@ async def main() -> None:
     ]
     for name, workload, c, tps, itl in rows:
         lines.append(f"| {name} | {workload} | {c} | {tps:.1f} | {itl:.1f} | {tps / base[workload][0]:.2f}× |")
+    if acceptance:
+        lines += ["", "Drafts kept by the model (speculation's acceptance rate), per row:", ""]
+        lines += [f"- {row}: {rate}" for row, rate in acceptance.items()]
+    if draft_model is not None:
+        lines += [
+            "",
+            f"The draft model is the model's own first {args.draft_layers} of {model.config.num_hidden_layers} "
+            f"layers with its head ({args.draft_tokens} drafts a step): the only draft a single local model allows, "
+            "untrained for the task.",
+        ]
     lines += [
         "",
         f"Shared system prompt: {args.prefix_requests} requests one after another, each a "

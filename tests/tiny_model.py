@@ -30,7 +30,11 @@ CORPUS = [
 ] * 20
 
 
-def build_tiny_model(path: Path, chat_template: str = CHAT_TEMPLATE) -> Path:
+def build_tiny_model(
+    path: Path, chat_template: str = CHAT_TEMPLATE, *, seed: int = 0, corpus: list[str] = CORPUS
+) -> Path:
+    """The tiny model in `path`; another `seed` gives other weights with the same tokenizer (a draft
+    model that disagrees with the first), another `corpus` another vocabulary."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -42,10 +46,10 @@ def build_tiny_model(path: Path, chat_template: str = CHAT_TEMPLATE) -> Path:
     trainer = trainers.BpeTrainer(
         vocab_size=300, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
-    tokenizer.train_from_iterator(CORPUS, trainer)
+    tokenizer.train_from_iterator(corpus, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>", pad_token="<eos>")
     fast.chat_template = chat_template
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=tokenizer.get_vocab_size(),
         hidden_size=64,

@@ -114,6 +114,7 @@ def _build_embedded(model: EmbeddedModel, session: aiohttp.ClientSession, upstre
             engine.speculation.num_tokens,
             engine.speculation.ngram,
             engine.speculation.min_ngram,
+            engine.speculation.draft_model,
         ),
     )
     return EmbeddedBackend(

@@ -30,15 +30,21 @@ class ReplicaSettings(StrictModel):
 class SpeculationSettings(StrictModel):
     """Speculative decoding on the embedded engine's single-stream path (docs/engine.md)."""
 
-    method: Literal["prompt_lookup", "off"] = "prompt_lookup"  # drafts copied from the context, or none
+    # drafts copied from the context, proposed by a smaller model with the same tokenizer, or none
+    method: Literal["prompt_lookup", "draft_model", "off"] = "prompt_lookup"
     num_tokens: int = Field(default=8, ge=1, le=16)  # drafts verified per forward pass
-    ngram: int = Field(default=3, ge=1, le=8)  # longest context suffix looked up for a draft
+    ngram: int = Field(default=3, ge=1, le=8)  # longest context suffix looked up for a draft (prompt_lookup)
     min_ngram: int = Field(default=2, ge=1, le=8)  # shortest one
+    draft_model: str | None = None  # method draft_model: a built-in name, an HF folder or a GGUF file
 
     @model_validator(mode="after")
     def _ngram_range(self) -> SpeculationSettings:
         if self.min_ngram > self.ngram:
             raise ValueError("speculation.min_ngram may not exceed speculation.ngram")
+        if self.method == "draft_model" and not self.draft_model:
+            raise ValueError("speculation.method draft_model needs speculation.draft_model (the model that drafts)")
+        if self.draft_model and self.method != "draft_model":
+            raise ValueError("speculation.draft_model is only read with speculation.method: draft_model")
         return self
 
 

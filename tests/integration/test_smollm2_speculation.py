@@ -67,3 +67,42 @@ async def test_greedy_answers_equal_plain_generate_with_speculation_on_and_off(s
     finally:
         for engine in engines.values():
             await asyncio.to_thread(engine.stop)
+
+
+async def test_greedy_answers_equal_plain_generate_with_a_draft_model(smollm2):
+    """SmolLM2 drafting for itself (every draft kept) and its first 15 of 30 layers drafting for it
+    (most drafts rejected): both answers are plain `generate`'s."""
+    import copy
+
+    from switchyard.backends.embedded.engine import EmbeddedEngine, EngineLimits
+
+    model, tokenizer = smollm2
+    shallow = copy.deepcopy(model)
+    shallow.model.layers = shallow.model.layers[:15]
+    shallow.config.num_hidden_layers = 15
+    limits = EngineLimits(speculation=Speculation(method="draft_model", num_tokens=4, draft_model="(in memory)"))
+    engines = {
+        name: EmbeddedEngine(model, tokenizer, limits, name=name, draft_model=drafter)
+        for name, drafter in (("itself", model), ("shallow", shallow))
+    }
+    for engine in engines.values():
+        await asyncio.to_thread(engine.start)
+    try:
+        for ask in ASKS:
+            prompt = tokenizer.apply_chat_template(
+                [{"role": "user", "content": ask}], add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+            with torch.no_grad():
+                plain = model.generate(
+                    torch.tensor([prompt]), max_new_tokens=MAX_TOKENS, do_sample=False, pad_token_id=0
+                )[0, len(prompt) :].tolist()
+            for name, engine in engines.items():
+                assert await _answer(engine, prompt) == plain, name
+        itself, shallow_counts = engines["itself"].solo_counts, engines["shallow"].solo_counts
+        # nearly every draft of its own is kept (not all: a draft past EOS, or a near-tie that a pass
+        # over one token and a pass over five round differently, the answer still plain `generate`'s)
+        assert itself.num_draft_tokens > 0 and itself.num_accepted_tokens >= 0.9 * itself.num_draft_tokens
+        assert shallow_counts.num_accepted_tokens < shallow_counts.num_draft_tokens
+    finally:
+        for engine in engines.values():
+            await asyncio.to_thread(engine.stop)

@@ -148,7 +148,9 @@ class AdapterPool:
         started = time.monotonic()
         try:
             model = await asyncio.to_thread(load_adapter_model, base_engine.model, folder)
-            engine = EmbeddedEngine(model, base_engine.tokenizer, self.base.limits, name=name)
+            engine = EmbeddedEngine(
+                model, base_engine.tokenizer, self.base.limits, name=name, draft_model=base_engine.draft_model
+            )
             await asyncio.to_thread(engine.start)
             if self._is_closed:
                 await asyncio.to_thread(engine.stop)

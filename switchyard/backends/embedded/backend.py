@@ -69,7 +69,8 @@ class EmbeddedBackend(Backend):
             model, tokenizer = await asyncio.to_thread(
                 load_model, self.model_spec, cache_dir=self._cache_dir, num_threads=self._num_threads
             )
-            engine = EmbeddedEngine(model, tokenizer, self.limits, name=self.name)
+            draft_model = await self._load_draft_model(model, tokenizer)
+            engine = EmbeddedEngine(model, tokenizer, self.limits, name=self.name, draft_model=draft_model)
             await asyncio.to_thread(engine.start)
         except Exception as exc:
             self._load_error = f"{type(exc).__name__}: {exc}"
@@ -78,6 +79,21 @@ class EmbeddedBackend(Backend):
         self.engine = engine
         self._grammar = JsonGrammar(tokenizer)
         logger.info("model %s (%s) is ready", self.name, self.model_spec)
+
+    async def _load_draft_model(self, model, tokenizer):
+        """The draft model speculation is configured with, checked against the target; else None."""
+        speculation = self.limits.speculation
+        if speculation.method != "draft_model" or not speculation.draft_model or not self.limits.single_stream:
+            return None
+        from switchyard.backends.embedded.draft_model import check_draft_model
+        from switchyard.backends.embedded.models import load_model
+
+        draft_model, draft_tokenizer = await asyncio.to_thread(
+            load_model, speculation.draft_model, cache_dir=self._cache_dir, num_threads=self._num_threads
+        )
+        check_draft_model(draft_model, draft_tokenizer, model, tokenizer)
+        logger.info("model %s drafts with %s", self.name, speculation.draft_model)
+        return draft_model
 
     async def aclose(self) -> None:
         if self.adapter_pool is not None:

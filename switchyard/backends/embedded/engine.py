@@ -105,9 +105,12 @@ class _Manager(ContinuousBatchingManager):
 
 
 class EmbeddedEngine:
-    def __init__(self, model, tokenizer, limits: EngineLimits = EngineLimits(), *, name: str = "embedded") -> None:
+    def __init__(
+        self, model, tokenizer, limits: EngineLimits = EngineLimits(), *, name: str = "embedded", draft_model=None
+    ) -> None:
         self.name = name
         self.model = model
+        self.draft_model = draft_model  # drafts for the single-stream path (speculation method draft_model)
         self.tokenizer = tokenizer
         self.limits = limits
         eos = tokenizer.eos_token_id
@@ -156,6 +159,7 @@ class EmbeddedEngine:
                 self.limits.speculation,
                 self._manager.run_soon,
                 reuses_prefix=self.limits.prefix_caching,
+                draft_model=self.draft_model,
             )
 
     def stop(self) -> None:

@@ -79,11 +79,17 @@ def _masked(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     return masked
 
 
-def _sample(logits: torch.Tensor, params: SamplingParams) -> int:
+def sampling_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The distribution a sampled token is drawn from (temperature, then top_p); `logits` is one row.
+    Unnormalised after top_p (`torch.multinomial` takes weights)."""
     probs = torch.softmax(logits / params.temperature, dim=-1)
     if params.top_p < 1.0:
         sorted_probs, sorted_ids = torch.sort(probs, descending=True)
         keep = torch.cumsum(sorted_probs, dim=-1) - sorted_probs < params.top_p
         keep[0] = True
         probs = torch.zeros_like(probs).scatter_(0, sorted_ids[keep], sorted_probs[keep])
-    return int(torch.multinomial(probs, num_samples=1, generator=params.generator))
+    return probs
+
+
+def _sample(logits: torch.Tensor, params: SamplingParams) -> int:
+    return int(torch.multinomial(sampling_probs(logits, params), num_samples=1, generator=params.generator))

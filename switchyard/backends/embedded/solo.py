@@ -2,8 +2,9 @@
 
 The continuous batch pays for its generality on every step (paged-cache reads and writes, batch
 bookkeeping, routing outputs between threads). A request with the engine to itself runs instead as
-the model's forward with a `DynamicCache`, one token a step, or with prompt lookup
-(`speculation.py`) the last token and up to `num_tokens` drafts a step, the KV of rejected drafts
+the model's forward with a `DynamicCache`, one token a step, or with speculation (prompt lookup,
+`speculation.py`, or a draft model, `draft_model.py`) the last token and up to `num_tokens` drafts
+a step, the KV of rejected drafts
 cropped away. When a second request is admitted, the lone one hands over at its next step: the
 engine continues it in the batch, its prompt being the prompt plus what it has generated.
 
@@ -25,8 +26,9 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
+from switchyard.backends.embedded.draft_model import DraftModel
 from switchyard.backends.embedded.sampler import SamplingParams, TokenChoice
-from switchyard.backends.embedded.speculation import PromptLookup, Speculation, verify
+from switchyard.backends.embedded.speculation import PromptLookup, Speculation, verify, verify_sampled
 
 
 def supports_cropping(config) -> bool:
@@ -73,12 +75,20 @@ class SoloPath:
         submit: Callable[[Callable[[], None]], None],
         *,
         reuses_prefix: bool = True,
+        draft_model=None,
     ) -> None:
         self.model = model
         self.submit = submit  # runs a job on the batching thread
         self.stop_ids = frozenset(stop_ids)
         self.can_crop = supports_cropping(model.config)
+        if speculation.method == "draft_model" and draft_model is None:
+            speculation = Speculation(method="off")  # nothing to draft with
         self.speculation = speculation if self.can_crop else Speculation(method="off")
+        self.drafter = (
+            DraftModel(draft_model, speculation.num_tokens)
+            if self.speculation.is_on and self.speculation.method == "draft_model"
+            else None
+        )
         self.reuses_prefix = reuses_prefix and self.can_crop
         self.counts = SoloCounts()
         self._context: _Context | None = None
@@ -87,6 +97,8 @@ class SoloPath:
     def close(self) -> None:
         with self._lock:
             self._context = None
+            if self.drafter is not None:
+                self.drafter.reset()
 
     async def stream(self, run: SoloRun) -> AsyncGenerator[TokenChoice, None]:
         """The run's tokens, as the thread produces them. Ends early if the run hands over
@@ -119,6 +131,8 @@ class SoloPath:
         except Exception as exc:
             with self._lock:
                 self._context = None  # its cache may be half-written
+                if self.drafter is not None:
+                    self.drafter.reset()
             emit(exc)
         else:
             emit(None)
@@ -129,7 +143,8 @@ class SoloPath:
         cache, num_reused = self._take_context(prompt_ids)
         run.num_reused_tokens = num_reused
         self.counts.num_reused_tokens += num_reused
-        lookup = PromptLookup(prompt_ids, self.speculation) if self.speculation.is_on else None
+        uses_lookup = self.speculation.is_on and self.drafter is None
+        lookup = PromptLookup(prompt_ids, self.speculation) if uses_lookup else None
         context_ids = list(prompt_ids)  # the cache holds all but the last of these
         pending = prompt_ids[num_reused:]
         draft: list[int] = []
@@ -139,9 +154,12 @@ class SoloPath:
                 run.is_handed_over = True
                 self.counts.num_handovers += 1
                 break
-            draft = lookup.propose(remaining - 1) if lookup is not None and run.num_generated else []
+            draft, draft_probs = self._propose(lookup, context_ids, remaining - 1, run)
             logits = self._forward(pending + draft, cache, num_logits=len(draft) + 1)
-            choices = verify(logits, draft, params, self.stop_ids)
+            if draft_probs is None:
+                choices = verify(logits, draft, params, self.stop_ids)
+            else:
+                choices = verify_sampled(logits, draft, draft_probs, params, self.stop_ids)
             num_rejected = len(draft) - (len(choices) - 1)
             if num_rejected:
                 cache.crop(-num_rejected)
@@ -159,6 +177,19 @@ class SoloPath:
                 break
             pending = token_ids[-1:]
         self._keep_context(context_ids[: cache.get_seq_length()], cache)
+
+    def _propose(
+        self, lookup: PromptLookup | None, context_ids: list[int], max_tokens: int, run: SoloRun
+    ) -> tuple[list[int], list[torch.Tensor] | None]:
+        """The drafts to verify with the next forward pass (none on the first, the prompt's), and
+        the draft model's distributions when it sampled them."""
+        if not run.num_generated:
+            return [], None
+        if lookup is not None:
+            return lookup.propose(max_tokens), None
+        if self.drafter is not None:
+            return self.drafter.propose(context_ids, max_tokens, run.params)
+        return [], None
 
     def _forward(self, input_ids: list[int], cache: DynamicCache, num_logits: int) -> torch.Tensor:
         out = self.model(

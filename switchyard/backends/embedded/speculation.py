@@ -12,6 +12,12 @@ the token drawn is distributed as p without d, renormalised (the residual max(0,
 choices are the target's argmax at each position, so a greedy answer is the one decoding without
 drafts gives; a seeded sampled answer draws from the same generator once per emitted token, so it
 is the same one too. Logprobs are the target model's at each position.
+
+A draft model (`draft_model.py`) proposes from a distribution q of its own; `verify_sampled` then
+keeps draft d with probability min(1, p(d)/q(d)) and, at the first draft it does not keep, draws from
+max(0, p - q) renormalised: the emitted tokens are distributed as the target's p (Leviathan et al.,
+2023; Chen et al., 2023). Under greedy decoding the draft is the draft model's argmax and `verify`
+applies unchanged.
 """
 
 from __future__ import annotations
@@ -21,15 +27,16 @@ from dataclasses import dataclass
 
 import torch
 
-from switchyard.backends.embedded.sampler import SamplingParams, TokenChoice, choose_tokens
+from switchyard.backends.embedded.sampler import SamplingParams, TokenChoice, choose_tokens, sampling_probs
 
 
 @dataclass(frozen=True, slots=True)
 class Speculation:
-    method: str = "prompt_lookup"  # prompt_lookup | off
+    method: str = "prompt_lookup"  # prompt_lookup | draft_model | off
     num_tokens: int = 8  # draft tokens verified per forward pass
     max_ngram: int = 3  # longest context suffix looked up
     min_ngram: int = 2  # a lone recurring token drafts too often in free writing
+    draft_model: str | None = None  # the model that drafts (method draft_model): a name, folder or GGUF
 
     @property
     def is_on(self) -> bool:
@@ -80,3 +87,43 @@ def verify(
         if position == len(draft) or choice.token_id != draft[position] or choice.token_id in stop_ids:
             break
     return choices
+
+
+def verify_sampled(
+    logits: torch.Tensor,
+    draft: list[int],
+    draft_probs: list[torch.Tensor],
+    params: SamplingParams,
+    stop_ids: Collection[int],
+) -> list[TokenChoice]:
+    """`verify` for drafts sampled from a draft model's distributions `draft_probs` (one per draft,
+    each summing to 1): draft d is kept with probability min(1, p(d)/q(d)), and the first one not
+    kept is replaced by a draw from max(0, p - q), renormalised; after the last kept draft the
+    target draws a token of its own. `logits` is [len(draft) + 1, vocab]."""
+    logprobs = torch.log_softmax(logits, dim=-1)
+    choices: list[TokenChoice] = []
+    for position, (token_id, q) in enumerate(zip(draft, draft_probs, strict=True)):
+        p = sampling_probs(logits[position], params)
+        p = p / p.sum()
+        u = float(torch.rand(1, generator=params.generator))
+        if u * float(q[token_id]) < float(p[token_id]):  # u < p(d) / q(d), without dividing by zero
+            choices.append(_choice(logprobs[position], token_id, params))
+            if token_id in stop_ids:
+                return choices
+            continue
+        residual = torch.clamp(p - q, min=0.0)
+        weights = residual if float(residual.sum()) > 0 else p
+        corrected = int(torch.multinomial(weights, num_samples=1, generator=params.generator))
+        choices.append(_choice(logprobs[position], corrected, params))
+        return choices
+    bonus = choose_tokens(logits[len(draft) : len(draft) + 1], [params])[0]
+    choices.append(bonus)
+    return choices
+
+
+def _choice(logprobs: torch.Tensor, token_id: int, params: SamplingParams) -> TokenChoice:
+    top: list[tuple[int, float]] = []
+    if params.top_logprobs:
+        values, ids = torch.topk(logprobs, k=params.top_logprobs)
+        top = list(zip(ids.tolist(), values.tolist(), strict=True))
+    return TokenChoice(token_id, float(logprobs[token_id]), top)
