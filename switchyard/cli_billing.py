@@ -175,7 +175,7 @@ def keys_create(
         float | None, typer.Option("--expires-in", min=0, max=36_500, help="Days until it expires.")
     ] = None,
 ) -> None:
-    """Create a key; prints its id and prefix, then the key itself as the last line (shown once)."""
+    """Create a key; prints its id, prefix, team and expiry (if any), then the key itself, last (shown once)."""
     settings = _settings(config)
 
     async def create(db: Database) -> tuple[str, ApiKey]:

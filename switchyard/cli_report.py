@@ -11,7 +11,10 @@ import typer
 
 from switchyard.backends.defaults import load_settings
 from switchyard.billing.teams import yaml_keys
-from switchyard.core.settings import ConfigError
+from switchyard.core.errors import SwitchyardError
+from switchyard.core.model_settings import hosting_overrides
+from switchyard.core.prices import Price
+from switchyard.core.settings import ConfigError, Settings
 from switchyard.evals.cli_support import cli_error
 
 
@@ -35,8 +38,16 @@ def report(
     out: Annotated[Path, typer.Option("--out", help="Folder for the CSV files, summary.json and report.html.")],
     config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file.", dir_okay=False)] = None,
     since: Annotated[str | None, typer.Option(help="First day (UTC, YYYY-MM-DD). Default: the first record.")] = None,
-    until: Annotated[str | None, typer.Option(help="Last day, inclusive (UTC, YYYY-MM-DD). Default: today.")] = None,
-    team: Annotated[str | None, typer.Option(help="One team only. Default: every team.")] = None,
+    until: Annotated[
+        str | None, typer.Option(help="Last day, inclusive (UTC, YYYY-MM-DD). Default: the last record.")
+    ] = None,
+    team: Annotated[
+        str | None,
+        typer.Option(
+            help="One team only: a team of the config or the database, or one the ledger has usage of. "
+            "Default: every team."
+        ),
+    ] = None,
 ) -> None:
     """Write the cost and escalation report for analysts, read from the usage ledger."""
     try:
@@ -55,13 +66,23 @@ def report(
         for name, t in settings.teams.items()
         for key in yaml_keys(name, [k.get_secret_value() for k in t.api_keys])
     }
-    written = asyncio.run(_write(url, out, prices, prefixes, first, last, team))
+    written = asyncio.run(_write(url, out, settings, prices, prefixes, first, last, team))
     for path in written:
         typer.echo(path)
 
 
-async def _write(url: str, out: Path, prices, prefixes, first: dt.date | None, last: dt.date | None, team: str | None):
-    from switchyard.billing.report import build_report
+async def _write(
+    url: str,
+    out: Path,
+    settings: Settings,
+    prices: dict[str, Price],
+    prefixes: dict[str, str],
+    first: dt.date | None,
+    last: dt.date | None,
+    team: str | None,
+) -> list[Path]:
+    from switchyard.billing.admin import check_known_team
+    from switchyard.billing.report import build_report, previous_period
     from switchyard.billing.store import open_database
     from switchyard.billing.store.errors import StoreError
 
@@ -70,7 +91,12 @@ async def _write(url: str, out: Path, prices, prefixes, first: dt.date | None, l
     except StoreError as exc:
         raise cli_error(f"cannot open the ledger: {exc}") from exc
     since, until = _day_start(first), _day_start(last, inclusive_end=True)
+    before = previous_period(first, last)
+    earlier = (_day_start(before[0]), _day_start(before[1], inclusive_end=True)) if before else None
     try:
+        if team is not None:
+            known = [*settings.teams, *(t.name for t in await database.list_teams())]
+            await check_known_team(database, known, team)
         total = await database.count_usage(since, until, team)
         prefixes = prefixes | {key.id: key.prefix for key in await database.list_keys()}
         built = await build_report(
@@ -82,7 +108,12 @@ async def _write(url: str, out: Path, prices, prefixes, first: dt.date | None, l
             total=total,
             progress=True,
             key_prefixes=prefixes,
+            hosting=hosting_overrides(settings.models),
+            previous_batches=database.iter_usage(*earlier, team) if earlier else None,
+            previous_total=await database.count_usage(*earlier, team) if earlier else None,
         )
+    except SwitchyardError as exc:  # an unknown team
+        raise cli_error(exc.message) from exc
     finally:
         await database.aclose()
     return built.write(out)

@@ -32,6 +32,7 @@ class ModelEntry:
     kind: str = "chat"  # chat | embedding (core.model_settings.MODEL_KINDS)
     parent: str | None = None  # a LoRA adapter's base model
     teams: frozenset[str] | None = None  # an adapter's teams (None: whoever may use its base model)
+    hosting: str | None = None  # self-hosted | commercial, as the ledger records it (None: by backend_kind)
     # (what the backend reported, what that makes with the overrides): rebuilt when the report changes
     _capabilities: tuple[Capabilities, Capabilities] | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -227,6 +228,7 @@ def build_registry(
             assemble_from_stream=model.assemble_from_stream,
             capability_overrides=_capability_overrides(model),
             kind=model.kind,
+            hosting=model.hosting_label,
         )
         entries.append(entry)
         for adapter in getattr(model, "adapters", ()):

@@ -8,6 +8,7 @@ or changed here, but may be given more keys. Errors are Switchyard's own (`Confl
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -99,6 +100,26 @@ async def create_key(
         tpm=tpm,
         expires_at=expires_at,
     )
+
+
+MAX_NAMED_TEAMS = 20  # an unknown team's error names at most this many known ones
+
+
+async def check_known_team(database: Database, directory_teams: Iterable[str], team: str) -> None:
+    """Usage and reports are for a team the directory knows (YAML or database) or the ledger has
+    usage of (a team removed since keeps its history); any other name is a typo: NotFound, naming
+    the known teams."""
+    known = set(directory_teams)
+    if team in known:
+        return
+    in_ledger = await database.usage_teams()
+    if team in in_ledger:
+        return
+    names = sorted(known | set(in_ledger))
+    shown = ", ".join(names[:MAX_NAMED_TEAMS])
+    if len(names) > MAX_NAMED_TEAMS:
+        shown += f" and {len(names) - MAX_NAMED_TEAMS} more"
+    raise NotFound(f"No team '{team}' in the teams or in the ledger; known teams: {shown or 'none'}.", param="team")
 
 
 async def revoke_key(database: Database, key_id: str) -> ApiKey:

@@ -15,6 +15,7 @@ import asyncio
 import calendar
 import datetime as dt
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
@@ -24,6 +25,9 @@ from switchyard.core.errors import BudgetExceeded
 
 logger = logging.getLogger("switchyard.budgets")
 SETTLE_RETRY_MAX_S = 64.0  # settling retries at 0.5, 1, 2, … s, up to this pause
+# A spent budget's Retry-After is the time to its renewal, at most this: clients that honour long
+# waits come back within the hour, and the OpenAI SDKs (which wait out at most a minute or two) give up.
+RETRY_AFTER_CAP_S = 3600
 
 
 def utc_day(at: float) -> dt.date:
@@ -75,18 +79,23 @@ def _whose(scope: BudgetScope, principal: Principal) -> str:
     return f"Team '{name}'" if kind == "team" else f"API key {name} ({principal.key.prefix})"
 
 
-def _period_words(scope: BudgetScope, at: float) -> tuple[str, str, float]:
-    if scope.period == "day":
-        return "today", "it renews at 00:00 UTC", seconds_to_next_utc_day(at)
-    return "this month", "it renews on the 1st at 00:00 UTC", seconds_to_next_utc_month(at)
+def _period_word(scope: BudgetScope) -> str:
+    return "today" if scope.period == "day" else "this month"
+
+
+def _utc_text(at: float) -> str:
+    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Budgets:
     """The budgets and rate limits of every caller, over one limiter."""
 
-    def __init__(self, limiter: Limiter, *, reservation_ttl_s: float = 900.0) -> None:
+    def __init__(
+        self, limiter: Limiter, *, reservation_ttl_s: float = 900.0, clock: Callable[[], float] = time.time
+    ) -> None:
         self.limiter = limiter
         self.reservation_ttl_s = reservation_ttl_s
+        self.clock = clock  # unix seconds: what a refusal counts the time to a budget's renewal from
         self._settling: set[asyncio.Task[None]] = set()
 
     async def check_rate(self, principal: Principal | None, tokens: int) -> RateStatus | None:
@@ -105,27 +114,48 @@ class Budgets:
         return headroom
 
     async def refusal(self, principal: Principal | None, request: tuple[float, str] | None) -> BudgetExceeded:
-        """The 429 for a caller whose budget is spent, or whose request (cost, model) does not fit."""
+        """The 429 for a caller whose budget is spent, or whose request (cost, model) does not fit.
+
+        Worst first: a request bigger than a whole budget never fits (no Retry-After); a budget
+        whose spend leaves too little waits for its period's end (the latest, when several do;
+        Retry-After capped at `RETRY_AFTER_CAP_S`); else what is left is held by requests in flight,
+        which settle soon (Retry-After 1)."""
         assert principal is not None
-        now = time.time()
-        for scope in budget_scopes(principal):
-            spent, reserved = await self.limiter.spent(scope)
-            if spent + reserved >= scope.limit_usd:
-                when, renews, retry_after_s = _period_words(scope, now)
-                return BudgetExceeded(
-                    f"{_whose(scope, principal)} has spent its budget for {when} (${scope.limit_usd:g}); {renews}.",
-                    retry_after_s=retry_after_s,
-                )
+        now = self.clock()
         cost, model = request if request is not None else (0.0, "")
+        on_model = f" on {model}" if model else ""
+        standings = [(scope, *await self.limiter.spent(scope)) for scope in budget_scopes(principal)]
+        for scope, _, _ in standings:
+            if cost > scope.limit_usd:
+                return BudgetExceeded(
+                    f"This request's worst-case cost (${cost:.6f}{on_model}: the prompt plus max_tokens) is more "
+                    f"than the whole budget of {_whose(scope, principal)} for a {scope.period} "
+                    f"(${scope.limit_usd:g}): it can never fit. Ask for fewer max_tokens or a cheaper model.",
+                    retry_after_s=None,
+                )
+        spent_out = [(s, spent) for s, spent, _ in standings if spent >= s.limit_usd or spent + cost > s.limit_usd]
+        if spent_out:
+            scope, spent = max(spent_out, key=lambda pair: pair[0].period_end(now))
+            resets_at = scope.period_end(now)
+            whose, when, renews = _whose(scope, principal), _period_word(scope), _utc_text(resets_at)
+            if spent >= scope.limit_usd:
+                message = f"{whose} has spent its budget for {when} (${scope.limit_usd:g}); it renews at {renews}."
+            else:
+                message = (
+                    f"{whose} has ${scope.limit_usd - spent:.6f} left of its budget for {when} "
+                    f"(${scope.limit_usd:g}), less than this request's worst-case cost (${cost:.6f}{on_model}: "
+                    f"the prompt plus max_tokens); it renews at {renews}. Ask for fewer max_tokens or a cheaper model."
+                )
+            return BudgetExceeded(message, retry_after_s=min(math.ceil(resets_at - now), RETRY_AFTER_CAP_S))
         tightest, left = None, float("inf")
-        for scope in budget_scopes(principal):
-            spent, reserved = await self.limiter.spent(scope)
+        for scope, spent, reserved in standings:
             if scope.limit_usd - spent - reserved < left:
                 tightest, left = scope, scope.limit_usd - spent - reserved
         whose = _whose(tightest, principal) if tightest is not None else f"Team '{principal.team.name}'"
         return BudgetExceeded(
-            f"This request's worst-case cost (${cost:.6f} on {model}: the prompt plus max_tokens) does not fit "
-            f"in what {whose} may still spend (${max(left, 0.0):.6f}); ask for fewer max_tokens or a cheaper model.",
+            f"This request's worst-case cost (${cost:.6f}{on_model}: the prompt plus max_tokens) does not fit in "
+            f"what {whose} may still spend (${max(left, 0.0):.6f}) while other requests in flight hold the rest; "
+            "retry shortly, or ask for fewer max_tokens or a cheaper model.",
             retry_after_s=1,
         )
 

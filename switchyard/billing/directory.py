@@ -120,7 +120,11 @@ class Directory:
         scheme, _, given = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not given.strip():
             raise UnknownKey("No API key: send 'Authorization: Bearer <key>' with a key of your team.")
-        wanted = digest(given.strip())
+        return self.identify(given.strip(), now)
+
+    def identify(self, secret: str, now: float | None = None) -> Principal:
+        """The caller holding the key `secret` (raises UnknownKey); teams must exist (`is_enabled`)."""
+        wanted = digest(secret)
         key = self._keys.get(wanted)
         if key is None or not same_digest(key.digest, wanted):
             raise UnknownKey("Incorrect API key: no team holds it.")

@@ -11,17 +11,20 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import orjson
 
 from switchyard.billing.budgets import Spending
 from switchyard.billing.ledger import Ledger
-from switchyard.billing.records import UsageRecord
+from switchyard.billing.records import UsageRecord, escalation_outcome, is_answer
 from switchyard.core.errors import SwitchyardError
 from switchyard.core.metrics import Metrics
+from switchyard.core.model_settings import HOSTING_LABELS, SELF_HOSTED_BACKENDS
 from switchyard.core.prices import Price
 from switchyard.core.protocol import CompletionResult
+
+Sent = Literal["whole", "stream"]  # how the relay sent an attempt's answer to its client
 
 
 class ModelEntry(Protocol):
@@ -30,13 +33,13 @@ class ModelEntry(Protocol):
     name: str
     backend_kind: str
     tier: str | None
-
-
-SELF_HOSTED_KINDS = ("vllm", "embedded")
+    hosting: str | None  # the model's `hosting:` as the ledger records it; None: by backend_kind
 
 
 def hosting_of(entry: ModelEntry) -> str:
-    return "self-hosted" if entry.backend_kind in SELF_HOSTED_KINDS else "commercial"
+    if entry.hosting is not None:
+        return entry.hosting
+    return HOSTING_LABELS["self" if entry.backend_kind in SELF_HOSTED_BACKENDS else "commercial"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,20 @@ class RequestTotals:
     answer_model: str | None = None  # the attempt that answered: the completed one, else the last one closed
     answer_status: str | None = None
     ttft_s: float | None = None  # the answering attempt's time to its first chunk (streams, assembled answers)
+    # The answer by the reports' rule (`switchyard.billing.records.is_answer`), and the rung it climbed from.
+    last_answer_model: str | None = None
+    last_answer_escalated_from: str | None = None
+    last_answer_status: str | None = None
+    last_answer_attempt: int = 0
+    # As the client saw it, in `time.monotonic()` seconds: when the proxy received the request (None:
+    # not known, and no client times are recorded) and when the first byte of its answer was written.
+    received_at: float | None = None
+    first_byte_at: float | None = None
+
+    @property
+    def escalation(self) -> str:
+        """accepted | escalated | failed (`switchyard.billing.records.escalation_outcome`)."""
+        return escalation_outcome(self.last_answer_model, self.last_answer_escalated_from)
 
 
 _USAGE = re.compile(rb'"usage"\s*:\s*(\{(?:[^{}]|\{[^{}]*\})*\})')  # one level of nesting: *_tokens_details
@@ -108,6 +125,9 @@ class RequestMeter:
     totals: RequestTotals = field(default_factory=RequestTotals)  # shared by forks
     metrics: Metrics | None = None  # the app's Prometheus metrics: tokens, cost, time to first token
     upstream_s: float = 0.0  # seconds spent in this meter's attempts (the proxy overhead is the rest)
+    # the cascade's verdict on this fork's answer: its confidence (None: no logprobs) and threshold
+    confidence: float | None = None
+    threshold: float | None = None  # None: not judged
 
     @property
     def num_attempts(self) -> int:
@@ -139,6 +159,16 @@ class RequestMeter:
         self.attempt_started_at = time.time()
         self.first_token_at = None
         self.num_chunks = 0
+        self.confidence, self.threshold = None, None
+
+    def judged(self, confidence: float | None, threshold: float) -> None:
+        """The cascade judged this attempt's answer: the record keeps both numbers."""
+        self.confidence, self.threshold = confidence, threshold
+
+    def first_byte(self) -> None:
+        """The first byte of the request's answer is being written to its client."""
+        if self.totals.first_byte_at is None:
+            self.totals.first_byte_at = time.monotonic()
 
     def first_token(self) -> None:
         if self.first_token_at is None:
@@ -170,8 +200,11 @@ class RequestMeter:
         error: str | None = None,
         *,
         deployment: str | None = None,
+        sent: Sent | None = None,
     ) -> None:
-        """The answering attempt: once, however it ended (`deployment`: where it went)."""
+        """The answering attempt: once, however it ended (`deployment`: where it went; `sent`: the
+        relay sent its answer to the client, whole or as a stream, so its record carries the
+        client's times)."""
         if self.is_closed:
             return
         self.is_closed = True
@@ -179,7 +212,7 @@ class RequestMeter:
         if status != "escalated" and totals.answer_status != "completed":
             totals.answer_model, totals.answer_status = entry.name, status
             totals.ttft_s = self.first_token_at - self.attempt_started_at if self.first_token_at is not None else None
-        self._write(entry, status, usage, num_chunks, error, deployment)
+        self._write(entry, status, usage, num_chunks, error, deployment, sent=sent)
 
     def tokens(self, usage: dict[str, Any] | None, num_chunks: int) -> tuple[int, int]:
         """(prompt, completion) tokens: the upstream's usage, else estimated (a chunk a token)."""
@@ -199,9 +232,14 @@ class RequestMeter:
         num_chunks: int,
         error: str | None = None,
         deployment: str | None = None,
+        *,
+        sent: Sent | None = None,
     ) -> None:
         totals = self.totals
         totals.num_attempts += 1
+        if is_answer(status, totals.num_attempts, totals.last_answer_status, totals.last_answer_attempt):
+            totals.last_answer_model, totals.last_answer_escalated_from = entry.name, self.escalated_from
+            totals.last_answer_status, totals.last_answer_attempt = status, totals.num_attempts
         if self.counts is not None:
             self.counts[(entry.name, status)] += 1
         prompt, completion = self.tokens(usage, num_chunks)
@@ -215,6 +253,15 @@ class RequestMeter:
             self.spending.charge(cost)
         now = time.time()
         self.upstream_s += now - self.attempt_started_at
+        request_ttfb_ms: float | None = None
+        request_duration_ms: float | None = None
+        if sent is not None and totals.received_at is not None:
+            ended_at = time.monotonic()
+            if sent == "whole":  # written at once: its first byte is its last
+                totals.first_byte_at = ended_at
+            request_duration_ms = (ended_at - totals.received_at) * 1000
+            if totals.first_byte_at is not None:
+                request_ttfb_ms = (totals.first_byte_at - totals.received_at) * 1000
         if self.metrics is not None:
             ttft_s = self.first_token_at - self.attempt_started_at if self.first_token_at is not None else None
             self.metrics.attempt_done(
@@ -235,7 +282,7 @@ class RequestMeter:
                     cost_usd=cost,
                     is_estimated=usage is None and completion > 0,
                     started_at=self.attempt_started_at,
-                    duration_ms=(time.time() - self.attempt_started_at) * 1000,
+                    duration_ms=(now - self.attempt_started_at) * 1000,  # ends before the request's end
                     error=error,
                     team=self.team,
                     client_request_id=tags.client_request_id,
@@ -256,6 +303,10 @@ class RequestMeter:
                         self.cost_of(tags.ceiling_model, prompt, completion, cached_prompt) if is_routed else None
                     ),
                     batch_id=tags.batch_id,
+                    confidence=self.confidence,
+                    threshold=self.threshold,
+                    request_ttfb_ms=request_ttfb_ms,
+                    request_duration_ms=request_duration_ms,
                 )
             )
         self.begin_attempt()

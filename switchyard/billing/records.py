@@ -1,17 +1,22 @@
-"""One usage record per attempt at a backend: the row the ledger writes and the reports read."""
+"""One usage record per attempt at a backend (and one per refused request): the row the ledger
+writes and the reports read."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+# A request answered with an error before any model was called (a budget, a rate limit, an invalid
+# body...): one record, attempt 0, no model, backend, tokens or cost, its reason in `error`.
+REFUSED = "refused"
+
 
 @dataclass(frozen=True, slots=True)
 class UsageRecord:
     request_id: str  # the proxy's own id for the request (never the client's)
-    attempt: int  # 1, 2, … in the order the attempts ended; (request_id, attempt) is the key
+    attempt: int  # 1, 2, … in the order the attempts ended (0: refused); (request_id, attempt) is the key
     model: str  # the public model name that was tried
     backend: str  # the deployment that took it
-    status: str  # completed | cancelled | failed | escalated (judged by the cascade, not sent)
+    status: str  # completed | cancelled | failed | escalated (judged by the cascade, not sent) | refused
     prompt_tokens: int
     completion_tokens: int
     cost_usd: float
@@ -34,3 +39,38 @@ class UsageRecord:
     hosting: str | None = None  # self-hosted | commercial
     ceiling_cost_usd: float | None = None  # these tokens on the strongest model the route could reach
     batch_id: str | None = None  # the batch whose line this request answered (the batch tier)
+    # A rung the cascade judged: its answer's confidence (None: no logprobs) and the threshold it had to reach.
+    confidence: float | None = None
+    threshold: float | None = None
+    # The request as its client saw it, on the attempt whose answer the proxy sent (its first body
+    # byte and its end, from the request's arrival); None on every other attempt and on old rows.
+    request_ttfb_ms: float | None = None
+    request_duration_ms: float | None = None
+
+
+# An attempt whose answer went to the client: completed, or cut short by the client leaving.
+ANSWER_STATUSES = ("completed", "cancelled")
+ROUTED_ENTRY_POINTS = ("auto", "cascade")  # the `model` names that route a request
+ESCALATION_OUTCOMES = ("accepted", "escalated", "failed")
+
+
+def is_answer(status: str, attempt: int, answer_status: str | None, answer_attempt: int) -> bool:
+    """Whether attempt number `attempt` of a request is its answer rather than the one found so far
+    (`answer_status` None: none yet): its last completed attempt, else its last cancelled one (a
+    hedge's loser, cancelled whenever it is, never outranks the answer that won)."""
+    if status not in ANSWER_STATUSES:
+        return False
+    if answer_status is not None and (status == "completed") != (answer_status == "completed"):
+        return status == "completed"
+    return answer_status is None or attempt > answer_attempt
+
+
+def escalation_outcome(answer: str | None, answer_escalated_from: str | None) -> str:
+    """How a routed request ended, by its answer (`is_answer`; `answer`: that attempt's model, None
+    when there is none; `answer_escalated_from`: the rung it climbed from). `escalated` when a
+    rung other than the request's first answered it (a low-confidence or failed rung below, or a
+    hedge that answered first), `accepted` when its first rung (or the model it was routed to)
+    did, `failed` when nothing did."""
+    if answer is None:
+        return "failed"
+    return "escalated" if answer_escalated_from is not None else "accepted"

@@ -71,7 +71,7 @@ class WholeCandidate:
     async def drop(self, meter: RequestMeter) -> None:
         answer = self.answer
         usage = answer.result.parsed.get("usage")
-        meter.escalated(answer.entry, usage, meter.num_chunks, "low confidence", deployment=answer.deployment)
+        meter.escalated(answer.entry, usage, meter.num_chunks, _why_dropped(meter), deployment=answer.deployment)
 
 
 @dataclass(slots=True)
@@ -94,8 +94,13 @@ class StreamCandidate:
         await self.buffered.aclose()
         opened, buffered = self.opened, self.buffered
         meter.escalated(
-            opened.entry, buffered.usage, buffered.num_tokens, "low confidence", deployment=opened.deployment
+            opened.entry, buffered.usage, buffered.num_tokens, _why_dropped(meter), deployment=opened.deployment
         )
+
+
+def _why_dropped(meter: RequestMeter) -> str:
+    """The verdict on a judged answer that was dropped, as its record's reason (and the metrics')."""
+    return "no-logprobs" if meter.threshold is not None and meter.confidence is None else "low-confidence"
 
 
 class WholeAnswers:

@@ -36,6 +36,7 @@ from switchyard.backends.attempts import AllAttemptsFailed
 from switchyard.backends.registry import ModelEntry
 from switchyard.backends.resilience import ResilientExecutor
 from switchyard.billing.context import RequestContext
+from switchyard.billing.metering import RequestMeter
 from switchyard.cascade import wire
 from switchyard.cascade.buffer import cancel_and_wait
 from switchyard.cascade.confidence import Scorer, score
@@ -173,8 +174,11 @@ class Cascade:
             notes.append(f"({rung.entry.name} lacks {explain(lacks)})")
         raise unsupported_by_any("the cascade", lacking)
 
-    def _judge(self, plan: Plan, rung: Rung, answered: ModelEntry, evidence, is_first: bool) -> bool:
+    def _judge(
+        self, plan: Plan, rung: Rung, answered: ModelEntry, evidence, is_first: bool, meter: RequestMeter
+    ) -> bool:
         confidence = score(rung.scorer, evidence)
+        meter.judged(confidence, rung.threshold)  # the attempt's record keeps both
         if confidence is None:
             verdict, step = "no-logprobs", f"{answered.name}(no-logprobs)"
             accepted = False
@@ -251,7 +255,7 @@ class Cascade:
                     self._climb_past(plan, rung, exc, i, is_last)
                     await rungs.reserve_or_refuse(i + 1)
                     continue
-                accepted = self._judge(plan, rung, candidate.entry, candidate.evidence(), i == 0)
+                accepted = self._judge(plan, rung, candidate.entry, candidate.evidence(), i == 0, meter)
                 if accepted and hedge is not None:
                     self._hedge_won(candidate.entry.name, plan.rungs[i + 1].entry.name)
                 if not accepted and not await rungs.reserve(i + 1):

@@ -229,8 +229,19 @@ class RateLimited(SwitchyardError):
 
 
 class BudgetExceeded(RateLimited):
+    """A budget that renews later than `RETRY_SOON_S` from now, or a request no budget could ever
+    hold (no `retry_after_s`), also says `x-should-retry: false`: the OpenAI SDKs then give up at
+    once rather than retrying a refusal that will not pass."""
+
     error_type = "insufficient_quota"
     code = "insufficient_quota"
+    RETRY_SOON_S = 60.0
+
+    def headers(self) -> dict[str, str]:
+        headers = super().headers()
+        if self.retry_after_s is None or self.retry_after_s > self.RETRY_SOON_S:
+            headers["x-should-retry"] = "false"
+        return headers
 
 
 class BackendError(SwitchyardError):

@@ -68,7 +68,7 @@ class Metrics:
         )
         self.duration = Histogram(
             "switchyard_request_duration_seconds",
-            "Time from the request reaching the relay to its last byte (a stream's end).",
+            "Time from the request reaching the relay to its last byte (a stream's end); refusals are not observed.",
             ("model",),
             buckets=LLM_LATENCY_BUCKETS_S,
             registry=r,
@@ -123,6 +123,13 @@ class Metrics:
             ("team", "limit"),
             registry=r,
         )
+        self.refusals = Counter(
+            "switchyard_refusals",
+            "Requests answered with an error before any model was called, by team ('' without a valid key) "
+            "and reason (budget, rate_limit, else the error code: invalid_request, unsupported_parameter, ...).",
+            ("team", "reason"),
+            registry=r,
+        )
         self.batch_lines = Counter(
             "switchyard_batch_lines",
             "Batch lines this process ran to a result, by endpoint and outcome (answered, failed: an entry "
@@ -130,11 +137,36 @@ class Metrics:
             ("endpoint", "outcome"),
             registry=r,
         )
+        self.routed_requests = Counter(
+            "switchyard_routed_requests",
+            "Requests to auto or cascade that reached a model, once when they ended, by entry point and how "
+            "they ended: accepted (the first rung, or the model routed to, answered), escalated (a rung above "
+            "the first answered), failed (nothing answered).",
+            ("entry", "outcome"),
+            registry=r,
+        )
+        self.request_ttfb = Histogram(
+            "switchyard_request_ttfb_seconds",
+            "Time from the proxy receiving a request to the first byte of its answer's body, as the client "
+            "saw it, by route (explicit, or entry point:outcome); requests that reached a model only.",
+            ("route",),
+            buckets=LLM_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.request_ttlb = Histogram(
+            "switchyard_request_ttlb_seconds",
+            "Time from the proxy receiving a request to the last byte of its answer, as the client saw it, "
+            "by route (explicit, or entry point:outcome); requests that reached a model only.",
+            ("route",),
+            buckets=LLM_LATENCY_BUCKETS_S,
+            registry=r,
+        )
 
         # labelled children by their label values: `.labels()` validates and locks on every call,
         # and the same few models, teams and statuses come back request after request
         self._request_children: dict[tuple[str, str, str, str, int], tuple[Any, Any]] = {}
         self._attempt_children: dict[tuple[str, str], tuple[Any, Any, Any, Any]] = {}
+        self._seen_children: dict[tuple[str, str], tuple[Any, Any, Any]] = {}  # (entry point, outcome)
 
     def request_done(self, *, model: str, backend: str, tier: str, route: str, status: int, duration_s: float) -> None:
         key = (model, backend, tier, route, status)
@@ -147,8 +179,12 @@ class Metrics:
         duration.observe(duration_s)
 
     def request_refused(self, *, model: str, tier: str, route: str, status: int) -> None:
-        """A request that ended before the relay took it: counted, but no duration (it never ran)."""
+        """A request refused before any model was called: counted, but no duration (a refusal's
+        near-zero time would drag the latency percentiles down)."""
         self.requests.labels(model, "", tier, route, str(status)).inc()
+
+    def refused(self, team: str | None, reason: str) -> None:
+        self.refusals.labels(team or "", reason).inc()
 
     def route_decided(self, tier: str, reason: str) -> None:
         self.route_decisions.labels(tier, reason).inc()
@@ -181,6 +217,26 @@ class Metrics:
 
     def escalated(self, from_rung: str, to_rung: str, reason: str) -> None:
         self.escalations.labels(from_rung, to_rung, reason).inc()
+
+    def request_seen(
+        self, *, requested_model: str, escalation: str, ttfb_s: float | None, ttlb_s: float | None
+    ) -> None:
+        """A request that reached a model, as its client saw it: a routed one counted by how it
+        ended (`escalation`: accepted | escalated | failed), its times (None: not seen) by route."""
+        entry = route_of(requested_model)
+        children = self._seen_children.get((entry, escalation))
+        if children is None:
+            route = entry if entry == "explicit" else f"{entry}:{escalation}"
+            routed = self.routed_requests.labels(entry, escalation) if entry != "explicit" else None
+            children = (routed, self.request_ttfb.labels(route), self.request_ttlb.labels(route))
+            self._seen_children[(entry, escalation)] = children
+        routed, ttfb, ttlb = children
+        if routed is not None:
+            routed.inc()
+        if ttfb_s is not None:
+            ttfb.observe(max(ttfb_s, 0.0))
+        if ttlb_s is not None:
+            ttlb.observe(max(ttlb_s, 0.0))
 
 
 class HistogramTally:

@@ -5,6 +5,7 @@ holds the rest of the file and checks the models against each other."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, SecretStr, Tag, model_validator
@@ -106,6 +107,8 @@ class AdapterSettings(StrictModel):
 
 
 MODEL_KINDS = ("chat", "embedding")
+SELF_HOSTED_BACKENDS = ("embedded", "vllm")  # without `hosting:`, the others count as commercial
+HOSTING_LABELS = {"self": "self-hosted", "commercial": "commercial"}  # `hosting:` -> what the ledger records
 
 
 class _ModelBase(StrictModel):
@@ -129,6 +132,15 @@ class _ModelBase(StrictModel):
     assemble_from_stream: bool = False
     # what the model can do, key by key over what its backend reports (core/capabilities.py)
     capabilities: CapabilitySettings = Field(default_factory=CapabilitySettings)
+    # where it runs, for the reports' self-hosted against commercial; default: self for embedded and
+    # vllm, commercial for openai and litellm (a vLLM behind `backend: openai` wants `self`)
+    hosting: Literal["self", "commercial"] | None = None
+
+    @property
+    def hosting_label(self) -> str:
+        """What the ledger records: `self-hosted` or `commercial`."""
+        backend: str = self.backend  # type: ignore[attr-defined]
+        return HOSTING_LABELS[self.hosting or ("self" if backend in SELF_HOSTED_BACKENDS else "commercial")]
 
     @property
     def has_logprobs(self) -> bool:
@@ -231,6 +243,17 @@ class EmbeddedModel(_ModelBase):
 
 
 BACKEND_KINDS = ("openai", "vllm", "litellm", "embedded")
+
+
+def hosting_overrides(models: Iterable[AnyModelSettings]) -> dict[str, str]:
+    """Model (and LoRA adapter) name -> the ledger's hosting label, for the models whose config
+    sets `hosting:`: the reports apply it to their older records too."""
+    overrides = {}
+    for model in models:
+        if model.hosting is not None:
+            for name in (model.name, *(a.name for a in getattr(model, "adapters", ()))):
+                overrides[name] = model.hosting_label
+    return overrides
 
 
 def _backend_of(value: Any) -> str:

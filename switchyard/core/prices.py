@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 CHARS_PER_TOKEN = 4  # OpenAI's rule of thumb for English
+USD_DECIMALS = 8  # money in outputs (/v1/usage, the report's summary): the x-switchyard-cost-usd header's precision
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,11 @@ class Price:
         cached = self.cached_input_usd_per_mtok
         cached_scaled = None if cached is None else cached * factor
         return Price(self.input_usd_per_mtok * factor, self.output_usd_per_mtok * factor, cached_scaled)
+
+
+def round_usd(value: float) -> float:
+    """A USD amount as outputs show it: sums of float costs carry noise (0.02793500000000001)."""
+    return round(value, USD_DECIMALS) + 0.0  # + 0.0: no "-0.0"
 
 
 def estimate_tokens(text: str) -> int:

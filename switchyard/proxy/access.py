@@ -1,7 +1,15 @@
 """Who is calling and what they may ask: the key's principal, the admin key, and how the caller's
-requests meet a saturated backend (its priority tier, `switchyard.proxy.tiers`)."""
+requests meet a saturated backend (its priority tier, `switchyard.proxy.tiers`).
+
+A key is a bearer token (`Authorization: Bearer <key>`). The pages a browser opens (the reports)
+also take it as the password of HTTP Basic auth, any user name (`allow_basic`): only pages that
+read, since a browser sends Basic credentials it has cached with every request to the host.
+"""
 
 from __future__ import annotations
+
+import base64
+import binascii
 
 from starlette.requests import Request
 
@@ -12,21 +20,45 @@ from switchyard.proxy.services import Services
 from switchyard.proxy.tiers import priority_tier
 
 
-def authenticate(services: Services, request: Request) -> Principal | None:
+def basic_password(authorization: str | None) -> str | None:
+    """The password of `Authorization: Basic <base64 of user:password>` (None: not Basic, or malformed)."""
+    scheme, _, encoded = (authorization or "").partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    _, colon, password = decoded.partition(":")
+    return password if colon and password else None
+
+
+def _presented_key(request: Request, allow_basic: bool) -> str | None:
+    authorization = request.headers.get("authorization")
+    scheme, _, given = (authorization or "").partition(" ")
+    if scheme.lower() == "bearer" and given.strip():
+        return given.strip()
+    return basic_password(authorization) if allow_basic else None
+
+
+def authenticate(services: Services, request: Request, *, allow_basic: bool = False) -> Principal | None:
     """The caller (None when no team exists anywhere)."""
     try:
+        password = basic_password(request.headers.get("authorization")) if allow_basic else None
+        if password is not None and services.directory.is_enabled:
+            return services.directory.identify(password)
         return services.directory.authenticate(request.headers.get("authorization"))
     except UnknownKey as exc:
         raise AuthenticationFailed(str(exc)) from None
 
 
-def is_admin(services: Services, request: Request) -> bool:
-    """Does the request carry the admin key (`auth.admin_key`)?"""
+def is_admin(services: Services, request: Request, *, allow_basic: bool = False) -> bool:
+    """Does the request carry the admin key (`auth.admin_key`)? Compared as digests, in constant time."""
     admin_key = services.settings.auth.admin_key
-    if admin_key is None:
+    given = _presented_key(request, allow_basic)
+    if admin_key is None or given is None:
         return False
-    scheme, _, given = (request.headers.get("authorization") or "").partition(" ")
-    return scheme.lower() == "bearer" and same_digest(digest(given.strip()), digest(admin_key.get_secret_value()))
+    return same_digest(digest(given), digest(admin_key.get_secret_value()))
 
 
 def saturation_priority(services: Services, request: Request, principal: Principal | None) -> str | None:

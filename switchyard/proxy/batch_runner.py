@@ -345,7 +345,7 @@ class BatchRunner:
             wire, parsed, shape = self._parse(batch.endpoint, _body_of(raw))
         except SwitchyardError as exc:
             record_line.requested_model = exc.requested_model
-            end_exchange(services, record_line, None, exc.status_code, started_at)
+            end_exchange(services, record_line, None, exc.status_code, started_at, refused=exc)
             return exc.status_code, bytes(error_response(exc).body).decode(), []
         record_line.requested_model = wire.model
         collected = _Collected()

@@ -4,7 +4,8 @@ In this order: the caller's rate limits, then the route (`auto`), the cascade's 
 can serve the request (`cascade`) or the named model and its capabilities, then saturation
 admission, then the worst-case reservation in the caller's budgets, then the cascade's plan when
 the admitted model is a rung. A request no model may serve is refused here, before any call: like
-every 400 before a call, it is not metered.
+every refusal before a call, it is no attempt (its caller's refusal is one record of its own,
+`switchyard.proxy.exchange`).
 """
 
 from __future__ import annotations

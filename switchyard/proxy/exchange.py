@@ -1,7 +1,8 @@
 """One API request from its handler's first line to its last byte, and the one place it ends: the
-request count (`switchyard_requests_total` and the duration histograms) and the request log's line,
-both from values the handler got back along the way (the caller, the parsed request, the relay's
-`Relayed`), never read back from the response or the ASGI scope.
+request count (`switchyard_requests_total` and the duration histograms), its refusal (the count by
+reason and, for a known caller, its one ledger record) and the request log's line, all from values
+the handler got back along the way (the caller, the parsed request, the relay's `Relayed`), never
+read back from the response or the ASGI scope.
 
 - Model requests (`serve_model_request`): chat completions, completions, responses.
 - Every other `/v1/` endpoint (`LoggedRoute`: a log line).
@@ -23,6 +24,8 @@ from starlette.responses import Response
 
 from switchyard.backends.base import AnyRequest
 from switchyard.billing.directory import UnknownKey
+from switchyard.billing.metering import RequestMeter
+from switchyard.billing.refusals import refusal_reason, refusal_record
 from switchyard.billing.teams import Principal
 from switchyard.core.embeddings_wire import EmbeddingRequest
 from switchyard.core.errors import SwitchyardError
@@ -74,8 +77,10 @@ async def serve_model_request(request: Request, wire: type[W], prepare: Prepare 
     services = services_of(request)
     loop = asyncio.get_running_loop()
     started_at = loop.time()
+    received_at = time.monotonic()  # the clock of the meter's stamps (the client-seen times)
     line = _line(request)
     relayed: Relayed | None = None
+    refused: SwitchyardError | None = None  # before the relay took it
     try:
         try:
             principal = authenticate(services, request)  # before the body: a caller without a key learns that first
@@ -91,12 +96,12 @@ async def serve_model_request(request: Request, wire: type[W], prepare: Prepare 
                 priority=saturation_priority(services, request, principal),
             )
             state = request.scope["state"]
-            origin = Origin(state["request_id"], state["client_request_id"], request)
+            origin = Origin(state["request_id"], state["client_request_id"], request, received_at=received_at)
             relayed = await relay(services, origin, principal, parsed, routing, shape)
             response, status = relayed.response, relayed.status
         except SwitchyardError as exc:
             line.requested_model = line.requested_model or exc.requested_model
-            response, status = error_response(exc), exc.status_code
+            response, status, refused = error_response(exc), exc.status_code, exc
     except BaseException as exc:  # the client left (499), the server is stopping, or a bug (500)
         cut = isinstance(exc, asyncio.CancelledError | ClientDisconnect)
         end_exchange(services, line, relayed, CLIENT_CLOSED_REQUEST if cut else 500, started_at)
@@ -104,7 +109,9 @@ async def serve_model_request(request: Request, wire: type[W], prepare: Prepare 
 
     def end() -> None:
         nonlocal relayed
-        end_exchange(services, line, relayed, status, started_at)
+        refusal = end_exchange(services, line, relayed, status, started_at, refused=refused)
+        if refusal is not None:
+            _meter_refusal(services, line, refusal)
         # `relayed` holds the response, whose background holds this function: let go of it, and the
         # request's objects are freed at once, not left to the garbage collector as a cycle
         relayed = None
@@ -127,17 +134,46 @@ def _then(background: BackgroundTask | None, end: Callable[[], None]) -> Backgro
 
 
 def end_exchange(
-    services: Services, line: RequestLine, relayed: Relayed | None, status: int, started_at: float
-) -> None:
-    """The request is over: counted once, and its line written."""
+    services: Services,
+    line: RequestLine,
+    relayed: Relayed | None,
+    status: int,
+    started_at: float,
+    *,
+    refused: SwitchyardError | None = None,
+) -> SwitchyardError | None:
+    """The request is over: counted once, and its line written. `refused`: the error that ended it
+    before the relay took it. Returns the refusal, when no model was called for it."""
     now = asyncio.get_running_loop().time()
     line.status = status
+    refusal = relayed.refusal if relayed is not None else refused
     if relayed is not None:
         _count_relayed(services, line, relayed, now - relayed.started_at)
     else:
         _count_refused(services, line.requested_model or "", status)
+    if refusal is not None:
+        services.metrics.refused(line.team, refusal_reason(refusal))
     if services.settings.logging.requests:
         write_line(line, now - started_at, services.settings.logging.format)
+    return refusal
+
+
+def _meter_refusal(services: Services, line: RequestLine, refusal: SwitchyardError) -> None:
+    """A known caller's refusal, in the ledger once (a caller without a valid key has no team)."""
+    if services.ledger is None or line.team is None:
+        return
+    services.ledger.record(
+        refusal_record(
+            request_id=line.request_id,
+            reason=refusal_reason(refusal),
+            started_at=line.started_at,
+            duration_ms=max(time.time() - line.started_at, 0.0) * 1000,
+            team=line.team,
+            key_id=line.key_id,
+            requested_model=line.requested_model,
+            client_request_id=line.client_request_id,
+        )
+    )
 
 
 def _count_relayed(services: Services, line: RequestLine, relayed: Relayed, duration_s: float) -> None:
@@ -146,6 +182,7 @@ def _count_relayed(services: Services, line: RequestLine, relayed: Relayed, dura
     requested = line.requested_model or ""
     if meter is not None:
         line.totals = meter.totals
+        _count_seen(services, line, relayed, meter)
     if decision is not None:
         line.route = decision.headers.get("x-switchyard-route")
         cascade = answered.cascade if answered is not None else None
@@ -162,11 +199,34 @@ def _count_relayed(services: Services, line: RequestLine, relayed: Relayed, dura
     if decision is not None and answered is not None and answered.entry is not decision.entry and not is_cascade:
         metrics.fell_back(decision.entry.name, answered.entry.name)  # one of the routed model's fallbacks answered
     tier = (entry.tier or "") if entry is not None else ""
+    if relayed.refusal is not None:  # no model was called: no duration
+        metrics.request_refused(model=model, tier=tier, route=route_of(requested), status=relayed.status)
+        return
     metrics.request_done(
         model=model, backend=backend, tier=tier, route=route_of(requested), status=relayed.status, duration_s=duration_s
     )
     if relayed.is_whole and not is_cascade and meter is not None and meter.upstream_s > 0:
         metrics.overhead.observe(max(duration_s - meter.upstream_s, 0.0))
+
+
+def _count_seen(services: Services, line: RequestLine, relayed: Relayed, meter: RequestMeter) -> None:
+    """The request as its client saw it, once it reached a model: routed requests counted by how
+    they ended; time to the first and the last byte of its answer by route (a client's request
+    only: a batch's line has none). A whole answer is one write, sent before this runs."""
+    totals = meter.totals
+    ttfb_s: float | None = None
+    ttlb_s: float | None = None
+    if totals.received_at is not None and relayed.status != CLIENT_CLOSED_REQUEST:
+        ttlb_s = time.monotonic() - totals.received_at
+        if relayed.is_whole:
+            ttfb_s = ttlb_s
+        elif totals.first_byte_at is not None:
+            ttfb_s = totals.first_byte_at - totals.received_at
+    line.ttfb_s = ttfb_s
+    if meter.num_attempts > 0:
+        services.metrics.request_seen(
+            requested_model=line.requested_model or "", escalation=totals.escalation, ttfb_s=ttfb_s, ttlb_s=ttlb_s
+        )
 
 
 def model_label(services: Services, requested: str) -> str:
@@ -236,5 +296,6 @@ def not_routed(request: Request, status: int) -> None:
     line.status = status
     if request.url.path in MODEL_PATHS:
         _count_refused(services, "", status)
+        services.metrics.refused(None, "method_not_allowed" if status == 405 else "unknown_url")
     if services.settings.logging.requests:
         write_line(line, 0.0, services.settings.logging.format)

@@ -21,7 +21,7 @@ from switchyard.backends.base import AnyRequest
 from switchyard.backends.registry import ModelEntry
 from switchyard.billing.context import Deadline, RequestContext
 from switchyard.billing.ledger import Ledger
-from switchyard.billing.metering import RequestMeter, RequestTags, cached_prompt_tokens, usage_of
+from switchyard.billing.metering import RequestMeter, RequestTags, RequestTotals, cached_prompt_tokens, usage_of
 from switchyard.billing.teams import Principal
 from switchyard.cascade.runtime import Plan
 from switchyard.core.capabilities import needs
@@ -64,6 +64,14 @@ class Relayed:
     meter: RequestMeter | None = None  # None: refused before metering began (a priority tier's cap)
     decision: Decision | None = None  # None: refused before routing
     answered: Answered | None = None  # None: refused, or every attempt failed
+    error: SwitchyardError | None = None  # what the client was told, when the answer is an error
+
+    @property
+    def refusal(self) -> SwitchyardError | None:
+        """The error, when no model was called for the request (nothing metered)."""
+        if self.error is None or (self.meter is not None and self.meter.num_attempts > 0):
+            return None
+        return self.error
 
     @property
     def is_whole(self) -> bool:
@@ -108,6 +116,7 @@ class Origin:
     client_request_id: str | None = None
     request: Request | None = None
     terms: LineTerms | None = None
+    received_at: float | None = None  # time.monotonic() when the proxy received it (None: no client, a batch's line)
 
 
 def _tags(origin: Origin, parsed: AnyRequest, decision: Decision, principal: Principal | None) -> RequestTags:
@@ -157,6 +166,7 @@ async def relay(
         team=team.name if team is not None else None,
         spending=spending,
         metrics=services.metrics,
+        totals=RequestTotals(received_at=origin.received_at),
     )
     annotate_request(requested_model=parsed.model, stream=bool(parsed.stream))
     ctx = RequestContext(meter.request_id, meter, principal)
@@ -172,7 +182,7 @@ async def relay(
         response, answered = await _execute(services, decision, parsed, ctx, shape)
         return Relayed(response, response.status_code, started_at, meter, decision, answered)
     except SwitchyardError as exc:
-        return Relayed(shape.refusal(exc), exc.status_code, started_at, meter, decision)
+        return Relayed(shape.refusal(exc), exc.status_code, started_at, meter, decision, error=exc)
     except asyncio.CancelledError:
         if not left or this.cancelling() > 1:
             raise
@@ -210,9 +220,11 @@ async def _execute(
         return response, answered
     answer = await services.executor.complete(decision.entry, parsed, ctx, decision.needed)
     answered = Answered(answer.entry, answer.deployment)
-    meter.finished(answer.entry, "completed", usage_of(answer.result), meter.num_chunks, deployment=answer.deployment)
+    usage = usage_of(answer.result)
+    meter.finished(answer.entry, "completed", usage, meter.num_chunks, deployment=answer.deployment, sent="whole")
+    body = shape.whole(answer.result.data)
     headers = _answer_headers(answered) | _upstream_model_header(answer.result) | decision.headers | _cost_header(meter)
-    return Response(shape.whole(answer.result.data), media_type="application/json", headers=headers), answered
+    return Response(body, media_type="application/json", headers=headers), answered
 
 
 async def _relay_cascade(
@@ -237,7 +249,9 @@ async def _relay_cascade(
         assert outcome.result is not None
         num_chunks = outcome.meter.num_chunks
         usage = usage_of(outcome.result)
-        outcome.meter.finished(outcome.entry, "completed", usage, num_chunks, deployment=outcome.deployment)
+        outcome.meter.finished(
+            outcome.entry, "completed", usage, num_chunks, deployment=outcome.deployment, sent="whole"
+        )
         body = shape.whole(outcome.result.data)
         return Response(body, media_type="application/json", headers=headers | _cost_header(ctx.meter)), answered
     assert outcome.rest is not None
@@ -290,7 +304,8 @@ def _sse_response(
         # the upstream here. Otherwise a no-op.
         await body.aclose()  # type: ignore[attr-defined]
         if not meter.is_closed:
-            meter.finished(entry, "cancelled", None, 1 if first is not None else 0, deployment=deployment)
+            num_chunks = 1 if first is not None else 0
+            meter.finished(entry, "cancelled", None, num_chunks, deployment=deployment, sent="stream")
             if meter.spending is not None:
                 meter.spending.settle()
             await rest.aclose()  # type: ignore[attr-defined]
@@ -331,6 +346,7 @@ async def _sse_body(
                 chunk = _with_cost(chunk, meter, entry) if include_usage else _without_usage(chunk)
             if chunk is not None:
                 for event in shape.events(chunk):
+                    meter.first_byte()
                     yield event
             chunk = await anext(rest, None)
         status = "completed"
@@ -352,8 +368,9 @@ async def _sse_body(
         streams.discard(this)
         if gaps is not None:
             gaps.flush()
-        meter.finished(entry, status, usage, num_chunks, error, deployment=answered.deployment)
+        meter.finished(entry, status, usage, num_chunks, error, deployment=answered.deployment, sent="stream")
         if meter.spending is not None:
             meter.spending.settle()
         await rest.aclose()  # type: ignore[attr-defined]
+    meter.first_byte()  # an empty stream's first byte is its end
     yield shape.end()

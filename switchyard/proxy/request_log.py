@@ -56,6 +56,7 @@ class RequestLine:
     route: str | None = None
     cascade: str | None = None
     totals: RequestTotals | None = None
+    ttfb_s: float | None = None  # to the first byte of the answer's body, as the client saw it
 
     def fields(self, duration_s: float) -> dict[str, Any]:
         totals = self.totals
@@ -81,6 +82,7 @@ class RequestLine:
             "completion_tokens": totals.completion_tokens if totals is not None else 0,
             "cost_usd": round(totals.cost_usd, 10) if totals is not None else 0.0,
             "ttft_ms": _ms(totals.ttft_s) if totals is not None else None,  # streams and assembled answers
+            "ttfb_ms": _ms(self.ttfb_s),
             "duration_ms": _ms(duration_s),
         }
         if self.prompt is not None:

@@ -73,7 +73,9 @@ def test_200_concurrent_requests_do_not_spend_20_times_the_budget(upstream, tmp_
         statuses = Counter(r.status_code for r in responses)
         assert 9 <= statuses[200] <= 10, statuses  # each reserved its $0.001: at most ten fit
         assert statuses[429] == 200 - statuses[200]
-        assert wait_until(lambda: len(read_ledger(app)) == statuses[200], timeout_s=30)
+        # every request once in the ledger: each answer's attempt, each refusal's record (of no cost)
+        assert wait_until(lambda: len(read_ledger(app)) == 200, timeout_s=30)
+        assert Counter(r.status for r in read_ledger(app)) == {"completed": statuses[200], "refused": statuses[429]}
     spent = sum(r.cost_usd for r in read_ledger(f"sqlite:///{tmp_path / 'usage.db'}"))
     assert spent <= 0.01 + 1e-9
 

@@ -139,7 +139,7 @@ def test_an_explicit_model_without_tools_is_a_400_naming_the_parameter(auto_prox
     assert _called(served) == TOOLS[0]["function"]["name"] and states["large"].records
 
 
-def test_refusals_never_open_the_breaker_nor_reach_the_ledger(auto_proxy):
+def test_refusals_never_open_the_breaker_nor_are_metered_as_attempts(auto_proxy):
     url, states, app = auto_proxy
     with _sdk(url) as sdk:
         for _ in range(10):  # over breaker_fail_max (3)
@@ -149,10 +149,12 @@ def test_refusals_never_open_the_breaker_nor_reach_the_ledger(auto_proxy):
     assert _text(plain).startswith("small")
     assert app.state.services.executor.states()["m-small"] == "closed"
     assert len(states["small"].records) == 1
-    records = wait_for_records(app, 1, timeout_s=30)
-    # a refusal is not metered, as no 400 before a call is
-    assert [(r.model, r.status) for r in records] == [("m-small", "completed")]
-    assert len(read_ledger(app)) == 1
+    records = wait_for_records(app, 11, timeout_s=30)
+    # a refusal is one record of its own (no model, no cost), not an attempt at m-small
+    assert sorted((r.model, r.status, r.error) for r in records) == [("", "refused", "unsupported_parameter")] * 10 + [
+        ("m-small", "completed", None)
+    ]
+    assert len(read_ledger(app)) == 11
 
 
 # -- auto --------------------------------------------------------------------------------------

@@ -32,11 +32,15 @@ CONTRACT = {
     "switchyard_proxy_overhead_seconds": "histogram",
     "switchyard_classifier_decision_seconds": "histogram",
     "switchyard_cascade_escalations": "counter",
+    "switchyard_routed_requests": "counter",
+    "switchyard_request_ttfb_seconds": "histogram",
+    "switchyard_request_ttlb_seconds": "histogram",
     "switchyard_breaker_state": "gauge",
     "switchyard_cost_usd": "counter",
     "switchyard_tokens": "counter",
     "switchyard_budget_used_ratio": "gauge",
     "switchyard_queue_depth_tokens": "gauge",
+    "switchyard_refusals": "counter",
 }
 PRICE = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}
 ODD_NAME = 'we"ird\\model'
@@ -309,8 +313,14 @@ def test_every_model_request_is_counted_once_whatever_refuses_it(gated):
     assert not any(
         "secret-name" in value for s in families["switchyard_requests"].samples for value in s.labels.values()
     )
-    # a refusal before the relay never ran: no duration
-    assert _value(families, "switchyard_request_duration_seconds_count") == 5
+    # a refusal never called a model: no duration (only the three answers have one)
+    assert _value(families, "switchyard_request_duration_seconds_count") == 3
+    refusals = "switchyard_refusals_total"
+    assert _value(families, refusals, team="once", reason="rate_limit") == 1
+    assert _value(families, refusals, team="capped", reason="model_not_found") == 1
+    assert _value(families, refusals, team="", reason="invalid_api_key") == 2
+    assert _value(families, refusals, team="", reason="method_not_allowed") == 1  # answered before the key is read
+    assert _value(families, refusals) == 16 - 3  # every request but the three answers
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ HI = [{"role": "user", "content": PROMPT}]
 FIELDS = {
     "time", "request_id", "method", "path", "status", "team", "key_id", "requested_model", "model", "backend",
     "route", "cascade", "stream", "outcome", "attempts", "prompt_tokens", "completion_tokens", "cost_usd",
-    "ttft_ms", "duration_ms",
+    "ttft_ms", "ttfb_ms", "duration_ms",
 }  # fmt: skip
 
 
@@ -121,12 +121,14 @@ def test_one_line_per_request_with_its_fields_and_no_secret(upstreams, caplog):
         assert line["prompt_tokens"] > 0 and line["completion_tokens"] > 0 and line["cost_usd"] > 0
         # asked of the upstream as it came (the default): a whole answer has no first chunk to time
         assert line["ttft_ms"] is None and line["duration_ms"] > 0 and not line["stream"]
+        assert line["ttfb_ms"] > 0  # a whole answer's first byte is its last: written at once
         assert float(explicit.headers["x-switchyard-cost-usd"]) == pytest.approx(line["cost_usd"])
         assert "prompt" not in line
 
         line = proxy.line_of(streamed)
         assert line["stream"] and line["status"] == 200 and line["outcome"] == "completed"
         assert line["ttft_ms"] is not None and line["completion_tokens"] > 0
+        assert 0 < line["ttfb_ms"] <= line["duration_ms"]  # its first chunk, as the client saw it
 
         line = proxy.line_of(cascade)
         assert (line["requested_model"], line["model"]) == ("cascade", "strong")
@@ -143,6 +145,7 @@ def test_one_line_per_request_with_its_fields_and_no_secret(upstreams, caplog):
 
         line = proxy.line_of(bad_body)
         assert line["status"] == 400 and line["team"] == "alpha" and line["attempts"] == []
+        assert line["ttfb_ms"] is None  # refused before the relay
 
         line = proxy.line_of(limited)
         assert line["status"] == 429 and line["team"] == "tight" and line["requested_model"] == "cheap"

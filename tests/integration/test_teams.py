@@ -165,7 +165,9 @@ def test_budget_headroom_routes_down_reserves_then_refuses_and_a_restart_remembe
         )
         with pytest.raises(openai.RateLimitError) as refused:
             _auto(sdk, 0.1)
-        assert wait_until(lambda: len([r for r in read_ledger(app) if r.team == "research"]) == 3, timeout_s=30)
+        research = lambda: sorted(r.status for r in read_ledger(app) if r.team == "research")  # noqa: E731
+        # three answers, and the two refusals (a refused request is one record, of no cost)
+        assert wait_until(lambda: research() == ["completed"] * 3 + ["refused"] * 2, timeout_s=30), research()
         spent = _spent(app, "research")
         with _sdk(url, "sk-search") as search:  # other teams are not affected
             assert search.chat.completions.create(model="m-small", messages=[{"role": "user", "content": "hi"}])

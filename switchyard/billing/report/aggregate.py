@@ -9,10 +9,13 @@ day its first attempt started.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
-from switchyard.billing.records import UsageRecord
+from switchyard.billing.records import REFUSED, UsageRecord
+from switchyard.billing.report.confidence import ConfidenceSums
+from switchyard.billing.report.refusals import Refusals
 from switchyard.billing.report.requests import OUTCOMES, ROUTED_KINDS, RequestTrace, RequestTracker
 from switchyard.billing.report.reservoir import Reservoir
 
@@ -26,9 +29,10 @@ def utc_day(ts: float) -> date:
 
 
 def escalation_reason(error: str | None) -> str:
-    """The reason's name without its figures: `low confidence (0.31 < 0.5)` → `low confidence`."""
+    """The reason's name without its figures, spelt as the metrics spell it (words joined by
+    hyphens): `low-confidence (0.31 < 0.5)` and older rows' `low confidence` → `low-confidence`."""
     text = (error or "").split("(", 1)[0].split(":", 1)[0].strip().lower()
-    return text or "unspecified"
+    return "-".join(text.split()) or "unspecified"
 
 
 @dataclass(slots=True)
@@ -98,9 +102,15 @@ class SavingsSums:
 
 
 @dataclass(slots=True)
-class CascadeDay:
+class EscalationSums:
+    """Routed requests of one entry point (auto or cascade) and how many escalated."""
+
     requests: int = 0
     escalated: int = 0
+
+    @property
+    def rate(self) -> float | None:
+        return self.escalated / self.requests if self.requests else None
 
 
 NO_KEY = "(no key)"
@@ -116,8 +126,10 @@ class Aggregator:
         until: date | None = None,
         team: str | None = None,
         reservoir_size: int = 4096,
+        hosting: Mapping[str, str] | None = None,
     ) -> None:
         self.since, self.until, self.team = since, until, team
+        self.hosting_overrides = dict(hosting or {})  # model -> hosting, over what its records say
         self.reservoir_size = reservoir_size
         self.num_records = 0
         self.num_skipped = 0  # outside the period or of another team
@@ -126,16 +138,25 @@ class Aggregator:
         self.by_key: dict[tuple[str, str], Sums] = defaultdict(Sums)  # (team, key id) over the period
         self.by_model_day: dict[tuple[date, str], Sums] = defaultdict(Sums)
         self.by_model: dict[str, Sums] = defaultdict(Sums)
+        self.by_team_model: dict[tuple[str, str], Sums] = defaultdict(Sums)  # over the period
         self.by_hosting: dict[str, Sums] = defaultdict(Sums)
         self.by_kind_day: dict[tuple[date, str], Sums] = defaultdict(Sums)  # kind: interactive | batch
         self.hosting_of_model: dict[str, str] = {}
         self.latency_ms: dict[str, Reservoir] = {}
         self.ttft_ms: dict[str, Reservoir] = {}
-        self.escalations: Counter[tuple[date, str]] = Counter()
         self.route_mix: dict[str, RouteSums] = defaultdict(RouteSums)
-        self.cascade_by_day: dict[date, CascadeDay] = defaultdict(CascadeDay)
+        # escalation, per request: (day, entry point) -> requests and escalated ones; (day, entry, reason)
+        self.escalation_by_day: dict[tuple[date, str], EscalationSums] = defaultdict(EscalationSums)
+        self.escalation_reasons: Counter[tuple[date, str, str]] = Counter()
+        self.confidence = ConfidenceSums()  # the cascade's judged answers
+        # as the client saw it, per route label: time to first byte, total, and the total beyond the
+        # answering attempt's own duration (routing, rungs judged and dropped, retries)
+        self.client_ttfb_ms: dict[str, Reservoir] = {}
+        self.client_duration_ms: dict[str, Reservoir] = {}
+        self.client_added_ms: dict[str, Reservoir] = {}
         self.savings: dict[tuple[date, str], SavingsSums] = defaultdict(SavingsSums)
         self.num_requests = 0  # requests joined from their attempts (shadow-only ones left out)
+        self.refusals = Refusals()  # refused requests: counted apart, in no other figure
         self._tracker = RequestTracker(self._add_request)
 
     def add(self, record: UsageRecord) -> None:
@@ -147,17 +168,22 @@ class Aggregator:
         ):
             self.num_skipped += 1
             return
-        self.num_records += 1
         team = record.team or NO_TEAM
-        hosting = record.hosting or self.hosting_of_model.get(record.model, UNKNOWN_HOSTING)
-        if record.hosting:
-            self.hosting_of_model[record.model] = record.hosting
+        if record.status == REFUSED:
+            self.refusals.add(record, team, record.key_id or NO_KEY)
+            return
+        self.num_records += 1
+        recorded = self.hosting_overrides.get(record.model) or record.hosting
+        hosting = recorded or self.hosting_of_model.get(record.model, UNKNOWN_HOSTING)
+        if recorded:
+            self.hosting_of_model[record.model] = recorded
         for sums in (
             self.totals,
             self.by_team_day[(day, team)],
             self.by_key[(team, record.key_id or NO_KEY)],
             self.by_model_day[(day, record.model)],
             self.by_model[record.model],
+            self.by_team_model[(team, record.model)],
             self.by_hosting[hosting],
             self.by_kind_day[(day, BATCH if record.batch_id else INTERACTIVE)],
         ):
@@ -166,8 +192,8 @@ class Aggregator:
             self._sample(self.latency_ms, record.model, record.duration_ms)
             if record.ttft_ms is not None:
                 self._sample(self.ttft_ms, record.model, record.ttft_ms)
-        if record.status == "escalated":
-            self.escalations[(day, escalation_reason(record.error))] += 1
+        if record.threshold is not None:
+            self.confidence.add(record)
         self._tracker.add(record, day, team)
 
     def add_batch(self, records: list[UsageRecord]) -> None:
@@ -190,10 +216,20 @@ class Aggregator:
         route = self.route_mix[trace.route_label]
         route.outcomes[trace.outcome] += 1
         route.cost_usd += trace.cost_usd
-        if trace.kind == "cascade":
-            cascade = self.cascade_by_day[trace.day]
-            cascade.requests += 1
-            cascade.escalated += trace.has_escalated
+        if trace.kind in ROUTED_KINDS:
+            escalation = self.escalation_by_day[(trace.day, trace.kind)]
+            escalation.requests += 1
+            reason = trace.escalation_reason
+            if reason is not None:
+                escalation.escalated += 1
+                self.escalation_reasons[(trace.day, trace.kind, escalation_reason(reason))] += 1
+        if trace.client_duration_ms is not None:
+            label = trace.route_label
+            self._sample(self.client_duration_ms, label, trace.client_duration_ms)
+            if trace.client_ttfb_ms is not None:
+                self._sample(self.client_ttfb_ms, label, trace.client_ttfb_ms)
+            if trace.sent_attempt_ms is not None:
+                self._sample(self.client_added_ms, label, max(trace.client_duration_ms - trace.sent_attempt_ms, 0.0))
         if trace.kind in ROUTED_KINDS:
             savings = self.savings[(trace.day, trace.kind)]
             savings.requests += 1

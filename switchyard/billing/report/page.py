@@ -6,6 +6,7 @@ its plot, a line on how to read it, and its tables. An empty period is a page th
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 from html import escape
@@ -16,6 +17,7 @@ from switchyard.billing.report.tables import Cell, Table
 
 FOOTER = "switchyard report --out DIR writes the same numbers as CSV files and summary.json."
 MAX_TABLE_ROWS = 200  # beyond this the page shows the first rows and points at the CSV file
+MAX_PIVOT_MODELS = 10  # the team × model table's columns: the costliest models, the rest summed as "other"
 
 CSS = """
 :root { --ink:#1f2933; --muted:#616e7c; --line:#e4e7eb; --accent:#4e79a7; --bg:#f5f7fa; }
@@ -54,6 +56,8 @@ td.num { text-align:right; }
 .nousage { background:#fff; border:1px solid var(--line); border-radius:8px; padding:40px; text-align:center; }
 .nousage h2 { margin:0 0 8px; }
 footer { color:var(--muted); font-size:12px; text-align:center; padding:0 0 24px; }
+td.worse { color:#b42318; } td.better { color:#2f7d32; }
+tr.total td { font-weight:600; }
 """
 
 
@@ -121,6 +125,19 @@ def render_plot(plot: Plot, tables: Mapping[str, Table]) -> str:
     return "\n".join(parts)
 
 
+def render_refusals(table: Table) -> str:
+    """The refused requests per team and key by reason (a panel; nothing when there were none)."""
+    num_refused = sum(n for *_, n in table.rows if isinstance(n, int))
+    if not num_refused:
+        return ""
+    return (
+        '<section class="panel" id="refusals"><h2>Refusals</h2>'
+        f'<p class="explain">{num_refused:,} requests answered with an error before any model was called, per '
+        "team and key by reason (budget, rate_limit, else the error code sent). They are in no other figure "
+        "or number: they used no tokens, cost nothing and have no latency.</p>" + render_table(table) + "</section>"
+    )
+
+
 def _kpi(label: str, value: str, note: str) -> str:
     return (
         f'<div class="kpi"><div class="label">{escape(label)}</div><div class="value">{escape(value)}</div>'
@@ -148,11 +165,7 @@ def render_kpis(summary: Mapping[str, Any]) -> str:
             if saved["routed_requests"]
             else "no auto or cascade requests",
         ),
-        _kpi(
-            "Escalation rate",
-            percent(escalation["rate"]),
-            f"{escalation['escalated_requests']:,} of {escalation['cascade_requests']:,} cascade requests",
-        ),
+        *(_escalation_kpi(entry, escalation[entry]) for entry in ("cascade", "auto")),
         _batch_kpi(summary),
         _kpi(
             "Self-hosted tokens",
@@ -163,6 +176,18 @@ def render_kpis(summary: Mapping[str, Any]) -> str:
     return '<section class="kpis">' + "".join(cards) + "</section>"
 
 
+def _escalation_kpi(entry: str, escalation: Mapping[str, Any]) -> str:
+    """One entry point's escalation rate: its requests a rung other than their first answered."""
+    if not escalation["requests"]:
+        return _kpi(f"Escalation rate · {entry}", "—", f"no {entry} requests")
+    return _kpi(
+        f"Escalation rate · {entry}",
+        percent(escalation["rate"]),
+        f"{escalation['escalated_requests']:,} of {escalation['requests']:,} {entry} requests answered by a "
+        "higher rung",
+    )
+
+
 def _batch_kpi(summary: Mapping[str, Any]) -> str:
     batch = summary["kinds"].get("batch")
     if not batch:
@@ -170,6 +195,102 @@ def _batch_kpi(summary: Mapping[str, Any]) -> str:
     share = batch["cost_usd"] / summary["cost_usd"] if summary["cost_usd"] else None
     return _kpi(
         "Batch cost", usd(batch["cost_usd"]), f"{batch['requests']:,} batch requests · {percent(share)} of the cost"
+    )
+
+
+COMPARED_ROWS = (
+    ("Total cost", "cost_usd", usd),
+    ("Requests", "requests", lambda v: f"{v:,}"),
+    ("Attempts", "attempts", lambda v: f"{v:,}"),
+    ("Prompt tokens", "prompt_tokens", lambda v: f"{v:,}"),
+    ("Completion tokens", "completion_tokens", lambda v: f"{v:,}"),
+    ("Saved by routing", "savings_usd", usd),
+    ("Escalation rate · cascade", "cascade_escalation_rate", percent),
+    ("Escalation rate · auto", "auto_escalation_rate", percent),
+)
+
+
+# Which way is good news (coloured green, the other way red); counts of traffic are neither.
+BETTER_WHEN = {"cost_usd": -1, "savings_usd": 1, "cascade_escalation_rate": -1, "auto_escalation_rate": -1}
+
+
+def render_comparison(since: date | None, until: date | None, summary: Mapping[str, Any]) -> str:
+    """The headline numbers beside the previous period's, or a line saying why there is none."""
+    previous, change = summary.get("previous"), summary.get("change")
+    if previous is None or change is None:
+        if since is not None and until is not None:
+            return ""
+        return (
+            '<section class="panel" id="previous-period"><h2>Against the previous period</h2>'
+            '<p class="empty">No previous period to compare with: this period is open-ended. '
+            "Give both its first and its last day (since and until) to see the same number of days "
+            "just before it.</p></section>"
+        )
+    rows = []
+    for label, key, shown in COMPARED_ROWS:
+        now, before, moved = summary_value(summary, key), previous[key], change[key]
+        absolute = moved["absolute"]
+        if absolute is None:
+            delta = "—"
+        elif key.endswith("escalation_rate"):
+            delta = f"{absolute * 100:+.1f} pts"
+        elif key.endswith("_usd"):
+            delta = ("+" if absolute > 0 else "") + usd(absolute)
+        else:
+            delta = f"{absolute:+,}"
+        pct = "—" if moved["pct"] is None else f"{moved['pct']:+.1f}%"
+        direction = (absolute > 0) - (absolute < 0) if absolute else 0
+        trend = {1: " better", -1: " worse", 0: ""}[direction * BETTER_WHEN.get(key, 0)]
+        rows.append(
+            f"<tr><td>{escape(label)}</td><td class=num>{escape(shown(now) if now is not None else '—')}</td>"
+            f"<td class=num>{escape(shown(before) if before is not None else '—')}</td>"
+            f'<td class="num{trend}">{escape(delta)}</td><td class="num{trend}">{escape(pct)}</td></tr>'
+        )
+    head = (
+        f"<tr><th></th><th>this period</th><th>previous: {escape(previous['since'])} → {escape(previous['until'])}"
+        "</th><th>change</th><th>change %</th></tr>"
+    )
+    return (
+        '<section class="panel" id="previous-period"><h2>Against the previous period</h2>'
+        '<p class="explain">The same number of days just before this period, for the same team filter.</p>'
+        f'<div class="scroll"><table><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table></div></section>'
+    )
+
+
+def summary_value(summary: Mapping[str, Any], key: str) -> Any:
+    if key == "savings_usd":
+        return summary["savings"]["savings_usd"]
+    if key.endswith("_escalation_rate"):
+        return summary["escalation"][key.removesuffix("_escalation_rate")]["rate"]
+    return summary[key]
+
+
+def render_team_model(table: Table) -> str:
+    """The period's cost as teams (rows) × models (columns), then the table it is read from."""
+    model_total: dict[str, float] = defaultdict(float)
+    for row in table.records():
+        model_total[row["model"]] += row["cost_usd"]
+    models = sorted(model_total, key=lambda m: (-model_total[m], m))
+    columns = models[:MAX_PIVOT_MODELS] + (["other"] if len(models) > MAX_PIVOT_MODELS else [])
+    pivot: dict[str | None, dict[str, float]] = defaultdict(lambda: defaultdict(float))  # team -> column -> cost
+    for row in table.records():
+        column = row["model"] if row["model"] in columns else "other"
+        for team in (row["team"], None):  # None: the total row
+            pivot[team][column] += row["cost_usd"]
+            pivot[team]["total"] += row["cost_usd"]
+    head = "<tr><th>team</th>" + "".join(f"<th>{escape(c)}</th>" for c in columns) + "<th>total</th></tr>"
+    body = []
+    teams = sorted((t for t in pivot if t is not None), key=lambda t: (-pivot[t]["total"], t))
+    for team in [*teams, None]:
+        cells = "".join(f"<td class=num>{usd(pivot[team][c])}</td>" for c in [*columns, "total"])
+        name, css = ("total", ' class="total"') if team is None else (team, "")
+        body.append(f"<tr{css}><td>{escape(name)}</td>{cells}</tr>")
+    return (
+        '<section class="panel" id="cost-by-team-model"><h2>Cost by team and model</h2>'
+        '<p class="explain">What each team spent on each model over the whole period, every attempt included; '
+        f"the {MAX_PIVOT_MODELS} costliest models have a column each, the rest are summed as “other”.</p>"
+        f'<div class="scroll"><table><thead>{head}</thead><tbody>{"".join(body)}</tbody></table></div>'
+        f"{render_table(table)}</section>"
     )
 
 
@@ -209,9 +330,17 @@ def render_page(
         )
         nav = ""
     else:
-        nav = "<nav>" + "".join(f'<a href="#{p.id.removeprefix("fig-")}">{escape(p.title)}</a>' for p in plots)
-        nav += "</nav>"
-        body = render_kpis(summary) + "\n".join(render_plot(p, tables) for p in plots)
+        links, sections = [], []
+        for p in plots:
+            links.append((p.id.removeprefix("fig-"), p.title))
+            sections.append(render_plot(p, tables))
+            if p.id == "fig-cost-by-model" and "cost_by_team_model" in tables:
+                links.append(("cost-by-team-model", "Cost by team and model"))
+                sections.append(render_team_model(tables["cost_by_team_model"]))
+        nav = "<nav>" + "".join(f'<a href="#{anchor}">{escape(title)}</a>' for anchor, title in links) + "</nav>"
+        body = render_kpis(summary) + render_comparison(since, until, summary) + "\n".join(sections)
+    if "refusals" in tables:
+        body += render_refusals(tables["refusals"])
     title = f"Switchyard usage report · {period} · {team_text}"
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'

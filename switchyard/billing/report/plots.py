@@ -10,6 +10,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import date, timedelta
+from typing import Any
 
 import matplotlib.dates as mdates
 import numpy as np
@@ -29,6 +30,7 @@ OUTCOME_STYLE = {
     "failed": ("failed", "#e15759"),
 }
 MAX_SERIES = 8  # more teams or models than this are summed as "other" in the plot (not in the tables)
+FEW_DAYS = 7  # a period this short gets a tick and a label for each of its days
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +71,17 @@ def usd_text(value: float) -> str:
 
 
 def _day_axis(ax: Axes, days: list[date]) -> None:
+    num_days = (days[-1] - days[0]).days + 1
+    if num_days <= FEW_DAYS:
+        # a tick a day, each labelled, and no empty day around them (a lone day is not a 3-day axis)
+        day_locator = mdates.DayLocator()
+        ax.xaxis.set_major_locator(day_locator)
+        ax.xaxis.set_major_formatter(
+            mdates.DateFormatter("%Y-%m-%d") if num_days == 1 else mdates.ConciseDateFormatter(day_locator)
+        )
+        ax.set_xlim(mdates.date2num(days[0]) - 0.6, mdates.date2num(days[-1]) + 0.6)
+        ax.set_xlabel("day (UTC)")
+        return
     locator = mdates.AutoDateLocator(minticks=3, maxticks=8)
     ax.xaxis.set_major_locator(locator)
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
@@ -209,23 +222,29 @@ def escalation(tables: Mapping[str, Table]) -> Plot:
     by_day, reasons = tables["escalation_by_day"], tables["escalation_reasons"]
     plot = Plot(
         "fig-escalation",
-        "Cascade escalations per day, by reason",
-        "Bars: attempts the cascade judged and escalated to a stronger rung, by the reason it gave (left axis). "
-        "Line: the share of cascade requests that escalated at least once (right axis).",
+        "Escalations per day, by reason",
+        "A request escalated when a rung other than its first answered it. Bars: escalated requests (auto and "
+        "cascade), by why they left their first rung (left axis). Lines: each entry point's escalation rate, its "
+        "escalated requests over all its requests (right axis).",
         (by_day.name, reasons.name),
-        empty_note="No cascade requests and no escalations in this period.",
+        empty_note="No auto or cascade requests in this period.",
     )
     if not by_day.rows:
         return plot
     figure, marks = new_figure(), Marks()
     ax = figure.add_subplot()
-    series = _top_series(reasons, "reason", "escalations") if reasons.rows else {}
-    days = sorted(r["day"] for r in by_day.records())
+    series = _top_series(reasons, "reason", "escalated_requests") if reasons.rows else {}
+    days = sorted({r["day"] for r in by_day.records()})
     if series:
         _stacked_days(ax, series, marks)
     rates = ax.twinx()
-    rate = [np.nan if r["escalation_rate"] is None else r["escalation_rate"] for r in by_day.records()]
-    marks(rates.plot(days, rate, color="#333333", marker="o", markersize=4, linewidth=1.6, label="escalation rate"))
+    for entry, color in (("cascade", "#333333"), ("auto", "#9c755f")):
+        by_entry = {r["day"]: r["escalation_rate"] for r in by_day.records() if r["entry"] == entry}
+        if not by_entry:
+            continue
+        rate = [np.nan if by_entry.get(d) is None else by_entry[d] for d in days]
+        label = f"{entry} escalation rate"
+        marks(rates.plot(days, rate, color=color, marker="o", markersize=4, linewidth=1.6, label=label))
     rates.set_ylim(0, 1.05)
     rates.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
     rates.set_ylabel("requests escalated")
@@ -233,7 +252,7 @@ def escalation(tables: Mapping[str, Table]) -> Plot:
     rates.tick_params(labelsize=8)
     _style(ax)
     _day_axis(ax, days)
-    ax.set_ylabel("escalated attempts")
+    ax.set_ylabel("escalated requests")
     ax.set_title(plot.title, loc="left", fontsize=11)
     handles, labels = ax.get_legend_handles_labels()
     more_handles, more_labels = rates.get_legend_handles_labels()
@@ -265,6 +284,8 @@ def savings(tables: Mapping[str, Table]) -> Plot:
     days = sorted(realised)
     spent = np.cumsum([realised[d] for d in days])
     strongest = np.cumsum([ceiling[d] for d in days])
+    if len(days) == 1:
+        return _savings_of_one_day(plot, days[0], float(spent[0]), float(strongest[0]))
     figure, marks = new_figure(), Marks()
     ax = figure.add_subplot()
     # matplotlib's stubs take no dates for x (the `days` lines); its date converter does
@@ -295,6 +316,33 @@ def savings(tables: Mapping[str, Table]) -> Plot:
     _usd_axis(ax)
     ax.set_title(plot.title, loc="left", fontsize=11)
     _legend(ax)
+    return _drawn(plot, figure)
+
+
+def _savings_of_one_day(plot: Plot, day: date, spent: float, strongest: float) -> Plot:
+    """One day has no curve to draw: two bars side by side, each with its amount, and the gap named."""
+    figure, marks = new_figure(), Marks()
+    ax = figure.add_subplot()
+    center = np.datetime64(day, "m")
+    offset = np.timedelta64(288, "m")  # a fifth of a day either side
+    for x, value, color, label in (
+        (center - offset, strongest, "#e15759", "all on the strongest model"),
+        (center + offset, spent, "#4e79a7", "realised (routed)"),
+    ):
+        bars = ax.bar(np.array([x]), [value], width=0.36, color=color, label=label)
+        ax.bar_label(bars, labels=[usd_text(value)], padding=3, fontsize=8)
+        marks(bars)
+    _style(ax)
+    _day_axis(ax, [day])
+    ax.set_ylim(bottom=0, top=max(spent, strongest) * 1.15 or None)
+    ax.set_ylabel("cost (USD)")
+    _usd_axis(ax)
+    ax.set_title(plot.title, loc="left", fontsize=11)
+    gap = strongest - spent
+    verdict = f"routing saved {usd_text(gap)}" if gap >= 0 else f"routing cost {usd_text(-gap)} more"
+    if strongest:
+        verdict += f" ({100 * gap / strongest:.1f}%)"
+    ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), title=verdict, title_fontsize=8)
     return _drawn(plot, figure)
 
 
@@ -376,6 +424,94 @@ def latency(tables: Mapping[str, Table]) -> Plot:
     return _drawn(plot, figure)
 
 
+def latency_by_route(tables: Mapping[str, Table]) -> Plot:
+    table = tables["latency_by_route"]
+    plot = Plot(
+        "fig-latency-route",
+        "Latency as the client saw it, per route",
+        "Median (p50) and 95th percentile (p95), from the proxy receiving each request: to the first byte of its "
+        "answer (a stream's first chunk; a whole answer's only write), to its last byte, and what the route added "
+        "beyond the answering attempt's own time (routing, the rungs judged and dropped, retries). Compare "
+        "cascade:accepted and cascade:escalated with direct to see what the cascade adds.",
+        (table.name,),
+        empty_note="No request in this period recorded its client-seen times.",
+    )
+    rows = table.records()[::-1]
+    if not rows:
+        return plot
+    panels = (
+        ("p50_ttfb_ms", "p95_ttfb_ms", "time to first byte"),
+        ("p50_duration_ms", "p95_duration_ms", "total time"),
+        ("p50_added_ms", "p95_added_ms", "added by the route"),
+    )
+    figure, marks = new_figure(height_in=max(2.6, 0.5 * len(rows) + 1.4)), Marks()
+    axes = figure.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    y = np.arange(len(rows))
+    for ax, (p50, p95, what) in zip(axes, panels, strict=True):
+        for offset, column, name, color in ((0.2, p50, "p50", "#4e79a7"), (-0.2, p95, "p95", "#f28e2b")):
+            shown = np.array([r[column] is not None for r in rows])
+            values = np.array([r[column] for r in rows if r[column] is not None], dtype=float)
+            if shown.any():
+                marks(ax.barh(y[shown] + offset, values, height=0.38, color=color, label=name))
+        _style(ax)
+        ax.grid(axis="y", visible=False)
+        ax.grid(axis="x", color="#e5e5e5", linewidth=0.8)
+        ax.set_xlabel(f"{what} (ms)")
+        ax.set_title(what, fontsize=9)
+    axes[0].set_yticks(y, [plain(r["route"]) for r in rows])
+    axes[0].set_ylabel("route")
+    figure.suptitle(plot.title, x=0.01, ha="left", fontsize=11)
+    _legend(axes[-1])
+    return _drawn(plot, figure)
+
+
+MAX_CONFIDENCE_PANELS = 6  # judged models drawn (the tables hold them all)
+
+
+def confidence(tables: Mapping[str, Table]) -> Plot:
+    bins, judged = tables["confidence_histogram"], tables["confidence_by_model"]
+    plot = Plot(
+        "fig-confidence",
+        "Cascade confidence against the threshold, per judged model",
+        "How sure each judged rung was of its answers: a histogram of the confidence scores the cascade gave them, "
+        "and a dashed line at the threshold an answer had to reach (below it, the next rung answered). Mass piled "
+        "just under the line means a small move of the threshold would change many escalations.",
+        (judged.name, bins.name),
+        empty_note="The cascade judged no answer in this period (or none recorded its confidence).",
+    )
+    by_model: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in bins.records():
+        by_model[row["model"]].append(row)
+    if not by_model:
+        return plot
+    models = sorted(by_model)[:MAX_CONFIDENCE_PANELS]
+    num_columns = min(len(models), 3)
+    num_rows = -(-len(models) // num_columns)
+    figure, marks = new_figure(height_in=2.6 * num_rows + 0.6), Marks()
+    axes = figure.subplots(num_rows, num_columns, squeeze=False).ravel()
+    for ax, model in zip(axes, models, strict=False):
+        rows = by_model[model]
+        lows = np.array([r["bin_low"] for r in rows], dtype=float)
+        widths = np.array([r["bin_high"] - r["bin_low"] for r in rows], dtype=float)
+        counts = np.array([r["answers"] for r in rows], dtype=float)
+        shown = counts > 0
+        marks(ax.bar(lows[shown], counts[shown], width=widths[shown], align="edge", color=PALETTE[0], label="answers"))
+        thresholds = sorted({r["threshold"] for r in judged.records() if r["model"] == model})
+        for i, threshold in enumerate(thresholds):
+            line = ax.axvline(threshold, color=PALETTE[3 + i % 3], linestyle="--", linewidth=1.4)
+            line.set_label(plain(f"threshold {threshold:g}"))
+            marks(line)
+        _style(ax)
+        ax.set_title(plain(model), fontsize=9)
+        ax.set_xlabel("confidence")
+        ax.set_ylabel("answers")
+        ax.legend(frameon=False, fontsize=7, loc="upper left")
+    for ax in axes[len(models) :]:
+        ax.set_visible(False)
+    figure.suptitle(plot.title, x=0.01, ha="left", fontsize=11)
+    return _drawn(plot, figure)
+
+
 def _drawn(plot: Plot, figure: Figure) -> Plot:
     return Plot(plot.id, plot.title, plot.explanation, plot.tables, to_svg(figure, plot.id))
 
@@ -386,9 +522,11 @@ FIGURES: tuple[Callable[[Mapping[str, Table]], Plot], ...] = (
     cost_by_kind,
     route_mix,
     escalation,
+    confidence,
     savings,
     hosting,
     latency,
+    latency_by_route,
 )
 
 

@@ -21,10 +21,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from switchyard.billing.records import UsageRecord
 from switchyard.billing.report.aggregate import Aggregator
+from switchyard.billing.report.compare import compare_periods, previous_period
 from switchyard.billing.report.page import render_page
 from switchyard.billing.report.plots import Plot, draw_all
 from switchyard.billing.report.tables import Table, build_summary, build_tables
-from switchyard.core.prices import Price
+from switchyard.core.prices import Price, round_usd
 
 SUMMARY_FILE = "summary.json"
 HTML_FILE = "report.html"
@@ -51,13 +52,14 @@ class Report:
         return [p.id for p in self.plots if p.svg is not None]
 
     def summary_json(self) -> dict[str, Any]:
+        """summary.json: USD amounts rounded as every output rounds them (`round_usd`)."""
         return {
             "object": "switchyard.report",
             "since": self.since.isoformat() if self.since else None,
             "until": self.until.isoformat() if self.until else None,
             "team": self.team,
             "generated_at": self.generated_at.isoformat(),
-            **self.summary,
+            **_money_rounded(self.summary),
             "files": [t.file_name for t in self.tables.values()] + [SUMMARY_FILE, HTML_FILE],
         }
 
@@ -87,6 +89,19 @@ class Report:
         return paths
 
 
+def _is_money(key: str) -> bool:
+    return key.endswith("_usd") or "usd_per_mtok" in key
+
+
+def _money_rounded(value: Any, is_money: bool = False) -> Any:
+    """`value` with every float under a USD key (`cost_usd`, `usd_per_mtok`, …) rounded, at any depth."""
+    if isinstance(value, dict):
+        return {k: _money_rounded(v, is_money or (isinstance(k, str) and _is_money(k))) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_money_rounded(v, is_money) for v in value]
+    return round_usd(value) if is_money and isinstance(value, float) else value
+
+
 def _as_day(value: date | None) -> date | None:
     return value.date() if isinstance(value, datetime) else value
 
@@ -101,26 +116,48 @@ async def build_report(
     total: int | None = None,
     progress: bool = False,
     key_prefixes: Mapping[str, str] | None = None,
+    hosting: Mapping[str, str] | None = None,
+    previous_batches: AsyncIterable[list[UsageRecord]] | None = None,
+    previous_total: int | None = None,
 ) -> Report:
     """The report over the records of `batches` whose UTC day is in since..until (inclusive, either
     open) and, when `team` is given, of that team. `prices` (model → `Price`) adds the list prices
-    to the models table; `key_prefixes` (key id → its shown prefix) to the keys table. `progress`
-    shows a bar on stderr over `total` records (`count_usage`).
+    to the models table; `key_prefixes` (key id → its shown prefix) to the keys table; `hosting`
+    (model → `self-hosted` or `commercial`) overrides what the records say. `previous_batches`: the
+    records of `previous_period(since, until)`, compared in the summary. `progress` shows a bar on
+    stderr over `total` records (`count_usage`), and one over `previous_total`.
     """
     since, until = _as_day(since), _as_day(until)
-    aggregator = Aggregator(since=since, until=until, team=team)
+    aggregator = Aggregator(since=since, until=until, team=team, hosting=hosting)
+    before = previous_period(since, until)
+    earlier = Aggregator(since=before[0], until=before[1], team=team, hosting=hosting) if before else None
     with _progress_bar() if progress else contextlib.nullcontext() as bar:
-        task = bar.add_task("reading usage", total=total) if bar else None
-        async for batch in batches:
-            # ~20 µs a record: a batch of thousands would hold the event loop (the proxy's) too long
-            await asyncio.to_thread(aggregator.add_batch, batch)
-            if bar is not None and task is not None:
-                bar.advance(task, len(batch))
+        await _aggregate(aggregator, batches, bar, "reading usage", total)
+        if earlier is not None and previous_batches is not None:
+            await _aggregate(earlier, previous_batches, bar, "reading the previous period", previous_total)
     aggregator.finish()
     tables = build_tables(aggregator, prices, key_prefixes)
     summary = build_summary(aggregator)
+    if before is not None and earlier is not None and previous_batches is not None:
+        earlier.finish()
+        summary["previous"], summary["change"] = compare_periods(summary, build_summary(earlier), *before)
     plots = tuple(await asyncio.to_thread(draw_all, tables)) if aggregator.num_records else ()
     return Report(since, until, team, datetime.now(UTC), summary, tables, plots)
+
+
+async def _aggregate(
+    aggregator: Aggregator,
+    batches: AsyncIterable[list[UsageRecord]],
+    bar: Progress | None,
+    what: str,
+    total: int | None,
+) -> None:
+    task = bar.add_task(what, total=total) if bar else None
+    async for batch in batches:
+        # ~20 µs a record: a batch of thousands would hold the event loop (the proxy's) too long
+        await asyncio.to_thread(aggregator.add_batch, batch)
+        if bar is not None and task is not None:
+            bar.advance(task, len(batch))
 
 
 def _progress_bar() -> Progress:

@@ -10,9 +10,13 @@ Classification of one request (shadow calls never answer the client and are left
 - kind: what the client asked for (`requested_model`): `auto`, `cascade`, or a model name
   (`direct`); rows written before the field existed fall back on the route (`auto:…`,
   `cascade…`), else `unrecorded`;
+- its answer: its last completed attempt, else its last one cancelled (the client left;
+  `is_answer`); the request escalated when a rung other than its first answered it (the answer
+  climbed from a rung below: `escalation_outcome`, the rule `/metrics` counts by too), failed when
+  nothing answered;
 - route label: `auto:<tier>` (the tier the route names, else the tier of the first model tried),
-  `cascade:accepted` / `cascade:escalated` (any attempt judged and escalated), `direct`,
-  `unrecorded`;
+  `auto:<tier>→<tier>` when it escalated (to the tier, else the model, of its answer),
+  `cascade:accepted` / `cascade:escalated` / `cascade:failed`, `direct`, `unrecorded`;
 - outcome, exactly one: `failed` (no attempt completed or was cancelled by the client), else
   `degraded` (a route containing "degraded"), else `fallback` (a route naming a fallback, or a
   failed attempt on a model other than the one that answered), else `as_routed`.
@@ -26,12 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
 
-from switchyard.billing.records import UsageRecord
+from switchyard.billing.records import ROUTED_ENTRY_POINTS, UsageRecord, escalation_outcome, is_answer
 
 REQUEST_HORIZON_S = 3600.0
-ANSWER_STATUSES = ("completed", "cancelled")
 OUTCOMES = ("as_routed", "fallback", "degraded", "failed")
-ROUTED_KINDS = ("auto", "cascade")
+ROUTED_KINDS = ROUTED_ENTRY_POINTS
 _TIER = re.compile(r"\s*([\w.-]+)")
 
 
@@ -68,12 +71,20 @@ class RequestTrace:
     num_attempts: int = 0  # shadow calls left out
     is_degraded: bool = False
     is_fallback_route: bool = False
-    has_escalated: bool = False
     failed_models: set[str] = field(default_factory=set)
     first_attempt: int = 0
     first_tier: str | None = None  # the tier of the first model tried
     answer_attempt: int = 0
     answer_model: str | None = None
+    answer_status: str | None = None
+    answer_tier: str | None = None
+    answer_escalated_from: str | None = None  # the rung the answer climbed from
+    first_escalated_attempt: int = 0  # the first answer judged and dropped, and why
+    first_escalated_reason: str | None = None
+    # as the client saw it (on the attempt whose answer was sent), and that attempt's own duration
+    client_ttfb_ms: float | None = None
+    client_duration_ms: float | None = None
+    sent_attempt_ms: float | None = None
     route_tier: str | None = None
     cost_usd: float = 0.0  # every attempt that was not a shadow call
     ceiling_cost_usd: float = 0.0  # completed attempts on the strongest model the route could reach
@@ -96,11 +107,16 @@ class RequestTrace:
         if self.first_attempt == 0 or record.attempt < self.first_attempt:
             self.first_attempt, self.first_tier = record.attempt, record.tier
         if record.status == "escalated":
-            self.has_escalated = True
+            if self.first_escalated_attempt == 0 or record.attempt < self.first_escalated_attempt:
+                self.first_escalated_attempt, self.first_escalated_reason = record.attempt, record.error
         elif record.status == "failed":
             self.failed_models.add(record.model)
-        elif record.status in ANSWER_STATUSES and record.attempt > self.answer_attempt:
-            self.answer_attempt, self.answer_model = record.attempt, record.model
+        elif is_answer(record.status, record.attempt, self.answer_status, self.answer_attempt):
+            self.answer_attempt, self.answer_model, self.answer_status = record.attempt, record.model, record.status
+            self.answer_tier, self.answer_escalated_from = record.tier, record.escalated_from
+        if record.request_duration_ms is not None:
+            self.client_ttfb_ms, self.client_duration_ms = record.request_ttfb_ms, record.request_duration_ms
+            self.sent_attempt_ms = record.duration_ms
         if record.status == "completed":
             if record.ceiling_cost_usd is None:
                 self.ceiling_cost_usd += record.cost_usd
@@ -109,11 +125,30 @@ class RequestTrace:
                 self.ceiling_cost_usd += record.ceiling_cost_usd
 
     @property
+    def escalation(self) -> str:
+        """accepted | escalated | failed (`switchyard.billing.records.escalation_outcome`)."""
+        return escalation_outcome(self.answer_model, self.answer_escalated_from)
+
+    @property
+    def escalation_reason(self) -> str | None:
+        """Why an escalated request left its first rung: the reason of the first answer judged and
+        dropped (`low-confidence`, `no-logprobs`…), else `error` (a rung below failed), else `hedge`
+        (the hedge answered first); None when it did not escalate."""
+        if self.escalation != "escalated":
+            return None
+        if self.first_escalated_attempt:
+            return self.first_escalated_reason or "unspecified"
+        return "error" if self.failed_models else "hedge"
+
+    @property
     def route_label(self) -> str:
         if self.kind == "auto":
-            return "auto:" + (self.route_tier or self.first_tier or "unknown")
+            label = "auto:" + (self.route_tier or self.first_tier or "unknown")
+            if self.escalation == "escalated":
+                label += "→" + (self.answer_tier or self.answer_model or "unknown")
+            return label
         if self.kind == "cascade":
-            return "cascade:escalated" if self.has_escalated else "cascade:accepted"
+            return "cascade:" + self.escalation
         return self.kind
 
     @property

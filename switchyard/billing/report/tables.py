@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from switchyard.billing.report.aggregate import Aggregator, SavingsSums, Sums
-from switchyard.billing.report.requests import OUTCOMES
+from switchyard.billing.report.aggregate import Aggregator, EscalationSums, SavingsSums, Sums
+from switchyard.billing.report.refusals import COLUMNS as REFUSAL_COLUMNS
+from switchyard.billing.report.refusals import refusal_rows, refusals_summary
+from switchyard.billing.report.requests import OUTCOMES, ROUTED_KINDS
 from switchyard.billing.report.reservoir import Reservoir
 from switchyard.core.prices import Price
 
@@ -30,9 +32,12 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "cost_by_model_day": (
         "day", "model", "attempts", "completed", "prompt_tokens", "completion_tokens", "cost_usd",
     ),
+    "cost_by_team_model": (
+        "team", "model", "requests", "attempts", "prompt_tokens", "completion_tokens", "cost_usd",
+    ),
     "route_mix": ("route", "requests", "share", *OUTCOMES, "cost_usd"),
-    "escalation_by_day": ("day", "cascade_requests", "escalated_requests", "escalation_rate", "escalations"),
-    "escalation_reasons": ("day", "reason", "escalations"),
+    "escalation_by_day": ("day", "entry", "requests", "escalated_requests", "escalation_rate"),
+    "escalation_reasons": ("day", "entry", "reason", "escalated_requests"),
     "savings_by_day": (
         "day", "route", "requests", "realised_cost_usd", "ceiling_cost_usd", "savings_usd", "savings_pct",
         "completed_without_ceiling",
@@ -48,8 +53,17 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "latency_by_model": (
         "model", "latency_samples", "p50_latency_ms", "p95_latency_ms", "ttft_samples", "p50_ttft_ms", "p95_ttft_ms",
     ),
+    "latency_by_route": (
+        "route", "requests", "p50_ttfb_ms", "p95_ttfb_ms", "p50_duration_ms", "p95_duration_ms", "p50_added_ms",
+        "p95_added_ms",
+    ),
+    "confidence_by_model": (
+        "model", "threshold", "judged", "below_threshold", "without_confidence", "min_confidence", "max_confidence",
+    ),
+    "confidence_histogram": ("model", "bin_low", "bin_high", "answers"),
+    "refusals": REFUSAL_COLUMNS,
 }  # fmt: skip
-ROUTE_ORDER = ("auto:", "cascade:accepted", "cascade:escalated", "direct", "unrecorded")
+ROUTE_ORDER = ("auto:", "cascade:accepted", "cascade:escalated", "cascade:failed", "direct", "unrecorded")
 
 Cell = str | int | float | date | None
 Row = tuple[Cell, ...]
@@ -110,20 +124,17 @@ def build_tables(
         rows["cost_by_model_day"].append(
             (day, model, s.attempts, s.completed, s.prompt_tokens, s.completion_tokens, s.cost_usd)
         )
+    for (team, model), s in sorted(agg.by_team_model.items()):
+        rows["cost_by_team_model"].append(
+            (team, model, s.requests, s.attempts, s.prompt_tokens, s.completion_tokens, s.cost_usd)
+        )
     for label, r in sorted(agg.route_mix.items(), key=lambda item: _route_rank(item[0])):
         share = _ratio(r.requests, agg.num_requests)
         rows["route_mix"].append((label, r.requests, share, *(r.outcomes[o] for o in OUTCOMES), r.cost_usd))
-    escalations_by_day: Counter[date] = Counter()
-    for (day, _), n in agg.escalations.items():
-        escalations_by_day[day] += n
-    for day in sorted(set(agg.cascade_by_day) | set(escalations_by_day)):
-        c = agg.cascade_by_day.get(day)
-        num_requests, num_escalated = (c.requests, c.escalated) if c else (0, 0)
-        rows["escalation_by_day"].append(
-            (day, num_requests, num_escalated, _ratio(num_escalated, num_requests), escalations_by_day[day])
-        )
-    for (day, reason), n in sorted(agg.escalations.items()):
-        rows["escalation_reasons"].append((day, reason, n))
+    for (day, entry), e in sorted(agg.escalation_by_day.items()):
+        rows["escalation_by_day"].append((day, entry, e.requests, e.escalated, e.rate))
+    for (day, entry, reason), n in sorted(agg.escalation_reasons.items()):
+        rows["escalation_reasons"].append((day, entry, reason, n))
     for (day, kind), savings in sorted(agg.savings.items()):
         rows["savings_by_day"].append((day, kind, *_savings_columns(savings)))
     for (day, kind), s in sorted(agg.by_kind_day.items()):
@@ -146,7 +157,27 @@ def build_tables(
     for model in sorted(set(agg.latency_ms) | set(agg.ttft_ms)):
         latency, ttft = agg.latency_ms.get(model), agg.ttft_ms.get(model)
         rows["latency_by_model"].append((model, *_percentiles(latency), *_percentiles(ttft)))
+    rows["latency_by_route"].extend(build_latency_by_route(agg).rows)
+    confidence = agg.confidence
+    for (model, threshold), j in sorted(confidence.judged.items()):
+        rows["confidence_by_model"].append(
+            (model, threshold, j.num_judged, j.num_below, j.num_without, j.lowest, j.highest)
+        )
+    for model in sorted(confidence.scores):
+        rows["confidence_histogram"].extend((model, *bin) for bin in confidence.histogram(model))
+    rows["refusals"].extend(refusal_rows(agg.refusals, key_prefixes))
     return {name: Table(name, COLUMNS[name], tuple(rows[name])) for name in COLUMNS}
+
+
+def build_latency_by_route(agg: Aggregator) -> Table:
+    """As the client saw it, per route: p50 and p95 of the time to first byte, of the total time,
+    and of the total beyond the answering attempt's own duration (what the route added)."""
+    rows: list[Row] = []
+    for label in sorted(agg.client_duration_ms, key=_route_rank):
+        ttfb, added = agg.client_ttfb_ms.get(label), agg.client_added_ms.get(label)
+        num_requests, *duration_ms = _percentiles(agg.client_duration_ms[label])
+        rows.append((label, num_requests, *_percentiles(ttfb)[1:], *duration_ms, *_percentiles(added)[1:]))
+    return Table("latency_by_route", COLUMNS["latency_by_route"], tuple(rows))
 
 
 def _percentiles(reservoir: Reservoir | None) -> tuple[int, float | None, float | None]:
@@ -170,11 +201,6 @@ def build_summary(agg: Aggregator) -> dict[str, Any]:
         routed.realised_cost_usd += s.realised_cost_usd
         routed.ceiling_cost_usd += s.ceiling_cost_usd
         routed.num_without_ceiling += s.num_without_ceiling
-    num_cascade = sum(c.requests for c in agg.cascade_by_day.values())
-    num_escalated = sum(c.escalated for c in agg.cascade_by_day.values())
-    reasons: dict[str, int] = {}
-    for (_, reason), n in sorted(agg.escalations.items(), key=lambda item: item[0][1]):
-        reasons[reason] = reasons.get(reason, 0) + n
     days = sorted({day for day, _ in agg.by_team_day})
     kinds: dict[str, Sums] = defaultdict(Sums)
     for (_, kind), sums in agg.by_kind_day.items():
@@ -197,12 +223,8 @@ def build_summary(agg: Aggregator) -> dict[str, Any]:
             "savings_pct": routed.savings_pct,
             "completed_without_ceiling": routed.num_without_ceiling,
         },
-        "escalation": {
-            "cascade_requests": num_cascade,
-            "escalated_requests": num_escalated,
-            "rate": _ratio(num_escalated, num_cascade),
-            "reasons": reasons,
-        },
+        "escalation": _escalation(agg),
+        "latency_by_route": _latency_by_route(agg),
         "route_mix": {label: r.requests for label, r in sorted(agg.route_mix.items())},
         "hosting": {
             hosting: {"tokens": s.tokens, "cost_usd": s.cost_usd, "usd_per_mtok": s.usd_per_mtok}
@@ -212,4 +234,41 @@ def build_summary(agg: Aggregator) -> dict[str, Any]:
             kind: {"requests": s.requests, "tokens": s.tokens, "cost_usd": s.cost_usd}
             for kind, s in sorted(kinds.items())
         },
+        "cost_by_team_model": _by_team_model(agg),
+        "refusals": refusals_summary(agg.refusals),
+        "previous": None,  # the previous period and the change from it: `compare.compare_periods`
+        "change": None,
     }
+
+
+def _escalation(agg: Aggregator) -> dict[str, dict[str, Any]]:
+    """Per entry point (auto, cascade): its requests, those a rung other than the first answered,
+    the rate, and why they left their first rung."""
+    sums = {entry: EscalationSums() for entry in ROUTED_KINDS}
+    for (_, entry), e in agg.escalation_by_day.items():
+        sums[entry].requests += e.requests
+        sums[entry].escalated += e.escalated
+    reasons: dict[str, Counter[str]] = {entry: Counter() for entry in ROUTED_KINDS}
+    for (_, entry, reason), n in agg.escalation_reasons.items():
+        reasons[entry][reason] += n
+    return {
+        entry: {
+            "requests": e.requests,
+            "escalated_requests": e.escalated,
+            "rate": e.rate,
+            "reasons": dict(sorted(reasons[entry].items())),
+        }
+        for entry, e in sums.items()
+    }
+
+
+def _latency_by_route(agg: Aggregator) -> dict[str, dict[str, Any]]:
+    table = build_latency_by_route(agg)
+    return {row["route"]: {k: v for k, v in row.items() if k != "route"} for row in table.records()}
+
+
+def _by_team_model(agg: Aggregator) -> dict[str, dict[str, dict[str, float | int]]]:
+    by_team: dict[str, dict[str, dict[str, float | int]]] = {}
+    for (team, model), s in sorted(agg.by_team_model.items()):
+        by_team.setdefault(team, {})[model] = {"requests": s.requests, "tokens": s.tokens, "cost_usd": s.cost_usd}
+    return by_team

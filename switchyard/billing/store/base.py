@@ -34,6 +34,10 @@ class Database(Protocol):
         self, start: dt.date, end: dt.date, *, group_by: str | None, team: str | None
     ) -> dict[str, Any]: ...
 
+    async def usage_teams(self) -> list[str]:
+        """The teams the ledger has usage of, by name (a team deleted since included)."""
+        ...
+
     async def count_usage(self, since: float | None, until: float | None, team: str | None) -> int: ...
 
     def iter_usage(

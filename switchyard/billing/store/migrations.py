@@ -158,7 +158,19 @@ def _sqlite_2(db: sqlite3.Connection) -> None:
         db.execute(statement)
 
 
-SQLITE: list[Callable[[sqlite3.Connection], None]] = [_sqlite_1, _sqlite_2]
+# What the reports read of the cascade and of the client: each judged rung's confidence and
+# threshold, and the request's own time to first byte and duration (on its answering attempt).
+USAGE_ADDED_3 = ("confidence", "threshold", "request_ttfb_ms", "request_duration_ms")
+
+
+def _sqlite_3(db: sqlite3.Connection) -> None:
+    present = {row[1] for row in db.execute("PRAGMA table_info(usage)")}
+    for column in USAGE_ADDED_3:
+        if column not in present:
+            db.execute(f"ALTER TABLE usage ADD COLUMN {column} REAL")
+
+
+SQLITE: list[Callable[[sqlite3.Connection], None]] = [_sqlite_1, _sqlite_2, _sqlite_3]
 
 POSTGRES: list[str] = [
     """
@@ -272,4 +284,5 @@ POSTGRES: list[str] = [
     CREATE TRIGGER batch_results_count AFTER INSERT ON batch_results
         FOR EACH ROW EXECUTE FUNCTION batch_results_count();
     """,
+    "".join(f"ALTER TABLE usage ADD COLUMN IF NOT EXISTS {column} DOUBLE PRECISION;\n" for column in USAGE_ADDED_3),
 ]

@@ -22,11 +22,12 @@ from switchyard.billing.store.schema import (
     TEAM_COLUMNS,
     USAGE_COLUMNS,
     after_earlier,
-    check_group_by,
     check_team_changes,
+    day_bounds,
     key_from_row,
     models_to_text,
     summary,
+    summary_query,
     team_from_row,
     team_values,
     usage_from_row,
@@ -136,20 +137,18 @@ class PostgresDatabase:
     async def usage_summary(
         self, start: dt.date, end: dt.date, *, group_by: str | None, team: str | None
     ) -> dict[str, Any]:
-        check_group_by(group_by)
-        group = group_by or "NULL"
-        where = "day BETWEEN $1 AND $2"
-        args: list[dt.date | str] = [start, end]
+        query, reads_attempts = summary_query(group_by, has_team=team is not None)
+        args: list[dt.date | float | str] = list(day_bounds(start, end)) if reads_attempts else [start, end]
         if team is not None:
-            where, args = where + " AND team = $3", [*args, team]
-        query = (
-            f"SELECT {group}, SUM(cost_usd), SUM(prompt_tokens), SUM(completion_tokens), SUM(requests), "
-            "SUM(batch_requests), SUM(batch_cost_usd) "
-            f"FROM usage_daily WHERE {where}" + (f" GROUP BY {group} ORDER BY {group}" if group_by else "")
-        )
+            args.append(team)
         async with self._connection() as db:
-            rows = await db.fetch(query, *args)
+            rows = await db.fetch(_numbered(query), *args)
         return summary(start, end, group_by, team, [tuple(r) for r in rows])
+
+    async def usage_teams(self) -> list[str]:
+        async with self._connection() as db:
+            rows = await db.fetch("SELECT DISTINCT team FROM usage_daily WHERE team <> '' ORDER BY team")
+        return [row[0] for row in rows]
 
     async def count_usage(self, since: float | None, until: float | None, team: str | None) -> int:
         where, args = _usage_filter(since, until, team)

@@ -11,6 +11,7 @@ from typing import Any
 
 from switchyard.billing.records import UsageRecord
 from switchyard.billing.teams import ApiKey, Team
+from switchyard.core.prices import round_usd
 
 USAGE_COLUMNS = tuple(f.name for f in fields(UsageRecord))
 USAGE_BOOLEANS = frozenset({"is_estimated", "is_hedge", "is_shadow"})
@@ -29,7 +30,8 @@ KEY_COLUMNS = (
     "expires_at",
     "revoked_at",
 )
-GROUP_BY = (None, "model", "day")
+USAGE_GROUPS = ("key", "team", "model", "day", "route")  # /v1/usage's group_by
+GROUP_BY = (None, *USAGE_GROUPS)
 
 
 _USAGE_GETTER = attrgetter(*USAGE_COLUMNS)
@@ -99,30 +101,107 @@ def key_from_row(row: Any) -> ApiKey:
 
 def check_group_by(group_by: str | None) -> None:
     if group_by not in GROUP_BY:
-        raise ValueError(f"group_by must be 'model' or 'day', not {group_by!r}")
+        raise ValueError(f"group_by must be one of {', '.join(USAGE_GROUPS)}, not {group_by!r}")
+
+
+_SUMS = (
+    "SUM(cost_usd), SUM(prompt_tokens), SUM(completion_tokens), SUM(requests), SUM(batch_requests), SUM(batch_cost_usd)"
+)
+_ATTEMPT_SUMS = (
+    "SUM(cost_usd) AS cost_usd, SUM(prompt_tokens) AS prompt_tokens, SUM(completion_tokens) AS completion_tokens, "
+    "SUM(CASE WHEN attempt = 1 THEN 1 ELSE 0 END) AS requests, "
+    "SUM(CASE WHEN attempt = 1 AND batch_id IS NOT NULL THEN 1 ELSE 0 END) AS batch_requests, "
+    "SUM(CASE WHEN batch_id IS NULL THEN 0 ELSE cost_usd END) AS batch_cost_usd"
+)
+# A request's route, as the report's route mix names it (`auto:<tier>`, with the tier of the first
+# model tried, `auto:<tier>→<tier>` when it escalated; `cascade:accepted`, `cascade:escalated` or
+# `cascade:failed`; `direct`; `unrecorded` for rows written before the ledger kept what was asked for).
+_REQUEST_KIND = (
+    "CASE WHEN MAX(requested_model) IN ('auto', 'cascade') THEN MAX(requested_model) "
+    "WHEN MAX(requested_model) IS NOT NULL THEN 'direct' "
+    "WHEN MAX(route) LIKE 'auto%' THEN 'auto' WHEN MAX(route) LIKE 'cascade%' THEN 'cascade' "
+    "ELSE 'unrecorded' END"
+)
+# Escalated as the report and /metrics count it (`records.escalation_outcome`): the request's answer
+# (`a`: its last completed attempt, else its last cancelled one) climbed from a rung below.
+_ROUTE_LABEL = (
+    "CASE WHEN r.kind = 'auto' THEN 'auto:' || COALESCE(r.first_tier, r.any_tier, 'unknown') || "
+    "CASE WHEN a.escalated_from IS NOT NULL THEN '→' || COALESCE(a.tier, a.model, 'unknown') ELSE '' END "
+    "WHEN r.kind = 'cascade' AND r.answer_attempt IS NULL THEN 'cascade:failed' "
+    "WHEN r.kind = 'cascade' AND a.escalated_from IS NOT NULL THEN 'cascade:escalated' "
+    "WHEN r.kind = 'cascade' THEN 'cascade:accepted' ELSE r.kind END"
+)
+
+
+def day_bounds(start: dt.date, end: dt.date) -> tuple[float, float]:
+    """The instants from the start of UTC day `start` to the end of UTC day `end` (exclusive)."""
+    first = dt.datetime(start.year, start.month, start.day, tzinfo=dt.UTC)
+    after = dt.datetime(end.year, end.month, end.day, tzinfo=dt.UTC) + dt.timedelta(days=1)
+    return first.timestamp(), after.timestamp()
+
+
+def summary_query(group_by: str | None, *, has_team: bool) -> tuple[str, bool]:
+    """The usage summary's statement (`?` placeholders) and whether it reads the attempts (`usage`,
+    bounded by two `started_at` instants) rather than the daily aggregate (bounded by two days).
+    Both are then followed by the team, when `has_team`. Model, day and team come from the
+    aggregate; key and route need each attempt (an aggregate has neither)."""
+    check_group_by(group_by)
+    if group_by in (None, "team", "model", "day"):
+        # refused requests (no model: '') add nothing to the aggregate's sums, nor a row of their own
+        where = "day BETWEEN ? AND ? AND model <> ''" + (" AND team = ?" if has_team else "")
+        if group_by is None:
+            return f"SELECT NULL, {_SUMS} FROM usage_daily WHERE {where}", False
+        return f"SELECT {group_by}, {_SUMS} FROM usage_daily WHERE {where} GROUP BY 1 ORDER BY 1", False
+    where = "started_at >= ? AND started_at < ? AND status <> 'refused'" + (" AND team = ?" if has_team else "")
+    if group_by == "key":
+        sql = f"SELECT key_id, {_ATTEMPT_SUMS} FROM usage WHERE {where} GROUP BY key_id ORDER BY key_id IS NULL, key_id"
+        return sql, True
+    per_request = (
+        f"SELECT request_id, {_REQUEST_KIND} AS kind, MAX(CASE WHEN attempt = 1 THEN tier END) AS first_tier, "
+        "MIN(tier) AS any_tier, COALESCE(MAX(CASE WHEN status = 'completed' THEN attempt END), "
+        "MAX(CASE WHEN status = 'cancelled' THEN attempt END)) AS answer_attempt, "
+        f"{_ATTEMPT_SUMS} FROM usage WHERE {where} GROUP BY request_id"
+    )
+    labelled = (
+        f"SELECT {_ROUTE_LABEL} AS route, r.cost_usd AS cost_usd, r.prompt_tokens AS prompt_tokens, "
+        "r.completion_tokens AS completion_tokens, r.requests AS requests, r.batch_requests AS batch_requests, "
+        f"r.batch_cost_usd AS batch_cost_usd FROM ({per_request}) AS r "
+        "LEFT JOIN usage AS a ON a.request_id = r.request_id AND a.attempt = r.answer_attempt"
+    )
+    return f"SELECT route, {_SUMS} FROM ({labelled}) AS labelled GROUP BY route ORDER BY route", True
+
+
+def _group_value(group: Any) -> Any:
+    if isinstance(group, dt.date):
+        return group.isoformat()
+    return None if group == "" else group
 
 
 def summary(
     start: dt.date, end: dt.date, group_by: str | None, team: str | None, rows: list[tuple[Any, ...]]
 ) -> dict[str, Any]:
     """The usage summary's shape; `rows` are (group, cost_usd, prompt_tokens, completion_tokens,
-    requests, batch_requests, batch_cost_usd). Costs are rounded to 10 decimals (sums of floats)."""
+    requests, batch_requests, batch_cost_usd). Costs are rounded as every output rounds USD
+    (`round_usd`); the daily aggregate's "no team" ('') is shown as null."""
     data: list[dict[str | None, Any]] = [
         {
-            group_by: group.isoformat() if isinstance(group, dt.date) else group,
-            "cost_usd": round(float(cost or 0.0), 10),
+            group_by: _group_value(group),
+            "cost_usd": float(cost or 0.0),
             "prompt_tokens": int(prompt or 0),
             "completion_tokens": int(completion or 0),
             "requests": int(requests or 0),
             "batch_requests": int(batch_requests or 0),
-            "batch_cost_usd": round(float(batch_cost or 0.0), 10),
+            "batch_cost_usd": float(batch_cost or 0.0),
         }
         for group, cost, prompt, completion, requests, batch_requests, batch_cost in rows
     ]
     totals = {
-        key: round(sum(row[key] for row in data), 10) if data else (0.0 if key.endswith("cost_usd") else 0)
+        key: sum(row[key] for row in data) if data else (0.0 if key.endswith("cost_usd") else 0)
         for key in ("cost_usd", "prompt_tokens", "completion_tokens", "requests", "batch_requests", "batch_cost_usd")
     }
+    totals["cost_usd"], totals["batch_cost_usd"] = round_usd(totals["cost_usd"]), round_usd(totals["batch_cost_usd"])
+    for row in data:  # rounded once summed: the rows add up to the totals within a rounding
+        row["cost_usd"], row["batch_cost_usd"] = round_usd(row["cost_usd"]), round_usd(row["batch_cost_usd"])
     return {
         "object": "usage",
         "start_date": start.isoformat(),

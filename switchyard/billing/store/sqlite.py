@@ -27,11 +27,12 @@ from switchyard.billing.store.schema import (
     TEAM_COLUMNS,
     USAGE_COLUMNS,
     after_earlier,
-    check_group_by,
     check_team_changes,
+    day_bounds,
     key_from_row,
     models_to_text,
     summary,
+    summary_query,
     team_from_row,
     team_values,
     usage_from_row,
@@ -186,18 +187,16 @@ class SQLiteDatabase:
     async def usage_summary(
         self, start: dt.date, end: dt.date, *, group_by: str | None, team: str | None
     ) -> dict[str, Any]:
-        check_group_by(group_by)
-        group = group_by or "NULL"
-        where, args = "day BETWEEN ? AND ?", [start.isoformat(), end.isoformat()]
+        query, reads_attempts = summary_query(group_by, has_team=team is not None)
+        args: list[float | str] = [*day_bounds(start, end)] if reads_attempts else [start.isoformat(), end.isoformat()]
         if team is not None:
-            where, args = where + " AND team = ?", [*args, team]
-        query = (
-            f"SELECT {group}, SUM(cost_usd), SUM(prompt_tokens), SUM(completion_tokens), SUM(requests), "
-            "SUM(batch_requests), SUM(batch_cost_usd) "
-            f"FROM usage_daily WHERE {where}" + (f" GROUP BY {group} ORDER BY {group}" if group_by else "")
-        )
+            args.append(team)
         rows = await self._call(lambda db: db.execute(query, args).fetchall())
         return summary(start, end, group_by, team, rows)
+
+    async def usage_teams(self) -> list[str]:
+        query = "SELECT DISTINCT team FROM usage_daily WHERE team <> '' ORDER BY team"
+        return [team for (team,) in await self._call(lambda db: db.execute(query).fetchall())]
 
     async def count_usage(self, since: float | None, until: float | None, team: str | None) -> int:
         where, args = _usage_filter(since, until, team)

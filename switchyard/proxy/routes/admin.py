@@ -1,13 +1,14 @@
 """`/admin`: teams, keys, any team's usage and the analysts' report, behind `auth.admin_key`.
 
 Every route checks the admin key before anything else, so anything under /admin without it is a
-401 — unknown paths and methods included. Changes to teams and keys reach this process at once and
-every other replica within a second (they re-read the database's directory).
+401 — unknown paths and methods included. The report, a page a browser opens, also takes the key
+as the password of HTTP Basic auth (`switchyard.proxy.routes.report`). Changes to teams and keys
+reach this process at once and every other replica within a second (they re-read the database's
+directory).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 
 import orjson
@@ -20,11 +21,12 @@ from starlette.types import Receive, Scope, Send
 from switchyard.billing import admin
 from switchyard.billing.store.errors import StoreError
 from switchyard.billing.teams import Team
-from switchyard.core.errors import InvalidRequest, NotFound
+from switchyard.core.errors import NotFound
 from switchyard.proxy.admin_wire import KeyCreate, TeamChanges, TeamCreate, key_view, team_view
 from switchyard.proxy.body import read_request
 from switchyard.proxy.openapi import json_body, query
 from switchyard.proxy.routes.admin_support import database_of, require_admin
+from switchyard.proxy.routes.report import REPORT_QUERY, admin_challenge, report_page
 from switchyard.proxy.routes.usage import USAGE_QUERY, usage_response
 from switchyard.proxy.services import services_of
 
@@ -109,53 +111,19 @@ async def revoke_key(request: Request, key_id: str) -> Response:
 async def usage(request: Request) -> Response:
     require_admin(request)
     team = request.query_params.get("team")
-    if team is not None and team not in services_of(request).directory.teams:
-        raise NotFound(f"No team '{team}'.", param="team")
+    if team is not None:
+        await admin.check_known_team(database_of(request), services_of(request).directory.teams, team)
     return await usage_response(request, team)
 
 
-def _day(request: Request, param: str) -> dt.date | None:
-    value = request.query_params.get(param)
-    if value is None:
-        return None
-    try:
-        return dt.date.fromisoformat(value)
-    except ValueError:
-        raise InvalidRequest(f"{param} must be a date like 2026-11-23, not {value!r}.", param=param) from None
-
-
-def _start_of(day: dt.date | None, *, days: int = 0) -> float | None:
-    if day is None:
-        return None
-    return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp() + days * 86_400
-
-
-@router.get(
-    "/admin/report",
-    openapi_extra=query(
-        ("since", {"type": "string", "format": "date"}),
-        ("until", {"type": "string", "format": "date"}),
-        ("team", {"type": "string"}),
-    ),
-    response_class=HTMLResponse,
-)
+@router.get("/admin/report", openapi_extra=REPORT_QUERY, response_class=HTMLResponse)
 async def report(request: Request) -> Response:
-    """The analysts' report as one self-contained page (what `switchyard report` writes as report.html)."""
-    require_admin(request)
-    from switchyard.billing.report import build_report
-
-    database = database_of(request)
-    since, until = _day(request, "since"), _day(request, "until")
-    team = request.query_params.get("team")
-    built = await build_report(
-        database.iter_usage(_start_of(since), _start_of(until, days=1), team),  # `until` is inclusive
-        prices=services_of(request).prices,
-        key_prefixes={key.id: key.prefix for key in services_of(request).directory.keys()},
-        since=since,
-        until=until,
-        team=team,
-    )
-    return HTMLResponse(built.html())
+    """The analysts' report as one self-contained page (what `switchyard report` writes as report.html).
+    A browser opens it: the admin key is also taken as the password of HTTP Basic auth."""
+    refused = admin_challenge(request)
+    if refused is not None:
+        return refused
+    return await report_page(request, request.query_params.get("team"))
 
 
 class _Unknown:

@@ -12,7 +12,9 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from switchyard.core.errors import Forbidden, InvalidRequest, NotFound
+from switchyard.billing.admin import check_known_team
+from switchyard.billing.store.schema import USAGE_GROUPS
+from switchyard.core.errors import Forbidden, InvalidRequest
 from switchyard.proxy.access import authenticate, is_admin
 from switchyard.proxy.exchange import LoggedRoute
 from switchyard.proxy.openapi import query
@@ -21,7 +23,7 @@ from switchyard.proxy.services import services_of
 
 router = APIRouter(route_class=LoggedRoute)
 
-GROUPS = ("model", "day")
+GROUPS = USAGE_GROUPS
 USAGE_QUERY = query(
     ("start_date", {"type": "string", "format": "date"}),
     ("end_date", {"type": "string", "format": "date"}),
@@ -30,22 +32,34 @@ USAGE_QUERY = query(
 )
 
 
-def _date(value: str | None, param: str, default: dt.date) -> dt.date:
+def _date(value: str | None, param: str) -> dt.date | None:
     if value is None:
-        return default
+        return None
     try:
         return dt.date.fromisoformat(value)
     except ValueError:
         raise InvalidRequest(f"{param} must be a date like 2026-11-23, not {value!r}.", param=param) from None
 
 
-async def usage_response(request: Request, team: str | None) -> Response:
-    params = request.query_params
-    today = dt.datetime.now(dt.UTC).date()
-    start = _date(params.get("start_date"), "start_date", today.replace(day=1))
-    end = _date(params.get("end_date"), "end_date", today)
+def usage_period(start: dt.date | None, end: dt.date | None, today: dt.date) -> tuple[dt.date, dt.date]:
+    """The days asked for, either end open: start_date alone runs to today (or is that one day, when
+    it is later); end_date alone starts on the first of its month; neither is this month so far."""
+    if start is None:
+        start = (end or today).replace(day=1)
+    if end is None:
+        end = max(today, start)
     if end < start:
         raise InvalidRequest(f"end_date {end} is before start_date {start}.", param="end_date")
+    return start, end
+
+
+async def usage_response(request: Request, team: str | None) -> Response:
+    params = request.query_params
+    start, end = usage_period(
+        _date(params.get("start_date"), "start_date"),
+        _date(params.get("end_date"), "end_date"),
+        dt.datetime.now(dt.UTC).date(),
+    )
     group_by = params.get("group_by")
     if group_by is not None and group_by not in GROUPS:
         raise InvalidRequest(f"group_by must be one of {', '.join(GROUPS)}, not {group_by!r}.", param="group_by")
@@ -57,8 +71,8 @@ async def usage_response(request: Request, team: str | None) -> Response:
 async def usage(request: Request) -> Response:
     asked = request.query_params.get("team")
     if is_admin(services_of(request), request):
-        if asked is not None and asked not in services_of(request).directory.teams:
-            raise NotFound(f"No team '{asked}'.", param="team")
+        if asked is not None:
+            await check_known_team(database_of(request), services_of(request).directory.teams, asked)
         return await usage_response(request, asked)
     principal = authenticate(services_of(request), request)
     if principal is None:  # an open proxy: no teams, no secrets between them

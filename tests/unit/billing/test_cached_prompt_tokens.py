@@ -21,6 +21,7 @@ class Entry:
     name: str
     backend_kind: str = "openai"
     tier: str | None = None
+    hosting: str | None = None
 
 
 def test_cached_prompt_tokens_are_priced_at_their_own_rate():

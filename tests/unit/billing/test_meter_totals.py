@@ -16,6 +16,7 @@ class Entry:
     name: str
     backend_kind: str = "openai"
     tier: str | None = None
+    hosting: str | None = None
 
 
 PRICES = {"cheap": Price(input_usd_per_mtok=1.0, output_usd_per_mtok=2.0)}
@@ -41,5 +42,5 @@ def test_the_completed_attempt_is_the_answer_whatever_order_the_forks_close_in()
 
 def test_an_escalated_rung_is_not_the_answer():
     meter = RequestMeter(None, PRICES, "req_2")
-    meter.fork().escalated(Entry("cheap"), USAGE, 4, "low confidence")
+    meter.fork().escalated(Entry("cheap"), USAGE, 4, "low-confidence")
     assert meter.totals.answer_model is None and meter.totals.attempts == ["cheap:escalated"]

@@ -15,6 +15,7 @@ that produced tokens has 100 prompt + 50 completion tokens; failed attempts have
            r8  support  cascade          escalated small-m 0.001 "low confidence", escalated mid-m
                                          0.002 "refusal", completed big-c 0.008 (ceiling 0.008),
                                          and a shadow call on shadow-m 0.003
+           (a rung above the first climbed from the one below it: `escalated_from`, as the proxy writes)
            r10 -        (old row)        completed small-m 0.0005, no requested model, route, hosting
            r11 search   big-c (direct)   cancelled big-c 0.002
 """
@@ -85,9 +86,9 @@ def ledger_records() -> list[UsageRecord]:
         rec("r8", 1, 27.0, "small-m", "escalated", 0.001, team="support", tier="small", error="low confidence",
             **cascade, **own),
         rec("r8", 2, 27.1, "mid-m", "escalated", 0.002, team="support", tier="large", error="Refusal", **cascade,
-            **own),
+            escalated_from="small-m", **own),
         rec("r8", 3, 27.2, "big-c", "completed", 0.008, team="support", tier="commercial", ceiling_cost_usd=0.008,
-            duration_ms=4000.0, **cascade, **cloud),
+            duration_ms=4000.0, escalated_from="mid-m", **cascade, **cloud),
         rec("r8", 4, 27.3, "shadow-m", "completed", 0.003, team="support", is_shadow=True, duration_ms=500.0,
             **cascade),
         rec("r10", 1, 28.0, "small-m", "completed", 0.0005, duration_ms=400.0),
@@ -154,8 +155,9 @@ def test_route_mix_splits_requests_by_route_and_outcome(tables) -> None:
             # route, requests, share, as_routed, fallback, degraded, failed, cost (shadow calls left out)
             ("auto:large", 1, 0.1, 0, 1, 0, 0, 0.010),
             ("auto:small", 2, 0.2, 1, 0, 1, 0, 0.003),
-            ("cascade:accepted", 2, 0.2, 1, 0, 0, 1, 0.001),
+            ("cascade:accepted", 1, 0.1, 1, 0, 0, 0, 0.001),
             ("cascade:escalated", 2, 0.2, 2, 0, 0, 0, 0.020),
+            ("cascade:failed", 1, 0.1, 0, 0, 0, 1, 0.0),
             ("direct", 2, 0.2, 2, 0, 0, 0, 0.007),
             ("unrecorded", 1, 0.1, 1, 0, 0, 0, 0.0005),
         ]
@@ -164,14 +166,16 @@ def test_route_mix_splits_requests_by_route_and_outcome(tables) -> None:
 
 def test_escalation_rate_and_reasons_per_day(tables) -> None:
     assert list(tables["escalation_by_day"].rows) == [
-        # day, cascade requests, escalated requests, rate, escalated attempts
-        (DAY0, 2, 1, 0.5, 1),
-        (DAY1, 2, 1, 0.5, 2),
+        # day, entry point, requests, escalated requests (a rung other than the first answered), rate
+        (DAY0, "auto", 2, 0, 0.0),
+        (DAY0, "cascade", 2, 1, 0.5),
+        (DAY1, "auto", 1, 0, 0.0),
+        (DAY1, "cascade", 2, 1, 0.5),  # r7 failed: a request, not an escalated one
     ]
     assert list(tables["escalation_reasons"].rows) == [
-        (DAY0, "low confidence", 1),
-        (DAY1, "low confidence", 1),
-        (DAY1, "refusal", 1),
+        # why each escalated request left its first rung (r8's second rung's "refusal" is not a request's)
+        (DAY0, "cascade", "low-confidence", 1),
+        (DAY1, "cascade", "low-confidence", 1),
     ]
 
 
@@ -242,10 +246,8 @@ def test_summary_totals() -> None:
         "completed_without_ceiling": 0,
     }
     assert summary["escalation"] == {
-        "cascade_requests": 4,
-        "escalated_requests": 2,
-        "rate": 0.5,
-        "reasons": {"low confidence": 2, "refusal": 1},
+        "auto": {"requests": 3, "escalated_requests": 0, "rate": 0.0, "reasons": {}},
+        "cascade": {"requests": 4, "escalated_requests": 2, "rate": 0.5, "reasons": {"low-confidence": 2}},
     }
     assert summary["route_mix"]["cascade:escalated"] == 2
     assert summary["hosting"]["commercial"] == {"tokens": 750, "cost_usd": pytest.approx(0.033), "usd_per_mtok": 44.0}
@@ -347,7 +349,12 @@ def test_tier_in_route(route, tier) -> None:
 
 @pytest.mark.parametrize(
     ("error", "reason"),
-    [("low confidence (0.31 < 0.5)", "low confidence"), ("Refusal: policy", "refusal"), (None, "unspecified")],
+    [
+        ("low-confidence (0.31 < 0.5)", "low-confidence"),
+        ("low confidence", "low-confidence"),  # rows written before the reasons were spelt as the metrics spell them
+        ("Refusal: policy", "refusal"),
+        (None, "unspecified"),
+    ],
 )
 def test_escalation_reason(error, reason) -> None:
     assert escalation_reason(error) == reason

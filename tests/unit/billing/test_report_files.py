@@ -93,7 +93,7 @@ def test_summary_json(report: Report, tmp_path) -> None:
     assert (summary["requests"], summary["records"]) == (10, 16)
     assert summary["cost_usd"] == pytest.approx(0.0445)
     assert summary["savings"]["savings_usd"] == pytest.approx(0.040)
-    assert summary["escalation"]["reasons"] == {"low confidence": 2, "refusal": 1}
+    assert summary["escalation"]["cascade"]["reasons"] == {"low-confidence": 2}
     assert summary["files"][-2:] == [SUMMARY_FILE, HTML_FILE]
     assert "generated_at" in summary
 
@@ -113,12 +113,16 @@ def test_the_page_has_the_header_headline_numbers_and_tables(page: str) -> None:
     assert "<dd>all teams</dd>" in page
     assert "$0.0445" in page  # total cost
     assert "$0.0400" in page  # saved by routing
-    assert "50.0%" in page  # escalation rate
+    assert "50.0%" in page  # the cascade's escalation rate
+    assert "2 of 4 cascade requests answered by a higher rung" in page
+    # no batch lines, refusals, client-seen times or judged answers here: no table (a note instead)
+    empty = {"cost_by_kind_day", "refusals", "latency_by_route", "confidence_by_model", "confidence_histogram"}
     for name in COLUMNS:
-        if name != "cost_by_kind_day":  # no batch lines here: that panel says so instead of drawing
+        if name not in empty:
             assert f"Data: {name}.csv" in page
     assert "No batch requests in this period" in page
-    assert page.count('<p class="explain">') == len(ALL_FIGURES) + 1
+    # + cost by team and model; + the confidence and client latency panels, which say why they are empty
+    assert page.count('<p class="explain">') == len(ALL_FIGURES) + 2 + 2
 
 
 def test_the_page_references_nothing_outside_itself(page: str) -> None:
@@ -151,7 +155,7 @@ def test_an_empty_period_is_a_no_usage_page(tmp_path) -> None:
     with open(tmp_path / "models.csv", newline="") as f:
         assert list(csv.reader(f)) == [list(COLUMNS["models"])]
     summary = json.loads((tmp_path / SUMMARY_FILE).read_text())
-    assert (summary["records"], summary["cost_usd"], summary["escalation"]["rate"]) == (0, 0.0, None)
+    assert (summary["records"], summary["cost_usd"], summary["escalation"]["cascade"]["rate"]) == (0, 0.0, None)
 
 
 def test_records_outside_the_filters_only_is_an_empty_report() -> None:
@@ -164,7 +168,7 @@ def test_sections_without_data_say_so_instead_of_plotting() -> None:
     report = build(records)
     assert report.figure_ids == ["fig-cost-by-team", "fig-cost-by-model", "fig-route-mix", "fig-hosting", "fig-latency"]
     page = report.html()
-    assert "No cascade requests and no escalations in this period." in page
+    assert "No auto or cascade requests in this period." in page
     assert "No routed (auto or cascade) requests with a cost in this period." in page
 
 
@@ -177,7 +181,7 @@ def test_progress_bar_on_stderr(capsys) -> None:
 def test_a_period_where_everything_was_free_plots_no_cost() -> None:
     records = [rec("a", 1, 1.0, "small-m", "completed", 0.0, requested_model="auto", hosting="self-hosted")]
     report = build(records)
-    assert report.figure_ids == ["fig-route-mix", "fig-latency"]
+    assert report.figure_ids == ["fig-route-mix", "fig-escalation", "fig-latency"]
     assert report.html().count("No cost in this period: every attempt was free.") == 2
 
 
@@ -198,7 +202,8 @@ def test_more_series_than_colours_are_summed_as_other() -> None:
 
 
 def test_long_tables_show_their_first_rows_and_point_at_the_csv() -> None:
-    table = Table("escalation_reasons", COLUMNS["escalation_reasons"], tuple((DAY0, f"r{i}", i) for i in range(250)))
+    rows = tuple((DAY0, "cascade", f"r{i}", i) for i in range(250))
+    table = Table("escalation_reasons", COLUMNS["escalation_reasons"], rows)
     rendered = render_table(table)
     assert "Data: escalation_reasons.csv (250 rows, first 200 shown)" in rendered
     assert rendered.count("<tr>") == 201 and "<details>" in rendered  # closed: too long to open by default

@@ -67,6 +67,10 @@ async def test_every_field_survives_the_round_trip(database: Database) -> None:
         hosting="self-hosted",
         ceiling_cost_usd=1.5,
         is_estimated=True,
+        confidence=-1.25,
+        threshold=-0.8,
+        request_ttfb_ms=55.5,
+        request_duration_ms=120.25,
     )
     assert await database.insert_usage([record]) == 1
     assert await database.read_usage(request_id="r1") == [record]

@@ -1,0 +1,47 @@
+"""A database written before the cascade's confidence and the client's times were kept gains their
+columns when it is opened, on SQLite and PostgreSQL alike; its rows stay, with those fields empty."""
+
+from __future__ import annotations
+
+import pytest
+
+from switchyard.billing.store import migrations, open_database
+from switchyard.billing.store.schema import USAGE_COLUMNS, usage_values
+from tests.servers.postgres import database_url, postgres_server, postgres_url  # noqa: F401
+from tests.unit.billing.test_store import usage
+
+NEW_COLUMNS = ("confidence", "threshold", "request_ttfb_ms", "request_duration_ms")
+
+
+async def test_an_old_database_gains_the_columns_and_keeps_its_rows(
+    database_url: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert migrations.USAGE_ADDED_3 == NEW_COLUMNS
+    with monkeypatch.context() as before:  # the schema as it was: the first two migrations
+        before.setattr(migrations, "SQLITE", migrations.SQLITE[:2])
+        before.setattr(migrations, "POSTGRES", migrations.POSTGRES[:2])
+        old = await open_database(database_url)
+        old_columns = [c for c in USAGE_COLUMNS if c not in NEW_COLUMNS]
+        record = usage("old", requested_model="cascade", escalated_from="small")
+        values = dict(zip(USAGE_COLUMNS, usage_values(record), strict=True))
+        placeholders = ", ".join("?" for _ in old_columns)
+        await old.execute(
+            f"INSERT INTO usage ({', '.join(old_columns)}) VALUES ({placeholders})", *(values[c] for c in old_columns)
+        )
+        await old.aclose()
+
+    database = await open_database(database_url)
+    try:
+        assert await database.read_usage(request_id="old") == [record]  # the new fields empty
+        judged = usage("new", confidence=-1.5, threshold=-0.8, request_ttfb_ms=40.0, request_duration_ms=95.5)
+        assert await database.insert_usage([judged]) == 1
+        assert await database.read_usage(request_id="new") == [judged]
+        versions = await database.fetch("SELECT version FROM schema_migrations ORDER BY version")
+        num_migrations = len(migrations.SQLITE if database_url.startswith("sqlite") else migrations.POSTGRES)
+        assert [v for (v,) in versions] == list(range(1, num_migrations + 1))
+    finally:
+        await database.aclose()
+    again = await open_database(database_url)  # a second start migrates nothing
+    assert len(await again.read_usage()) == 2
+    await again.aclose()
