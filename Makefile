@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 # instructor and llama-index with openai 2.x (see test-clients-openai2)
 CLIENTS_OPENAI2_VENV := .venv-clients-openai2
 
-.PHONY: serve test test-fast lint imports bench install clean
+.PHONY: serve test test-fast lint imports bench install clean image-test
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found; run 'make PYTHON=python3 ...'"; exit 1; }
@@ -118,6 +118,12 @@ bench: $(STAMP) $(VENV)/.installed-bench .venv-litellm-proxy/.installed
 	$(BIN)/python bench/soak.py
 	$(BIN)/python bench/breaker_trials.py
 	$(BIN)/python bench/batch.py
+
+# docker/Dockerfile built for real with podman (targets cpu and proxy, vfs storage, chroot isolation)
+# and the cpu image's entrypoint run as its user, answering `auto`, a stream and /metrics
+# (docker/image-test.sh; docs/deploy.md). Needs podman, buildah and debootstrap (.ci/run installs them).
+image-test:
+	docker/image-test.sh
 
 clean:
 	rm -rf $(VENV) .venv-litellm-proxy $(CLIENTS_OPENAI2_VENV) .pytest_cache build *.egg-info
