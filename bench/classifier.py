@@ -73,8 +73,9 @@ async def main() -> None:
     artifact = f", classifier_artifact: '{args.artifact.resolve()}'" if args.artifact else ""
     from switchyard.classifier.model import DEFAULT_ARTIFACT, ComplexityClassifier
 
-    embedding = ComplexityClassifier.read_metadata(args.artifact or DEFAULT_ARTIFACT)["embedding_model"]
-    describe = f"the classifier in {(args.artifact or DEFAULT_ARTIFACT).name} ({embedding})"
+    metadata = ComplexityClassifier.read_metadata(args.artifact or DEFAULT_ARTIFACT)
+    embedding, head = metadata["embedding_model"], metadata.get("head", "logistic")
+    describe = f"the classifier in {(args.artifact or DEFAULT_ARTIFACT).name} ({embedding}) + {head} head"
 
     logs = Path(tempfile.mkdtemp(prefix="switchyard-bench-"))
     python = sys.executable
@@ -125,7 +126,7 @@ async def main() -> None:
     lines = [
         f"## Auto-routing decision latency (`bench/classifier.py{command_suffix}`)"
         f"\n\nRun {time.strftime('%Y-%m-%d')} on "
-        f"{platform.machine()}; {describe} + logistic head (1 torch thread, "
+        f"{platform.machine()}; {describe} (1 torch thread, "
         "micro-batches up to 32 that start when the worker is free, BLAS on 1 thread), "
         f"{args.requests} distinct MMLU prompts per level; the fake upstream, "
         "proxy and load generator share 2 cores. Added = auto − explicit model name, same prompts.\n",

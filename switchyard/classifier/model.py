@@ -14,13 +14,18 @@ import numpy as np
 from switchyard.classifier.embedder import EMBEDDERS, EMBEDDING_MODEL, Embedder, embedder_for
 from switchyard.classifier.features import feature_matrix
 
-ARTIFACT_VERSION = 1
+ARTIFACT_VERSION = 1  # a calibrated scikit-learn head (with its priors)
+HEADS_ARTIFACT_VERSION = 2  # a head from classifier/heads.py: older readers refuse it by its version
+READABLE_VERSIONS = (ARTIFACT_VERSION, HEADS_ARTIFACT_VERSION)
 ARTIFACTS = Path(__file__).parent / "artifacts"
 MINILM_ARTIFACT = ARTIFACTS / "minilm-logreg"
 STATIC_ARTIFACT = ARTIFACTS / "static-logreg"
-# The static one: chosen on the validation slice (0.623 mean APGR against MiniLM's 0.615) and ~200x
-# cheaper per prompt, which is what keeps the decision under 10 ms at 32 concurrent prompts.
-DEFAULT_ARTIFACT = STATIC_ARTIFACT
+# Trained on four sources (MMLU, GSM8K, LLMRouter, arena-bench-v1): a matrix-factorisation head
+# ranked together with prompt length, on the static embedding (bench/RESULTS.md, "Routing on many
+# sources"). The static embedding is ~200x cheaper per prompt than MiniLM, which is what keeps the
+# decision under 10 ms at 32 concurrent prompts.
+MULTI_SOURCE_ARTIFACT = ARTIFACTS / "static-mf-length"
+DEFAULT_ARTIFACT = MULTI_SOURCE_ARTIFACT
 
 
 class ArtifactError(ValueError):
@@ -67,8 +72,11 @@ class ComplexityClassifier:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         payload = self.head if self.subject_prior is None else {"head": self.head, "subject_prior": self.subject_prior}
+        from switchyard.classifier.heads import Head
+
         joblib.dump(payload, directory / "model.joblib", compress=3)
-        (directory / "metadata.json").write_text(json.dumps({"version": ARTIFACT_VERSION, **self.metadata}, indent=2))
+        version = HEADS_ARTIFACT_VERSION if isinstance(self.head, Head) else ARTIFACT_VERSION
+        (directory / "metadata.json").write_text(json.dumps({"version": version, **self.metadata}, indent=2))
 
     @staticmethod
     def read_metadata(directory: str | Path = DEFAULT_ARTIFACT) -> dict[str, Any]:
@@ -82,10 +90,10 @@ class ComplexityClassifier:
             raise ArtifactError(
                 f"{directory} uses embedding model {metadata.get('embedding_model')!r}; known: {', '.join(EMBEDDERS)}"
             )
-        if metadata.get("version") != ARTIFACT_VERSION:
+        if metadata.get("version") not in READABLE_VERSIONS:
             raise ArtifactError(
                 f"{directory} holds classifier artifact version {metadata.get('version')!r}; this Switchyard "
-                f"reads version {ARTIFACT_VERSION}. Re-run `switchyard classifier train`."
+                f"reads versions {', '.join(map(str, READABLE_VERSIONS))}. Re-run `switchyard classifier train`."
             )
         return metadata
 

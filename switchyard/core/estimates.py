@@ -16,12 +16,14 @@ from switchyard.core.requests import AnyRequest
 ANSWER_TOKENS_FOR_COST = 256  # the answer length an estimate assumes when max_tokens is not set
 
 
-def routing_text(request: ChatCompletionRequest | CompletionRequest) -> str:
-    """What the classifier reads: the system prompt(s) and the last user turn."""
+def routing_text(request: ChatCompletionRequest | CompletionRequest, include_system: bool = True) -> str:
+    """What the classifier reads: the system prompt(s) (unless `include_system` is false) and the
+    last user turn."""
     if isinstance(request, CompletionRequest):
         prompt = request.prompt
         return prompt if isinstance(prompt, str) else (prompt[0] if prompt and isinstance(prompt[0], str) else "")
-    parts = [message_text(m.content) for m in request.messages if m.role in ("system", "developer")]
+    roles = ("system", "developer") if include_system else ()
+    parts = [message_text(m.content) for m in request.messages if m.role in roles]
     users = [m for m in request.messages if m.role == "user"]
     if users:
         parts.append(message_text(users[-1].content))

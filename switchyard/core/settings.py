@@ -92,6 +92,7 @@ class AutoRoutingSettings(StrictModel):
     cache_size: int = Field(default=10_000, ge=0)
     threads: int | None = Field(default=1, ge=1)  # torch threads for the embedding model
     warm_up: bool = True  # load the classifier at start (else at the first auto request)
+    read_system_prompt: bool = True  # the classifier reads the system prompt(s) before the last user turn
 
     @model_validator(mode="after")
     def _default_in_tiers(self) -> AutoRoutingSettings:

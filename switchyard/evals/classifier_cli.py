@@ -22,7 +22,21 @@ def _sample(traces: list, limit: int | None, seed: int) -> list:
 @app.command()
 def train(
     dataset: Annotated[
-        list[str] | None, typer.Option("--dataset", "-d", help="Repeatable. Default: mmlu and gsm8k.")
+        list[str] | None,
+        typer.Option(
+            "--dataset",
+            "-d",
+            help="Repeatable: mmlu, gsm8k, llmrouter, arena, or a trace file (.jsonl[.gz]). "
+            "Default: mmlu, gsm8k, llmrouter and arena.",
+        ),
+    ] = None,
+    pair: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--pair",
+            help="Repeatable: DATASET=WEAK,STRONG, the weak and strong model whose outcomes label that dataset "
+            "(default: the shipped sets' own pairs; a trace file's header, else its two models by cost).",
+        ),
     ] = None,
     out: Annotated[Path, typer.Option(help="Artifact folder to write.")] = Path("classifier-artifact"),
     limit: Annotated[
@@ -33,6 +47,14 @@ def train(
     embedder: Annotated[
         str, typer.Option(help="minilm (the transformer) or static (its token vectors, mean-pooled: ~500x faster).")
     ] = "minilm",
+    head: Annotated[
+        str,
+        typer.Option(
+            help="logreg (calibrated, with subject and cluster priors, chosen on validation), or a head of "
+            "classifier/heads.py: linear, mlp, knn, mf, gbm, length, or several joined by '+' (the shipped "
+            "default: mf+length)."
+        ),
+    ] = "logreg",
 ) -> None:
     """Train on the train split; print held-out APGR / CPT against the baselines; write the artifact."""
     import numpy as np
@@ -44,18 +66,27 @@ def train(
     from switchyard.classifier.router import ClassifierRouter
     from switchyard.core.traces import traces_digest
     from switchyard.evals import report
-    from switchyard.evals.classifier_train import EmbeddingCache
+    from switchyard.evals.classifier_train import EmbeddingCache, train_head
     from switchyard.evals.classifier_train import train as fit
-    from switchyard.evals.datasets import LOADERS, STRONG_MODEL, WEAK_MODEL
+    from switchyard.evals.datasets import assign_splits
     from switchyard.evals.evaluate import Outcomes, evaluate_router, split
     from switchyard.evals.routers import make_router
 
     console = Console()
-    names = dataset or ["mmlu", "gsm8k"]
-    unknown = [n for n in names if n not in LOADERS]
-    if unknown:
-        raise cli_error(f"unknown dataset {unknown[0]!r}; known: {', '.join(LOADERS)}")
-    datasets = {name: _sample(LOADERS[name](), limit, seed) for name in names}
+    if head != "logreg":
+        from switchyard.classifier.heads import make_head
+
+        try:
+            make_head(head)
+        except ValueError as exc:
+            raise cli_error(str(exc)) from exc
+    names = dataset or list(DEFAULT_DATASETS)
+    loaded, pairs = _load_sources(names, pair or [])
+    datasets = {name: _sample(traces, limit, seed) for name, traces in loaded.items()}
+    for name, traces in datasets.items():
+        if {t.split for t in traces} != {"train", "test"}:
+            assign_splits(traces)
+            console.print(f"{name}: no train/test split in the file; split 80/20 by prompt hash")
     texts = sorted({t.prompt for traces in datasets.values() for t in traces})
     if embedder not in EMBEDDER_CHOICES:
         raise cli_error(f"unknown embedder {embedder!r}; known: {', '.join(EMBEDDER_CHOICES)}")
@@ -73,9 +104,22 @@ def train(
 
     digest = traces_digest([t for traces in datasets.values() for t in traces])
     with console.status("fitting the head (target and regularisation chosen on a validation slice of train)"):
-        result = fit(
-            datasets, WEAK_MODEL, STRONG_MODEL, encode, seed=seed, data_sha256=digest, embedding_model=embedding_model
-        )
+        weak, strong = pairs[names[0]]
+        if head == "logreg":
+            result = fit(
+                datasets,
+                weak,
+                strong,
+                encode,
+                seed=seed,
+                data_sha256=digest,
+                embedding_model=embedding_model,
+                pairs=pairs,
+            )
+        else:
+            result = train_head(
+                datasets, pairs, encode, head, seed=seed, data_sha256=digest, embedding_model=embedding_model
+            )
     classifier = result.classifier
     console.print(
         "validation APGR (train split only): "
@@ -84,12 +128,13 @@ def train(
 
     test_metrics = {}
     for name, traces in datasets.items():
-        test = Outcomes.of(split(traces, "test"), WEAK_MODEL, STRONG_MODEL)
+        weak, strong = pairs[name]
+        test = Outcomes.of(split(traces, "test"), weak, strong)
         train_split = split(traces, "train")
         routers = []
         for baseline in ("random", "length", "category-prior"):
             router = make_router(baseline)
-            router.fit(train_split, WEAK_MODEL, STRONG_MODEL)
+            router.fit(train_split, weak, strong)
             routers.append(router)
         prompts = [t.prompt for t in test.traces]
 
@@ -103,11 +148,14 @@ def train(
         console.print(report.rich_table(f"held-out {name}", results))
         by_name = {r.name: r for r in results}
         apgr, length = by_name["classifier"].apgr, by_name["length"].apgr
-        test_metrics[name] = {
-            "apgr": round(apgr, 4),
-            "cpt50": round(by_name["classifier"].cpt50, 4),
-            "cpt80": round(by_name["classifier"].cpt80, 4),
-            "length_apgr": round(length, 4),
+        test_metrics[name] = {  # nan (a share never reached) is not JSON: null
+            key: None if np.isnan(value) else round(value, 4)
+            for key, value in (
+                ("apgr", apgr),
+                ("cpt50", by_name["classifier"].cpt50),
+                ("cpt80", by_name["classifier"].cpt80),
+                ("length_apgr", length),
+            )
         }
         verdict = "meets" if apgr >= 0.65 and apgr >= length + 0.10 else "misses"
         console.print(
@@ -117,23 +165,62 @@ def train(
     classifier.metadata["test"] = test_metrics
     classifier.metadata["target_chosen_on"] = "validation slice of the train split"
     classifier.save(out)
-    _write_thresholds(out / "thresholds.yaml", classifier, datasets, encode, digest)
+    _write_thresholds(out / "thresholds.yaml", classifier, datasets, encode, digest, pairs)
     console.print(f"wrote {out}/model.joblib, metadata.json and thresholds.yaml")
 
 
 QUALITY_TARGETS = {"economy": 0.90, "balanced": 0.95, "max": 0.99}
+DEFAULT_DATASETS = ("mmlu", "gsm8k", "llmrouter", "arena")
 
 
-def _write_thresholds(path: Path, classifier, datasets: dict, encode, digest: str) -> None:
-    """Thresholds for the three quality modes, picked on the pooled train split."""
+def _load_sources(names: list[str], pair_options: list[str]) -> tuple[dict, dict[str, tuple[str, str]]]:
+    """Each dataset's traces and its (weak, strong) pair: `--pair`, else the shipped set's own, else
+    the trace file's header, else its two models by cost."""
+    from switchyard.core.traces import TraceFormatError
+    from switchyard.evals.datasets import load_dataset
+    from switchyard.evals.evaluate import EvalError, resolve_models
+
+    given: dict[str, tuple[str, str]] = {}
+    for option in pair_options:
+        name, _, models = option.rpartition("=")
+        weak, _, strong = models.partition(",")
+        if not name or not weak or not strong:
+            raise cli_error(f"--pair {option!r}: expected DATASET=WEAK,STRONG")
+        if name not in names:
+            raise cli_error(f"--pair {option!r}: {name!r} is not one of the --dataset values")
+        given[name] = (weak, strong)
+    loaded, pairs = {}, {}
+    for name in names:
+        try:
+            traces, meta = load_dataset(name)
+            pairs[name] = resolve_models(traces, meta, *given.get(name, (None, None)))
+        except (TraceFormatError, EvalError) as exc:
+            raise cli_error(f"{exc} (datasets: mmlu, gsm8k, llmrouter, arena, or a trace file)") from exc
+        for model in pairs[name]:
+            if not any(model in t.models for t in traces):
+                raise cli_error(f"{name}: no trace has an outcome for {model!r}")
+        loaded[name] = [t for t in traces if all(model in t.models for model in pairs[name])]
+    return loaded, pairs
+
+
+def _write_thresholds(
+    path: Path, classifier, datasets: dict, encode, digest: str, pairs: dict[str, tuple[str, str]] | None = None
+) -> None:
+    """Thresholds for the three quality modes, picked on the pooled train split (each dataset's rows
+    read with its own weak/strong pair)."""
     from switchyard.core.thresholds import write_section
+    from switchyard.evals.classifier_train import pooled_outcomes
     from switchyard.evals.datasets import STRONG_MODEL, WEAK_MODEL
-    from switchyard.evals.evaluate import Outcomes
     from switchyard.evals.thresholds import operating_point, pick_threshold
 
+    pair_of = {name: (pairs or {}).get(name, (WEAK_MODEL, STRONG_MODEL)) for name in datasets}
+
     def scored(split_name: str):
-        traces = [t for ts in datasets.values() for t in ts if t.split == split_name]
-        outcomes = Outcomes.of(traces, WEAK_MODEL, STRONG_MODEL)
+        chosen = {
+            name: [t for t in ts if t.split == split_name and all(m in t.models for m in pair_of[name])]
+            for name, ts in datasets.items()
+        }
+        outcomes = pooled_outcomes(chosen, pair_of)
         prompts = [t.prompt for t in outcomes.traces]
         return outcomes, classifier.score_embedded(encode(prompts), prompts)
 
@@ -154,11 +241,12 @@ def _write_thresholds(path: Path, classifier, datasets: dict, encode, digest: st
         {
             "router": "classifier",
             "threshold": balanced["threshold"],
-            "weak_model": WEAK_MODEL,
-            "strong_model": STRONG_MODEL,
+            "weak_model": pair_of[next(iter(datasets))][0],
+            "strong_model": pair_of[next(iter(datasets))][1],
             "target": balanced["target"],
             "data": {
-                "source": "RouteLLM " + " + ".join(sorted(datasets)),
+                "source": " + ".join(sorted(datasets)),
+                **({"pairs": {name: list(p) for name, p in pair_of.items()}} if pairs else {}),
                 "sha256": digest,
                 "num_train": len(train.traces),
                 "num_test": len(test.traces),

@@ -79,6 +79,18 @@ class TrainResult:
     validation_apgr: dict[str, float]  # "target C=…" -> mean APGR over datasets
 
 
+def pooled_outcomes(datasets: Mapping[str, Sequence[Trace]], pair_of: Mapping[str, tuple[str, str]]) -> Outcomes:
+    """One `Outcomes` over several datasets, each row read with its own dataset's pair."""
+    parts = [Outcomes.of(traces, *pair_of[name]) for name, traces in datasets.items() if traces]
+    return Outcomes(
+        [t for part in parts for t in part.traces],
+        np.concatenate([part.q_weak for part in parts]),
+        np.concatenate([part.q_strong for part in parts]),
+        np.concatenate([part.c_weak for part in parts]),
+        np.concatenate([part.c_strong for part in parts]),
+    )
+
+
 def _apgr(outcomes: Outcomes, scores: np.ndarray) -> float:
     return metrics.apgr(outcomes.curve(scores), outcomes.quality_weak, outcomes.quality_strong)
 
@@ -92,14 +104,23 @@ def train(
     seed: int = 0,
     data_sha256: str = "",
     embedding_model: str = EMBEDDING_MODEL,
+    pairs: Mapping[str, tuple[str, str]] | None = None,
 ) -> TrainResult:
-    """Fit on each dataset's train split; pick target and regularisation on a validation slice of it."""
-    train_traces = [t for traces in datasets.values() for t in traces if t.split == "train"]
-    dataset_of = np.array([name for name, traces in datasets.items() for t in traces if t.split == "train"])
+    """Fit on each dataset's train split; pick target and regularisation on a validation slice of it.
+
+    `pairs`: a dataset's own (weak, strong) models, where it is not `weak` and `strong` (its
+    labels then say whether its strong model beat its weak one)."""
+    pair_of = {name: (pairs or {}).get(name, (weak, strong)) for name in datasets}
+    datasets = {
+        name: [t for t in traces if t.split == "train" and all(m in t.models for m in pair_of[name])]
+        for name, traces in datasets.items()
+    }
+    train_traces = [t for traces in datasets.values() for t in traces]
+    dataset_of = np.array([name for name, traces in datasets.items() for t in traces])
     embeddings = encode([t.prompt for t in train_traces])
     is_val = np.array([is_validation(t) for t in train_traces])
     fit_rows = ~is_val
-    outcomes = Outcomes.of(train_traces, weak, strong)
+    outcomes = pooled_outcomes(datasets, pair_of)
     x = design_matrix(embeddings, [t.prompt for t in train_traces])
 
     subject_names = sorted({t.category for t in train_traces})
@@ -130,7 +151,7 @@ def train(
                     rows = np.flatnonzero(is_val & (dataset_of == name))
                     if len(rows) < 10:
                         continue
-                    val = Outcomes.of([train_traces[i] for i in rows], weak, strong)
+                    val = Outcomes.of([train_traces[i] for i in rows], *pair_of[name])
                     per_dataset.append(_apgr(val, head.predict_proba(xx[rows])[:, 1]))
                 label = f"{kind} C={c}" + (" +subject-prior" if use_prior else "")
                 scores_by_choice[label] = float(np.mean(per_dataset))
@@ -165,6 +186,7 @@ def train(
         "weak_model": weak,
         "strong_model": strong,
         "data": {"datasets": sorted(datasets), "sha256": data_sha256, "num_train": len(train_traces)},
+        **({"pairs": {name: list(pair) for name, pair in pair_of.items()}} if pairs else {}),
         "validation_apgr": scores_by_choice,
         "seed": seed,
         "libraries": {
@@ -177,3 +199,68 @@ def train(
     }
     classifier = ComplexityClassifier(head=head, metadata=metadata, subject_prior=subject_prior)
     return TrainResult(classifier, scores_by_choice)
+
+
+def train_head(
+    datasets: Mapping[str, Sequence[Trace]],
+    pairs: Mapping[str, tuple[str, str]],
+    encode: Callable[[list[str]], np.ndarray],
+    head_name: str,
+    *,
+    seed: int = 0,
+    data_sha256: str = "",
+    embedding_model: str = EMBEDDING_MODEL,
+) -> TrainResult:
+    """Fit a head from `classifier.heads` (e.g. `mf+length`) on every dataset's train split, each
+    dataset labelled with its own pair; its validation APGR (fitted without the validation slice)
+    is reported, not used to choose."""
+    from switchyard.classifier.heads import build_training_rows, make_head
+
+    train_by_source = {
+        name: [t for t in traces if t.split == "train" and all(m in t.models for m in pairs[name])]
+        for name, traces in datasets.items()
+    }
+
+    def design(prompts: list[str]) -> np.ndarray:
+        return design_matrix(encode(prompts), prompts)
+
+    fit_part = {name: [t for t in traces if not is_validation(t)] for name, traces in train_by_source.items()}
+    head = make_head(head_name, seed).fit(build_training_rows(fit_part, pairs, design))
+    per_dataset = {}
+    for name, traces in train_by_source.items():
+        held = [t for t in traces if is_validation(t)]
+        if len(held) >= 10:
+            val = Outcomes.of(held, *pairs[name])
+            per_dataset[name] = _apgr(val, head.score(design([t.prompt for t in val.traces])))
+    label = f"{head_name} (mean over {', '.join(per_dataset)})"
+    validation = {label: float(np.mean(list(per_dataset.values())))}
+    rows = build_training_rows(train_by_source, pairs, design)
+    head = make_head(head_name, seed).fit(rows)
+
+    import joblib
+    import sklearn
+    import torch
+
+    default_pair = pairs[next(iter(datasets))]
+    metadata = {
+        "head": head_name,
+        "target": "strong-wins",
+        "embedding_model": embedding_model,
+        "features": ["embedding[384]", *FEATURE_NAMES],
+        "weak_model": default_pair[0],
+        "strong_model": default_pair[1],
+        "models": list(rows.models),
+        "data": {"datasets": sorted(datasets), "sha256": data_sha256, "num_train": len(rows.y)},
+        "pairs": {name: list(pair) for name, pair in pairs.items()},
+        "validation_apgr": validation,
+        "validation_apgr_per_dataset": per_dataset,
+        "seed": seed,
+        "libraries": {
+            "python": platform.python_version(),
+            "scikit-learn": sklearn.__version__,
+            "joblib": joblib.__version__,
+            "numpy": np.__version__,
+            "torch": torch.__version__,
+        },
+    }
+    return TrainResult(ComplexityClassifier(head=head, metadata=metadata), validation)

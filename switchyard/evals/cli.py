@@ -11,7 +11,9 @@ from switchyard.evals.cli_support import cli_error
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Offline evaluation of routing and cascading.")
 
-DatasetOption = Annotated[str, typer.Option("--dataset", "-d", help="mmlu, gsm8k, or a trace file (.jsonl[.gz]).")]
+DatasetOption = Annotated[
+    str, typer.Option("--dataset", "-d", help="mmlu, gsm8k, llmrouter, arena, or a trace file (.jsonl[.gz]).")
+]
 WeakOption = Annotated[str | None, typer.Option(help="Weak model in the traces (default: from the data).")]
 StrongOption = Annotated[str | None, typer.Option(help="Strong model in the traces (default: from the data).")]
 

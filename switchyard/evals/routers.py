@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -107,15 +108,20 @@ DEFAULT_ROUTERS = ("random", "always-weak", "always-strong", "length", "category
 
 
 def make_router(name: str) -> Router:
-    if name == "classifier":  # imported on demand: it loads an embedding model
-        from switchyard.classifier.model import ArtifactError
+    """A router by name; `classifier` is the shipped artifact, `classifier:<folder>` another one."""
+    if name == "classifier" or name.startswith("classifier:"):  # imported on demand: it loads an embedding model
+        from switchyard.classifier.model import DEFAULT_ARTIFACT, ArtifactError
         from switchyard.classifier.router import ClassifierRouter
 
+        artifact = name.partition(":")[2] or DEFAULT_ARTIFACT
         try:
-            return ClassifierRouter()
+            router = ClassifierRouter(artifact)
         except ArtifactError as exc:
             raise ValueError(str(exc)) from exc
+        if name != "classifier":
+            router.name = f"classifier ({Path(artifact).name})"
+        return router
     try:
         return ROUTERS[name]()
     except KeyError:
-        raise ValueError(f"unknown router {name!r}; known: {', '.join(ROUTERS)}, classifier") from None
+        raise ValueError(f"unknown router {name!r}; known: {', '.join(ROUTERS)}, classifier[:<folder>]") from None

@@ -66,8 +66,10 @@ class AutoRouter:
         deadline_ms: float,
         prices: dict[str, Price] | None = None,
         metrics: Metrics | None = None,
+        read_system_prompt: bool = True,
     ) -> None:
         self.registry = registry
+        self.read_system_prompt = read_system_prompt
         self.tiers = tiers
         self.thresholds = thresholds  # quality mode -> ascending thresholds, len(tiers) - 1 each
         self.scorer = scorer
@@ -108,7 +110,7 @@ class AutoRouter:
             started_at = time.perf_counter()
             try:
                 with child_span("classify", router=self.router_name) as span:
-                    score = await self.scorer.score(routing_text(request), self.deadline_s)
+                    score = await self.scorer.score(routing_text(request, self.read_system_prompt), self.deadline_s)
                     if span is not None:
                         span.set_attribute("switchyard.score", score)
             except ScoreUnavailable as exc:

@@ -339,6 +339,7 @@ def _build_auto_router(
         deadline_ms=auto.deadline_ms,
         prices=prices,
         metrics=metrics,
+        read_system_prompt=auto.read_system_prompt,
     )
     if auto.warm_up:
         warm_up = asyncio.get_running_loop().create_task(batcher.score("warm-up", deadline_s=600))

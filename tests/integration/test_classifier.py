@@ -104,3 +104,65 @@ def test_classifier_score_cli(tmp_path):
     bad.write_text('{"id": 1}\n')
     result = CliRunner().invoke(app, ["classifier", "score", "--in", str(bad), "--out", str(out)])
     assert result.exit_code == 2 and 'needs "id" and a string "prompt"' in result.output
+
+
+def test_classifier_train_on_several_sources_each_with_its_own_pair(tmp_path):
+    """A user's own traces (no splits, a pair named with --pair) beside two shipped sets."""
+    from switchyard.core.thresholds import read_thresholds
+    from switchyard.core.traces import write_traces
+    from switchyard.evals.datasets import PAIRS, load_llmrouter
+
+    own = [
+        Trace(f"own/{i}", t.prompt, "own", "test", {m: t.models[m] for m in ("qwen2.5-7b-instruct", "gemma-2-9b-it")})
+        for i, t in enumerate(random.Random(3).sample(load_llmrouter(), 300))
+    ]
+    write_traces(tmp_path / "own.jsonl", own)
+    out = tmp_path / "artifact"
+    args = ["classifier", "train", "--embedder", "static", "--limit", "400", "--cache-dir", str(tmp_path / "cache")]
+    args += ["-d", "gsm8k", "-d", "arena", "-d", str(tmp_path / "own.jsonl"), "--out", str(out)]
+    args += ["--pair", f"{tmp_path / 'own.jsonl'}=qwen2.5-7b-instruct,gemma-2-9b-it"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    squeezed = "".join(result.output.split())  # rich wraps long lines
+    assert "own.jsonl:notrain/testsplitinthefile;split80/20byprompthash" in squeezed
+    metadata = orjson.loads((out / "metadata.json").read_bytes())
+    assert metadata["pairs"]["arena"] == list(PAIRS["arena"])
+    assert metadata["pairs"][str(tmp_path / "own.jsonl")] == ["qwen2.5-7b-instruct", "gemma-2-9b-it"]
+    assert set(metadata["test"]) == {"gsm8k", "arena", str(tmp_path / "own.jsonl")}
+    routing = read_thresholds(out / "thresholds.yaml").routing
+    assert routing is not None and set(routing.modes) == {"economy", "max"}
+    scores = ComplexityClassifier.load(out).score(["hi", "Prove that there are infinitely many primes."])
+    assert np.all((scores >= 0) & (scores <= 1))
+
+
+def test_classifier_train_refuses_a_pair_for_no_dataset_and_an_unknown_model(tmp_path):
+    result = CliRunner().invoke(app, ["classifier", "train", "-d", "gsm8k", "--pair", "arena=a,b"])
+    assert result.exit_code == 2 and "'arena' is not one of the --dataset values" in result.output
+    result = CliRunner().invoke(app, ["classifier", "train", "-d", "arena", "--pair", "arena=nobody,gpt-4-turbo"])
+    assert result.exit_code == 2 and "no trace has an outcome for 'nobody'" in result.output
+
+
+def test_the_eval_router_can_name_another_artifact():
+    from switchyard.classifier.model import STATIC_ARTIFACT
+
+    router = make_router(f"classifier:{STATIC_ARTIFACT}")
+    assert router.name == "classifier (static-logreg)"
+    with pytest.raises(ValueError, match="no readable classifier artifact"):
+        make_router("classifier:/nonexistent")
+
+
+def test_classifier_train_with_the_default_artifacts_head(tmp_path):
+    out = tmp_path / "artifact"
+    args = ["classifier", "train", "--embedder", "static", "--head", "mf+length", "--limit", "300"]
+    args += ["-d", "llmrouter", "-d", "gsm8k", "--cache-dir", str(tmp_path / "cache"), "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    metadata = orjson.loads((out / "metadata.json").read_bytes())
+    assert metadata["version"] == 2 and metadata["head"] == "mf+length"
+    assert (metadata["weak_model"], metadata["strong_model"]) == tuple(metadata["pairs"]["llmrouter"])
+    assert set(metadata["validation_apgr_per_dataset"]) <= {"llmrouter", "gsm8k"}
+    router = make_router(f"classifier:{out}")
+    scores = router.score([Trace("0", "What is 2 + 2?", "unit", "test", {})])
+    assert 0 <= scores[0] <= 1
+    result = CliRunner().invoke(app, ["classifier", "train", "--head", "mf+svm", "-d", "gsm8k"])
+    assert result.exit_code == 2 and "unknown head 'svm'" in result.output

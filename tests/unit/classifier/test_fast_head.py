@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from switchyard.classifier.fast_head import compile_head
-from switchyard.classifier.model import DEFAULT_ARTIFACT, ComplexityClassifier, design_matrix
+from switchyard.classifier.model import DEFAULT_ARTIFACT, STATIC_ARTIFACT, ComplexityClassifier, design_matrix
 from switchyard.evals.classifier_train import fit_head
 
 
@@ -29,9 +29,16 @@ def test_the_numpy_head_gives_scikit_learns_numbers():
     assert np.all(np.isfinite(fast.predict_positive(huge)))
 
 
-def test_the_shipped_artifact_uses_it():
-    classifier = ComplexityClassifier.load(DEFAULT_ARTIFACT)
+def test_the_shipped_logreg_artifact_uses_it():
+    classifier = ComplexityClassifier.load(STATIC_ARTIFACT)
     assert classifier.fast_head is not None
+
+
+def test_the_default_artifact_scores_in_numpy_without_scikit_learn():
+    from switchyard.classifier.heads import Head
+
+    classifier = ComplexityClassifier.load(DEFAULT_ARTIFACT)
+    assert classifier.fast_head is None and isinstance(classifier.head, Head)
 
 
 def test_other_heads_keep_scikit_learns_path():

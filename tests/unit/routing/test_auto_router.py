@@ -148,6 +148,32 @@ def test_routing_text_is_system_plus_last_user_turn():
         }
     )
     assert routing_text(request) == "Be brief.\nsecond"
+    assert routing_text(request, include_system=False) == "second"
+
+
+async def test_router_reads_the_system_prompt_only_when_set_to():
+    seen: list[str] = []
+
+    def score_batch(texts):
+        seen.extend(texts)
+        return np.full(len(texts), 0.5)
+
+    request = ChatCompletionRequest.from_payload(
+        {"model": "auto", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]}
+    )
+    for read_system_prompt in (True, False):
+        router = AutoRouter(
+            _registry(),
+            ["small", "large", "commercial"],
+            {"balanced": [0.3, 0.7]},
+            MicroBatcher(score_batch),
+            default_tier="small",
+            deadline_ms=30_000,
+            read_system_prompt=read_system_prompt,
+        )
+        await _route(router, request)
+        router.scorer.close()
+    assert seen == ["Be brief.\nhi", "hi"]
 
 
 def test_thresholds_resolution():
