@@ -5,7 +5,7 @@ errors), so FastAPI cannot see them: a route names its body's wire model with `j
 query parameters with `query()`, and its answer with `answers()`. Every operation may answer any
 4xx or 5xx with OpenAI's error body; FastAPI's own 422 (a shape this server never sends) is
 replaced by it. Every operation takes a bearer key (a team's key, or for /admin the admin key),
-except those marked `NO_KEY`.
+except those marked `NO_KEY`; the report pages also take it as a Basic password (`BEARER_OR_BASIC`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from pydantic import BaseModel
 
 _REF = "#/components/schemas/{model}"
 NO_KEY: dict[str, Any] = {"security": []}  # `openapi_extra` for a route served without a key
+# `openapi_extra` for a page a browser opens: the key as a bearer token or as a Basic password
+BEARER_OR_BASIC: dict[str, Any] = {"security": [{"bearer": []}, {"basic": []}]}
 
 ERROR_SCHEMA: dict[str, Any] = {
     "title": "ErrorResponse",
@@ -76,7 +78,10 @@ def install_openapi(app: FastAPI) -> None:
             for name in ("HTTPValidationError", "ValidationError"):
                 schemas.pop(name, None)
             schemas["ErrorResponse"] = ERROR_SCHEMA
-            document["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+            document["components"]["securitySchemes"] = {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "basic": {"type": "http", "scheme": "basic", "description": "any user name, the key as password"},
+            }
             document["security"] = [{"bearer": []}]
             for operations in document.get("paths", {}).values():
                 for operation in operations.values():

@@ -60,6 +60,7 @@ def test_the_admin_report_takes_the_admin_key_as_a_basic_password_or_a_bearer_to
         browser = _get(url, "/admin/report", headers={"accept": "text/html,application/xhtml+xml"})
         team_key = _get(url, "/admin/report", auth=("analyst", "sk-search"))
         elsewhere = _get(url, "/admin/teams", auth=("analyst", ADMIN_KEY))  # Basic opens the report pages only
+        document = _get(url, "/openapi.json").json()
 
     assert basic.status_code == 200 and basic.headers["content-type"].startswith("text/html")
     assert _key_id("sk-search") in basic.text and _key_id("sk-support") in basic.text  # every team
@@ -70,6 +71,11 @@ def test_the_admin_report_takes_the_admin_key_as_a_basic_password_or_a_bearer_to
     assert browser.headers["content-type"].startswith("text/html")  # a browser: a page, if it gives up
     assert "the key as the password" in browser.text
     assert elsewhere.status_code == 401 and "www-authenticate" not in elsewhere.headers
+    # the OpenAPI document says so: the report pages take either, everything else the bearer key
+    assert document["components"]["securitySchemes"]["basic"]["scheme"] == "basic"
+    for path in ("/admin/report", "/v1/usage/report"):
+        assert document["paths"][path]["get"]["security"] == [{"bearer": []}, {"basic": []}]
+    assert "security" not in document["paths"]["/admin/teams"]["get"]  # the document's default: bearer
 
 
 def test_a_team_key_reads_its_own_teams_report_only(tmp_path):

@@ -20,16 +20,19 @@ from switchyard.core.model_settings import hosting_overrides
 from switchyard.proxy.access import authenticate, is_admin
 from switchyard.proxy.answer_shape import error_response
 from switchyard.proxy.exchange import LoggedRoute
-from switchyard.proxy.openapi import query
+from switchyard.proxy.openapi import BEARER_OR_BASIC, query
 from switchyard.proxy.routes.admin_support import database_of
 from switchyard.proxy.services import services_of
 
 router = APIRouter(route_class=LoggedRoute)
 
-REPORT_QUERY = query(
-    ("since", {"type": "string", "format": "date"}),
-    ("until", {"type": "string", "format": "date"}),
-    ("team", {"type": "string"}),
+REPORT_QUERY = (
+    query(
+        ("since", {"type": "string", "format": "date"}),
+        ("until", {"type": "string", "format": "date"}),
+        ("team", {"type": "string"}),
+    )
+    | BEARER_OR_BASIC
 )
 BASIC_CHALLENGE = {"www-authenticate": 'Basic realm="switchyard"'}
 
