@@ -7,7 +7,7 @@ note saying so), a title, a one-line explanation for an analyst, and the tables 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any
@@ -404,24 +404,7 @@ def latency(tables: Mapping[str, Table]) -> Plot:
     panels = [("p50_latency_ms", "p95_latency_ms", "duration")]
     if any(r["ttft_samples"] for r in rows):
         panels.append(("p50_ttft_ms", "p95_ttft_ms", "time to first token"))
-    figure, marks = new_figure(height_in=max(2.6, 0.5 * len(rows) + 1.4)), Marks()
-    axes = figure.subplots(1, len(panels), sharey=True, squeeze=False)[0]
-    y = np.arange(len(rows))
-    for ax, (p50, p95, what) in zip(axes, panels, strict=True):
-        for offset, column, name, color in ((0.2, p50, "p50", "#4e79a7"), (-0.2, p95, "p95", "#f28e2b")):
-            shown = np.array([r[column] is not None for r in rows])
-            values = np.array([r[column] for r in rows if r[column] is not None], dtype=float)
-            marks(ax.barh(y[shown] + offset, values, height=0.38, color=color, label=name))
-        _style(ax)
-        ax.grid(axis="y", visible=False)
-        ax.grid(axis="x", color="#e5e5e5", linewidth=0.8)
-        ax.set_xlabel(f"{what} (ms)")
-        ax.set_title(what, fontsize=9)
-    axes[0].set_yticks(y, [plain(r["model"]) for r in rows])
-    axes[0].set_ylabel("model")
-    figure.suptitle(plot.title, x=0.01, ha="left", fontsize=11)
-    _legend(axes[-1])
-    return _drawn(plot, figure)
+    return _percentile_bars(plot, rows, panels, "model")
 
 
 def latency_by_route(tables: Mapping[str, Table]) -> Plot:
@@ -444,6 +427,14 @@ def latency_by_route(tables: Mapping[str, Table]) -> Plot:
         ("p50_duration_ms", "p95_duration_ms", "total time"),
         ("p50_added_ms", "p95_added_ms", "added by the route"),
     )
+    return _percentile_bars(plot, rows, panels, "route")
+
+
+def _percentile_bars(
+    plot: Plot, rows: list[dict[str, Any]], panels: Sequence[tuple[str, str, str]], label: str
+) -> Plot:
+    """One panel per (p50 column, p95 column, what) of milliseconds: a p50 and a p95 bar per row,
+    rows named by their `label` column; a missing value draws no bar."""
     figure, marks = new_figure(height_in=max(2.6, 0.5 * len(rows) + 1.4)), Marks()
     axes = figure.subplots(1, len(panels), sharey=True, squeeze=False)[0]
     y = np.arange(len(rows))
@@ -458,8 +449,8 @@ def latency_by_route(tables: Mapping[str, Table]) -> Plot:
         ax.grid(axis="x", color="#e5e5e5", linewidth=0.8)
         ax.set_xlabel(f"{what} (ms)")
         ax.set_title(what, fontsize=9)
-    axes[0].set_yticks(y, [plain(r["route"]) for r in rows])
-    axes[0].set_ylabel("route")
+    axes[0].set_yticks(y, [plain(r[label]) for r in rows])
+    axes[0].set_ylabel(label)
     figure.suptitle(plot.title, x=0.01, ha="left", fontsize=11)
     _legend(axes[-1])
     return _drawn(plot, figure)

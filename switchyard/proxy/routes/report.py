@@ -15,13 +15,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from switchyard.billing.admin import check_known_team
-from switchyard.core.errors import AuthenticationFailed, Forbidden, InvalidRequest, SwitchyardError
+from switchyard.core.errors import AuthenticationFailed, InvalidRequest, SwitchyardError
 from switchyard.core.model_settings import hosting_overrides
 from switchyard.proxy.access import authenticate, is_admin
 from switchyard.proxy.answer_shape import error_response
 from switchyard.proxy.exchange import LoggedRoute
 from switchyard.proxy.openapi import BEARER_OR_BASIC, query
 from switchyard.proxy.routes.admin_support import database_of
+from switchyard.proxy.routes.usage import own_team
 from switchyard.proxy.services import services_of
 
 router = APIRouter(route_class=LoggedRoute)
@@ -123,9 +124,4 @@ async def team_report(request: Request) -> Response:
         return challenge(request, exc)
     if principal is None:  # an open proxy: no teams, no secrets between them
         return await report_page(request, asked)
-    if asked is not None and asked != principal.team.name:
-        raise Forbidden(
-            f"Your key belongs to team '{principal.team.name}'; it may not read the report of team '{asked}'.",
-            param="team",
-        )
-    return await report_page(request, principal.team.name)
+    return await report_page(request, own_team(principal, asked, "report"))

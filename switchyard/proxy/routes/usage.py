@@ -14,6 +14,7 @@ from fastapi.responses import Response
 
 from switchyard.billing.admin import check_known_team
 from switchyard.billing.store.schema import USAGE_GROUPS
+from switchyard.billing.teams import Principal
 from switchyard.core.errors import Forbidden, InvalidRequest
 from switchyard.proxy.access import authenticate, is_admin
 from switchyard.proxy.exchange import LoggedRoute
@@ -67,6 +68,16 @@ async def usage_response(request: Request, team: str | None) -> Response:
     return Response(orjson.dumps(summary), media_type="application/json")
 
 
+def own_team(principal: Principal, asked: str | None, what: str) -> str:
+    """The team a team's key reads `what` of: its own; naming another is a 403."""
+    if asked is not None and asked != principal.team.name:
+        raise Forbidden(
+            f"Your key belongs to team '{principal.team.name}'; it may not read the {what} of team '{asked}'.",
+            param="team",
+        )
+    return principal.team.name
+
+
 @router.get("/v1/usage", openapi_extra=USAGE_QUERY)
 async def usage(request: Request) -> Response:
     asked = request.query_params.get("team")
@@ -77,9 +88,4 @@ async def usage(request: Request) -> Response:
     principal = authenticate(services_of(request), request)
     if principal is None:  # an open proxy: no teams, no secrets between them
         return await usage_response(request, asked)
-    if asked is not None and asked != principal.team.name:
-        raise Forbidden(
-            f"Your key belongs to team '{principal.team.name}'; it may not read the usage of team '{asked}'.",
-            param="team",
-        )
-    return await usage_response(request, principal.team.name)
+    return await usage_response(request, own_team(principal, asked, "usage"))
