@@ -167,10 +167,6 @@ def train(
         x = np.column_stack([x, oof_prior])
     head = fit_head(x, y, c, seed)
 
-    import joblib
-    import sklearn
-    import torch
-
     metadata = {
         "target": kind,
         "regularisation_c": c,
@@ -189,13 +185,7 @@ def train(
         **({"pairs": {name: list(pair) for name, pair in pair_of.items()}} if pairs else {}),
         "validation_apgr": scores_by_choice,
         "seed": seed,
-        "libraries": {
-            "python": platform.python_version(),
-            "scikit-learn": sklearn.__version__,
-            "joblib": joblib.__version__,
-            "numpy": np.__version__,
-            "torch": torch.__version__,
-        },
+        "libraries": _library_versions(),
     }
     classifier = ComplexityClassifier(head=head, metadata=metadata, subject_prior=subject_prior)
     return TrainResult(classifier, scores_by_choice)
@@ -237,10 +227,6 @@ def train_head(
     rows = build_training_rows(train_by_source, pairs, design)
     head = make_head(head_name, seed).fit(rows)
 
-    import joblib
-    import sklearn
-    import torch
-
     default_pair = pairs[next(iter(datasets))]
     metadata = {
         "head": head_name,
@@ -255,12 +241,21 @@ def train_head(
         "validation_apgr": validation,
         "validation_apgr_per_dataset": per_dataset,
         "seed": seed,
-        "libraries": {
-            "python": platform.python_version(),
-            "scikit-learn": sklearn.__version__,
-            "joblib": joblib.__version__,
-            "numpy": np.__version__,
-            "torch": torch.__version__,
-        },
+        "libraries": _library_versions(),
     }
     return TrainResult(ComplexityClassifier(head=head, metadata=metadata), validation)
+
+
+def _library_versions() -> dict[str, str]:
+    """What an artifact was trained with, for its metadata."""
+    import joblib
+    import sklearn
+    import torch
+
+    return {
+        "python": platform.python_version(),
+        "scikit-learn": sklearn.__version__,
+        "joblib": joblib.__version__,
+        "numpy": np.__version__,
+        "torch": torch.__version__,
+    }
