@@ -303,6 +303,14 @@ class RankEnsemble(Head):
         return np.mean(ranks, axis=0)
 
 
+def quality_head(head: Head) -> MFHead | None:
+    """The part of `head` that predicts each model's quality (an `mf` head, alone or in an ensemble)."""
+    if isinstance(head, MFHead):
+        return head
+    parts = head.parts if isinstance(head, RankEnsemble) else []
+    return next((part for part in parts if isinstance(part, MFHead)), None)
+
+
 def make_head(name: str, seed: int = 0) -> Head:
     """A head by name: one of `HEADS`, or parts joined by `+` for their rank ensemble."""
     names = name.split("+")

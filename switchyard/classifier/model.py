@@ -5,6 +5,7 @@ model. Saved as a versioned artifact: `model.joblib` and `metadata.json` side by
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,37 @@ class ComplexityClassifier:
     def score(self, texts: list[str]) -> np.ndarray:
         """Blocking (an embedding forward pass): call it off the event loop."""
         return self.score_embedded(self.embedder.encode(texts), texts)
+
+    def score_with_quality(self, texts: list[str], models: Sequence[str]) -> np.ndarray:
+        """One row a prompt: the score, then each of `models`' predicted quality (routing by value).
+        Blocking, like `score`."""
+        from switchyard.classifier.heads import quality_head
+
+        head = quality_head(self.head)
+        if head is None:
+            raise ArtifactError(f"the {self.metadata.get('head')!r} head predicts no model's quality")
+        if not texts:
+            return np.zeros((0, 1 + len(models)))
+        embeddings = self.embedder.encode(texts)
+        x = design_matrix(embeddings, texts, self.subject_prior)
+        quality = head.quality(x, [head.models_.index(m) for m in models])
+        return np.column_stack([self.score_embedded(embeddings, texts), quality])
+
+    @staticmethod
+    def check_quality_models(directory: str | Path, models: Sequence[str]) -> None:
+        """That the artifact predicts the quality of each of `models` (cheap: its metadata only)."""
+        metadata = ComplexityClassifier.read_metadata(directory)
+        if "mf" not in str(metadata.get("head", "")).split("+"):
+            raise ArtifactError(
+                f"routing by value needs a head that predicts each model's quality (`mf`); {directory} "
+                f"holds {metadata.get('head', 'a logistic regression')!r}"
+            )
+        known = metadata.get("models", [])
+        unknown = [m for m in models if m not in known]
+        if unknown:
+            raise ArtifactError(
+                f"{directory} predicts no quality for {', '.join(map(repr, unknown))}; it knows: {', '.join(known)}"
+            )
 
     def save(self, directory: str | Path) -> None:
         import joblib

@@ -7,6 +7,9 @@ next batch the moment the worker is free. So a quiet proxy adds no batching dela
 scores in large batches, whose cost per prompt is several times lower. Scores are kept in an LRU
 cache by a hash of the prompt. A caller that cannot wait longer than its deadline gets a
 `ScoreUnavailable` and routes by its default, saying so.
+
+The scorer returns one score a prompt, or one row a prompt (routing by value: the score, then
+each tier's predicted quality); `score` gives the first value, `scores` the whole row.
 """
 
 from __future__ import annotations
@@ -48,9 +51,9 @@ class MicroBatcher:
         self.max_wait_s = max_wait_ms / 1000
         self.cache_size = cache_size
         self._blas_threads = blas_threads
-        self._cache: OrderedDict[str, float] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[float, ...]] = OrderedDict()
         self._queued: dict[str, str] = {}  # key -> text, waiting for the worker
-        self._futures: dict[str, asyncio.Future[float]] = {}  # key -> its score, queued or being scored
+        self._futures: dict[str, asyncio.Future[tuple[float, ...]]] = {}  # key -> its row, queued or being scored
         self._timer: asyncio.TimerHandle | None = None
         self._batch_task: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="classifier")
@@ -65,6 +68,10 @@ class MicroBatcher:
         return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
     async def score(self, text: str, deadline_s: float) -> float:
+        return (await self.scores(text, deadline_s))[0]
+
+    async def scores(self, text: str, deadline_s: float) -> tuple[float, ...]:
+        """The prompt's whole row (one value for a scorer of one score a prompt)."""
         key = self._key(text)
         cached = self._cache.get(key)
         if cached is not None:
@@ -126,7 +133,7 @@ class MicroBatcher:
                     future.set_exception(outcome)
                     future.exception()  # retrieved: a caller that already left must not log it as lost
             else:
-                value = float(outcome[i])
+                value = tuple(map(float, np.atleast_1d(outcome[i])))
                 self._remember(key, value)
                 if not future.done():
                     future.set_result(value)
@@ -140,7 +147,7 @@ class MicroBatcher:
         with self._threadpools.limit(limits=self._blas_threads, user_api="blas"):
             return self._score_batch(texts)
 
-    def _remember(self, key: str, value: float) -> None:
+    def _remember(self, key: str, value: tuple[float, ...]) -> None:
         self._cache[key] = value
         self._cache.move_to_end(key)
         while len(self._cache) > self.cache_size:

@@ -105,7 +105,8 @@ class Metrics:
         )
         self.route_decisions = Counter(
             "switchyard_route_decisions",
-            "model='auto' decisions by the tier chosen and why: score (the classifier's), no-router, "
+            "model='auto' decisions by the tier chosen and why: score (the classifier's), value (routing "
+            "by value: each tier's predicted quality and price), no-router, "
             "score-unavailable (late or failed: the default tier), or the constraint that moved it last "
             "(team, capability, context, health, budget).",
             ("tier", "reason"),

@@ -13,7 +13,7 @@ The built-in default config and `load_settings()` live in `switchyard.backends.d
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, SecretStr, ValidationError, model_validator
@@ -93,11 +93,22 @@ class AutoRoutingSettings(StrictModel):
     threads: int | None = Field(default=1, ge=1)  # torch threads for the embedding model
     warm_up: bool = True  # load the classifier at start (else at the first auto request)
     read_system_prompt: bool = True  # the classifier reads the system prompt(s) before the last user turn
+    # Routing by value (classifier/by_value.py): tier -> the model the artifact predicts its quality
+    # as; default: the thresholds file's `routing.by_value`, else routing by score thresholds.
+    quality_models: dict[str, str] | None = None
+    # quality mode -> how far below the best tier's predicted quality a cheaper tier may be;
+    # default: the thresholds file's, else classifier.by_value.DEFAULT_TOLERANCES
+    tolerance: dict[Literal["economy", "balanced", "max"], Annotated[float, Field(ge=0, le=1)]] | None = None
 
     @model_validator(mode="after")
     def _default_in_tiers(self) -> AutoRoutingSettings:
         if self.default_tier is not None and self.default_tier not in self.tiers:
             raise ValueError(f"default_tier {self.default_tier!r} is not one of tiers {self.tiers}")
+        if self.quality_models is not None and set(self.quality_models) != set(self.tiers):
+            raise ValueError(
+                f"quality_models must name a model for each tier ({', '.join(self.tiers)}), "
+                f"not for {', '.join(self.quality_models) or 'none'}"
+            )
         return self
 
 

@@ -7,6 +7,9 @@
       threshold: 0.2341              # route up when score >= threshold (or `thresholds: [...]`, one per tier step)
       modes: {economy: {threshold: …}, max: {threshold: …}}   # optional quality modes
       weak_model: …, strong_model: …, target: …, data: …, train: …, test: …, created: …
+      by_value:                      # optional: routing among N tiers by predicted quality
+        quality_models: {small: <model the artifact scores>, large: …}   # tier -> model
+        tolerance: 0.05              # the balanced mode's; `modes: {economy: {tolerance: …}, …}`
     cascade:
       rungs:
         <model>: {scorer: {kind: feature, feature: first_mean_entropy, …}, threshold: -0.88, …}
@@ -63,9 +66,26 @@ class ThresholdSet(_Section):
         return [self.threshold] if self.threshold is not None else []
 
 
+class ToleranceSet(_Section):
+    tolerance: float = Field(ge=0, le=1)
+
+
+class ByValueSection(ToleranceSet):
+    """Routing by value (`classifier.by_value`): each tier's model as the artifact knows it, and
+    how far below the best tier's predicted quality a cheaper tier may be, per quality mode. A
+    reader that predates it keeps it as an unknown key and routes by the thresholds beside it."""
+
+    quality_models: dict[str, str] = Field(default_factory=dict)
+    modes: dict[str, ToleranceSet] = Field(default_factory=dict)
+
+    def tolerances(self) -> dict[str, float]:
+        return {"balanced": self.tolerance, **{mode: s.tolerance for mode, s in self.modes.items()}}
+
+
 class RoutingSection(ThresholdSet):
     router: str | None = None
     modes: dict[str, ThresholdSet] = Field(default_factory=dict)
+    by_value: ByValueSection | None = None
 
 
 class CascadeRung(_Section):
@@ -110,11 +130,25 @@ def _plain(message: str) -> str:
     return "must be a number" if "valid number" in message else message
 
 
-def write_section(path: str | Path, section: str, content: dict[str, Any]) -> None:
-    """Write `section` into the file at `path`, keeping the other sections."""
+def write_section(path: str | Path, section: str, content: dict[str, Any], *, keep: tuple[str, ...] = ()) -> None:
+    """Write `section` into the file at `path`, keeping the other sections (and the `keep` keys of
+    this one: `routing.by_value` survives retraining the classifier, and the other way round)."""
     path = Path(path)
     data: dict[str, Any] = {"version": THRESHOLDS_VERSION}
     if path.exists():
         data = read_thresholds(path).model_dump(exclude_none=True)
-    data[section] = {**content, "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+    kept = {key: value for key, value in data.get(section, {}).items() if key in keep}
+    data[section] = {**kept, **content, "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def write_by_value(path: str | Path, content: dict[str, Any]) -> None:
+    """Write `routing.by_value` into the file at `path`, keeping everything else in it."""
+    path = Path(path)
+    data: dict[str, Any] = {"version": THRESHOLDS_VERSION}
+    if path.exists():
+        data = read_thresholds(path).model_dump(exclude_none=True)
+    routing = data.setdefault("routing", {})
+    routing["by_value"] = {**content, "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+    ByValueSection.model_validate(routing["by_value"])  # what the proxy will read
     path.write_text(yaml.safe_dump(data, sort_keys=False))

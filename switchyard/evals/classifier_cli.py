@@ -255,6 +255,7 @@ def _write_thresholds(
             "test": balanced["test"],
             "modes": {mode: modes[mode] for mode in ("economy", "max")},
         },
+        keep=("by_value",),
     )
 
 

@@ -147,7 +147,7 @@ def thresholds(
         "test": test_point,
     }
     try:
-        write_section(out, "routing", section)
+        write_section(out, "routing", section, keep=("by_value",))
     except ThresholdsError as exc:
         raise cli_error(str(exc)) from exc
     typer.echo(f"{router}: route to {strong} when score >= {value:.6g}")

@@ -5,7 +5,9 @@ Order of application (each step may move the request to another tier):
 1. score: the classifier scores the system prompt plus the last user turn; late or failed, the
    configured default tier is used and the route says why;
 2. thresholds: tiers ascend (e.g. small < t1 <= large < t2 <= commercial); the quality mode
-   (`x-switchyard-quality: economy | balanced | max`) picks the threshold set;
+   (`x-switchyard-quality: economy | balanced | max`) picks the threshold set. Or, routing by
+   value (`routing.auto.quality_models`): the classifier predicts each tier's quality and the
+   cheapest tier within the mode's tolerance of the best one is picked (classifier/by_value.py);
 3. models the team may use (`teams.<name>.models`): only those are candidates; a tier with none
    gives way to the nearest tier below it that has one, else the nearest above;
 4. capabilities: only models with every capability the request needs (tools, images, JSON
@@ -20,17 +22,20 @@ Order of application (each step may move the request to another tier):
    fits answers, else the lowest usable tier. (A team with nothing left is refused before routing.)
 
 The decision is explained in `x-switchyard-route` (ASCII, as headers must be), e.g.
-`auto:classifier=0.31<0.45->small`, `auto:classifier=0.62>=0.45->small(large over budget)`, or
-`auto:classifier=0.10<0.45->large(small lacks tools)`.
+`auto:classifier=0.31<0.45->small`, `auto:classifier=0.62>=0.45->small(large over budget)`,
+`auto:classifier=0.10<0.45->large(small lacks tools)`, or by value (the chosen tier's predicted
+quality, the best tier's, the tolerance) `auto:value(small=0.712,best=large:0.741,tol=0.050)->small`.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from switchyard.backends.registry import ModelEntry, ModelRegistry
 from switchyard.billing.teams import Team
+from switchyard.classifier.by_value import DEFAULT_TOLERANCES, ValueRule, pick_by_value
 from switchyard.classifier.runtime import MicroBatcher, ScoreUnavailable
 from switchyard.core.capabilities import explain, unsupported_by_any
 from switchyard.core.errors import InvalidRequest, ModelNotAllowed, ModelNotFound
@@ -67,8 +72,10 @@ class AutoRouter:
         prices: dict[str, Price] | None = None,
         metrics: Metrics | None = None,
         read_system_prompt: bool = True,
+        value: ValueRule | None = None,
     ) -> None:
         self.registry = registry
+        self.value = value  # routing by value, else by the score's thresholds
         self.read_system_prompt = read_system_prompt
         self.tiers = tiers
         self.thresholds = thresholds  # quality mode -> ascending thresholds, len(tiers) - 1 each
@@ -102,36 +109,56 @@ class AutoRouter:
                 f"x-switchyard-quality must be one of {', '.join(QUALITY_MODES)}, not {quality!r}.",
                 param="x-switchyard-quality",
             )
-        thresholds = self.thresholds.get(mode) or self.thresholds["balanced"]
-        score: float | None = None
+        thresholds = self.thresholds.get(mode) or self.thresholds.get("balanced", [])
+        score = margin = None
         if self.scorer is None:
             index, reason, kind = self.tiers.index(self.default_tier), f"auto:no-{self.router_name}", "no-router"
         else:
             started_at = time.perf_counter()
             try:
                 with child_span("classify", router=self.router_name) as span:
-                    score = await self.scorer.score(routing_text(request, self.read_system_prompt), self.deadline_s)
+                    row = await self.scorer.scores(routing_text(request, self.read_system_prompt), self.deadline_s)
+                    score = row[0]
                     if span is not None:
                         span.set_attribute("switchyard.score", score)
             except ScoreUnavailable as exc:
                 index, reason, kind = self.tiers.index(self.default_tier), f"auto:{exc.reason}", "score-unavailable"
             else:
-                index, kind = sum(score >= t for t in thresholds), "score"
-                reason = f"auto:{self.router_name}={score:.3f}" + (
-                    f"<{thresholds[index]:.3f}" if index < len(thresholds) else f">={thresholds[-1]:.3f}"
-                )
+                if self.value is not None:
+                    index, reason, margin = self._by_value(request, row[1:], self.value.tolerance(mode))
+                    kind = "value"
+                else:
+                    index, kind = sum(score >= t for t in thresholds), "score"
+                    reason = f"auto:{self.router_name}={score:.3f}" + (
+                        f"<{thresholds[index]:.3f}" if index < len(thresholds) else f">={thresholds[-1]:.3f}"
+                    )
+                    if thresholds:
+                        margin = min(abs(score - t) for t in thresholds)
                 if mode != "balanced":
                     reason += f"({mode})"
             finally:
                 if metrics is not None:
                     metrics.classifier_decision.observe(time.perf_counter() - started_at)
         entry, notes = self._constrain(index, request, team, headroom_usd, needed)
-        margin = min(abs(score - t) for t in thresholds) if score is not None and thresholds else None
         kind = notes[-1][0] if notes else kind
         tier = entry.tier or ""  # always set: every candidate came from models_by_tier
         if metrics is not None:
             metrics.route_decided(tier, kind)
         return RouteDecision(entry, reason + "->" + tier + "".join(text for _, text in notes), score, margin, kind)
+
+    def _by_value(self, request, qualities: tuple[float, ...], tolerance: float) -> tuple[int, str, float]:
+        """The tier by value, the route's text and the decision's margin. A tier's cost is the
+        request's estimate on its first model."""
+        if len(qualities) != len(self.tiers):
+            raise ValueError(f"the scorer predicted {len(qualities)} qualities for {len(self.tiers)} tiers")
+        costs = [estimated_cost_usd(request, self.prices.get(self.models_by_tier[t][0].name)) for t in self.tiers]
+        pick = pick_by_value(qualities, costs, tolerance)
+        chosen, best = self.tiers[pick.chosen], self.tiers[pick.best]
+        reason = (
+            f"auto:value({chosen}={qualities[pick.chosen]:.3f},best={best}:{qualities[pick.best]:.3f},"
+            f"tol={tolerance:.3f})"
+        )
+        return pick.chosen, reason, pick.margin
 
     def strongest(self, team: Team | None) -> ModelEntry:
         """The model of the highest tier the team may use: what 'auto' could have reached at most."""
@@ -268,6 +295,30 @@ def auto_not_configured() -> ModelNotFound:
     )
 
 
+def resolve_value_rule(
+    tiers: list[str],
+    quality_models: dict[str, str] | None,
+    tolerance: Mapping[str, float] | None,
+    thresholds_file: ThresholdsFile | None,
+) -> ValueRule | None:
+    """Routing by value: each tier's model (the config's, else the thresholds file's) and each
+    mode's tolerance (the config's, else the file's, else the defaults). None: route by thresholds."""
+    routing = thresholds_file.routing if thresholds_file is not None else None
+    from_file = routing.by_value if routing is not None else None
+    if quality_models is None and from_file is not None and from_file.quality_models:
+        quality_models = from_file.quality_models
+        if set(quality_models) != set(tiers):
+            raise ValueError(
+                f"the thresholds file's routing.by_value names tiers {', '.join(quality_models)}; "
+                f"routing.auto.tiers are {', '.join(tiers)}"
+            )
+    if quality_models is None:
+        return None
+    picked = from_file.tolerances() if from_file is not None else {}
+    tolerances = {**DEFAULT_TOLERANCES, **picked, **(tolerance or {})}
+    return ValueRule(tuple(quality_models[tier] for tier in tiers), tolerances)
+
+
 def resolve_thresholds(
     tiers: list[str], configured: list[float] | None, thresholds_file: ThresholdsFile | None
 ) -> dict[str, list[float]]:
@@ -275,6 +326,8 @@ def resolve_thresholds(
     expected = len(tiers) - 1
     modes: dict[str, list[float]] = {}
     routing = thresholds_file.routing if thresholds_file is not None else None
+    if routing is not None and routing.router is None and not routing.values():
+        routing = None  # a file with only `routing.by_value`
     if routing is not None:
         if routing.router != "classifier":
             raise ValueError(

@@ -38,6 +38,7 @@ from switchyard.billing.store import Database, open_database
 from switchyard.billing.teams import Principal, Team, yaml_keys
 from switchyard.cascade.build import RungSpec, build_cascade, rung_specs
 from switchyard.cascade.runtime import Cascade
+from switchyard.classifier.by_value import ValueRule
 from switchyard.classifier.model import DEFAULT_ARTIFACT, ArtifactError, ComplexityClassifier
 from switchyard.classifier.runtime import MicroBatcher
 from switchyard.core.metrics import Metrics, multiprocess_dir
@@ -46,7 +47,7 @@ from switchyard.core.settings import Settings
 from switchyard.core.supervision import SupervisedTask
 from switchyard.core.thresholds import ThresholdsError, ThresholdsFile, read_thresholds
 from switchyard.proxy.metrics import LiveGauges, SharedGauges
-from switchyard.proxy.routing import AutoRouter, resolve_thresholds
+from switchyard.proxy.routing import AutoRouter, resolve_thresholds, resolve_value_rule
 from switchyard.proxy.saturation import SaturationGate
 from switchyard.proxy.streams import LiveStreams
 from switchyard.proxy.tiers import TierSlots
@@ -63,6 +64,7 @@ class StartupCheck:
     thresholds: ThresholdsFile | None
     cascade_specs: list[RungSpec]
     auto_thresholds: dict[str, list[float]] | None
+    auto_value: ValueRule | None = None  # routing by value
 
 
 def check_startup(settings: Settings) -> StartupCheck:
@@ -74,14 +76,21 @@ def check_startup(settings: Settings) -> StartupCheck:
     except ValueError as exc:
         raise ThresholdsError(str(exc)) from exc
     auto = settings.routing.auto
-    auto_thresholds = None
+    auto_thresholds = value = None
     if auto.tiers:
+        artifact = auto.classifier_artifact or DEFAULT_ARTIFACT
+        tolerance = {str(mode): points for mode, points in (auto.tolerance or {}).items()}
         try:
-            auto_thresholds = resolve_thresholds(auto.tiers, auto.thresholds, thresholds)
-            ComplexityClassifier.read_metadata(auto.classifier_artifact or DEFAULT_ARTIFACT)
+            value = resolve_value_rule(auto.tiers, auto.quality_models, tolerance, thresholds)
+            if value is None:
+                auto_thresholds = resolve_thresholds(auto.tiers, auto.thresholds, thresholds)
+            else:  # the score's thresholds are not used
+                auto_thresholds = {}
+                ComplexityClassifier.check_quality_models(artifact, value.quality_models)
+            ComplexityClassifier.read_metadata(artifact)
         except (ValueError, ArtifactError) as exc:
             raise ThresholdsError(f"routing.auto: {exc}") from exc
-    return StartupCheck(thresholds, specs, auto_thresholds)
+    return StartupCheck(thresholds, specs, auto_thresholds, value)
 
 
 @dataclass(slots=True)
@@ -154,7 +163,7 @@ async def build_services(
         metrics = Metrics()
         auto_router = None
         if not is_offline and check.auto_thresholds is not None:
-            auto_router = _build_auto_router(settings, registry, check.auto_thresholds, prices, score_batch, metrics)
+            auto_router = _build_auto_router(settings, check, registry, prices, score_batch, metrics)
             stack.callback(_close_router, auto_router)
         cascade = None
         if check.cascade_specs and not is_offline:
@@ -310,14 +319,15 @@ def model_prices(settings: Settings, registry: ModelRegistry) -> dict[str, Price
 
 def _build_auto_router(
     settings: Settings,
+    check: StartupCheck,
     registry: ModelRegistry,
-    thresholds: dict[str, list[float]],
     prices: dict[str, Price],
     score_batch: ScoreBatch | None,
     metrics: Metrics,
 ) -> AutoRouter:
     """The classifier loads on its worker thread at the first batch; a warm-up batch starts that now."""
-    auto = settings.routing.auto
+    auto, value = settings.routing.auto, check.auto_value
+    assert check.auto_thresholds is not None
     if score_batch is None:
         artifact = auto.classifier_artifact or DEFAULT_ARTIFACT
         loaded: list[ComplexityClassifier] = []
@@ -325,6 +335,8 @@ def _build_auto_router(
         def score_batch(texts: list[str]) -> np.ndarray:
             if not loaded:
                 loaded.append(ComplexityClassifier.load(artifact, num_threads=auto.threads))
+            if value is not None:  # the score, then each tier's predicted quality
+                return loaded[0].score_with_quality(texts, value.quality_models)
             return loaded[0].score(texts)
 
     batcher = MicroBatcher(
@@ -333,13 +345,14 @@ def _build_auto_router(
     router = AutoRouter(
         registry,
         auto.tiers,
-        thresholds,
+        check.auto_thresholds,
         batcher,
         default_tier=auto.default_tier or auto.tiers[0],
         deadline_ms=auto.deadline_ms,
         prices=prices,
         metrics=metrics,
         read_system_prompt=auto.read_system_prompt,
+        value=value,
     )
     if auto.warm_up:
         warm_up = asyncio.get_running_loop().create_task(batcher.score("warm-up", deadline_s=600))
