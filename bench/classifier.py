@@ -3,9 +3,10 @@
 Starts a fast fake upstream and Switchyard (two tiers on it, the shipped classifier, warm), then
 sends the same prompts with `model="auto"` and with an explicit model name, interleaved, at
 concurrency 1 and 32. Every auto request has a prompt the proxy has not seen (no cache hits),
-except in the "cached" rows. Prints added p50/p99 and decisions/s; writes bench/RESULTS.md.
+except in the "cached" rows. Prints added p50/p99 and decisions/s; writes bench/RESULTS.md. With `--by-value`, `auto`
+routes among three tiers by value (each tier's predicted quality, LLMRouter's models).
 
-    .venv/bin/python bench/classifier.py
+    .venv/bin/python bench/classifier.py [--by-value]
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ async def main() -> None:
     parser.add_argument(
         "--artifact", type=Path, default=None, help="a classifier artifact folder (default: the shipped MiniLM one)"
     )
+    parser.add_argument("--by-value", action="store_true", help="three tiers, routed by predicted quality")
     args = parser.parse_args()
     artifact = f", classifier_artifact: '{args.artifact.resolve()}'" if args.artifact else ""
     from switchyard.classifier.model import DEFAULT_ARTIFACT, ComplexityClassifier
@@ -81,11 +83,16 @@ async def main() -> None:
     python = sys.executable
     upstream, proxy_port = start_fake_upstream(logs), free_port()
     config = logs / "switchyard.yaml"
+    tiers = ["small", "large", "xl"] if args.by_value else ["small", "large"]
+    routing = "thresholds: [0.5]"
+    if args.by_value:
+        models = ("llama-3.1-8b-instruct", "llama-3.3-nemotron-super-49b-v1", "llama-3.1-nemotron-51b-instruct")
+        routing = "quality_models: {" + ", ".join(f"{t}: {m}" for t, m in zip(tiers, models, strict=True)) + "}"
+        describe += ", three tiers by value"
     config.write_text(
         "server: {log_level: warning}\n"
-        f"routing:\n  auto: {{tiers: [small, large], thresholds: [0.5], deadline_ms: 1000{artifact}}}\n"
-        f"models:\n  - {{name: fake-small, base_url: '{upstream.base_url}', tier: small}}\n"
-        f"  - {{name: fake-large, base_url: '{upstream.base_url}', tier: large}}\n"
+        f"routing:\n  auto: {{tiers: [{', '.join(tiers)}], {routing}, deadline_ms: 1000{artifact}}}\n"
+        "models:\n" + "".join(f"  - {{name: fake-{t}, base_url: '{upstream.base_url}', tier: {t}}}\n" for t in tiers)
     )
     proxy = start(
         "switchyard",
@@ -123,6 +130,7 @@ async def main() -> None:
         upstream.stop()
 
     command_suffix = f" --artifact {args.artifact}" if args.artifact else ""
+    command_suffix += " --by-value" if args.by_value else ""
     lines = [
         f"## Auto-routing decision latency (`bench/classifier.py{command_suffix}`)"
         f"\n\nRun {time.strftime('%Y-%m-%d')} on "
@@ -141,7 +149,8 @@ async def main() -> None:
     section = "\n".join(lines) + "\n"
     print(section)
     if not args.no_write:
-        write_section("classifier" if args.artifact is None else f"classifier-{args.artifact.name}", section)
+        name = "classifier" if args.artifact is None else f"classifier-{args.artifact.name}"
+        write_section(name + ("-by-value" if args.by_value else ""), section)
 
 
 if __name__ == "__main__":
