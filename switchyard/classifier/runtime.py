@@ -125,15 +125,17 @@ class MicroBatcher:
             self._start_batch()
 
     def _settle(self, batch: list[tuple[str, str]], outcome: np.ndarray | Exception) -> None:
-        """Each text of `batch` gets its score from `outcome`, or `outcome` as its error."""
+        """Each text of `batch` gets its row from `outcome`, or `outcome` as its error."""
+        rows = None if isinstance(outcome, Exception) else np.asarray(outcome).reshape(len(batch), -1).tolist()
         for i, (key, _) in enumerate(batch):
             future = self._futures.pop(key)
-            if isinstance(outcome, Exception):
+            if rows is None:
+                assert isinstance(outcome, Exception)
                 if not future.done():
                     future.set_exception(outcome)
                     future.exception()  # retrieved: a caller that already left must not log it as lost
             else:
-                value = tuple(map(float, np.atleast_1d(outcome[i])))
+                value = tuple(rows[i])
                 self._remember(key, value)
                 if not future.done():
                     future.set_result(value)

@@ -40,6 +40,9 @@ def route(
     weak: WeakOption = None,
     strong: StrongOption = None,
     out: Annotated[Path, typer.Option(help="Folder for the PNG plot and the HTML page.")] = Path("eval-out"),
+    plot: Annotated[
+        bool, typer.Option("--plot/--no-plot", help="Draw the quality-vs-strong-share and cost curves (PNG, HTML).")
+    ] = True,
 ) -> None:
     """Compare routers on the test split: APGR, CPT(50%), CPT(80%), cost at 95% quality; plot the curves."""
     from rich.console import Console
@@ -79,6 +82,8 @@ def route(
     console.print(report.anchors(test))
     if meta.get("note"):
         console.print(f"note: {meta['note']}")
+    if not plot:
+        return
     out.mkdir(parents=True, exist_ok=True)
     stem = label.split(".")[0]
     png, page = out / f"route-{stem}.png", out / f"route-{stem}.html"

@@ -78,6 +78,15 @@ def test_eval_route_on_a_trace_file_picks_weak_and_strong_by_cost(tmp_path):
     # Length separates the 25% hard prompts perfectly: PGR climbs to 1 over the first 25% of strong
     # calls, then stays: 0.25 * 0.5 + 0.75 * 1 = 0.875.
     assert _apgr(result.output, "length") == pytest.approx(0.875, abs=0.002)
+    assert (tmp_path / "route-traces.png").exists() and (tmp_path / "route-traces.html").exists()
+    table_only = tmp_path / "table-only"
+    result = runner.invoke(
+        app,
+        ["eval", "route", "-d", str(traces), "-r", "length", "--no-plot", "--out", str(table_only)],
+        env={"COLUMNS": "200"},
+    )
+    assert result.exit_code == 0, result.output
+    assert _apgr(result.output, "length") == pytest.approx(0.875, abs=0.002) and not table_only.exists()
 
 
 def test_eval_route_names_unknown_routers(tmp_path):
