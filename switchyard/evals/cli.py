@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from switchyard.evals.cli_support import cli_error
+from switchyard.evals.cli_support import cli_error, progress_bar
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Offline evaluation of routing and cascading.")
 
@@ -46,7 +46,6 @@ def route(
 ) -> None:
     """Compare routers on the test split: APGR, CPT(50%), CPT(80%), cost at 95% quality; plot the curves."""
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from switchyard.evals import report
     from switchyard.evals.evaluate import EvalError, evaluate_routers
@@ -58,14 +57,7 @@ def route(
         routers = [make_router(name) for name in names]
     except ValueError as exc:
         raise cli_error(str(exc)) from exc
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
+    with progress_bar(console) as progress:
         loading = progress.add_task(f"loading {dataset}", total=1)
         traces, meta, weak, strong = _load(dataset, weak, strong)
         progress.update(loading, completed=1)
@@ -301,18 +293,10 @@ def tiers(
 def _predict(console, classifier, data, models: list[str], name: str):
     """Each tier model's predicted quality on each prompt of `data`, with a progress bar."""
     import numpy as np
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     prompts = [t.prompt for t in data.traces]
     rows = []
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
+    with progress_bar(console) as progress:
         task = progress.add_task(f"predicting quality ({name})", total=len(prompts))
         for start in range(0, len(prompts), 256):
             batch = prompts[start : start + 256]
