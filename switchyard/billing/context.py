@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from switchyard.billing.metering import RequestMeter
 from switchyard.billing.teams import Principal, Team
+from switchyard.core.errors import BudgetExceeded
 from switchyard.core.estimates import estimated_cost_usd
 from switchyard.core.requests import AnyRequest
 
@@ -59,3 +60,10 @@ class RequestContext:
         if spending is None:
             return True
         return await spending.reserve_for(model, self.worst_case_cost_usd(model, request))
+
+    async def refusal_for(self, model: str, request: AnyRequest) -> BudgetExceeded | None:
+        """Why `model`'s worst case does not fit the caller's budgets, and when to retry (None: no budgets)."""
+        spending = self.meter.spending
+        if spending is None or self.principal is None:
+            return None
+        return await spending.budgets.refusal(self.principal, (self.worst_case_cost_usd(model, request), model))

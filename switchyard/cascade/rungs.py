@@ -201,8 +201,11 @@ class RungTasks:
         budget allows it."""
         if not await self.reserve(i):
             why = f"The cascade's {self.rungs[i - 1].name} failed, and w" if i > 0 else "W"
+            refusal = await self.ctx.refusal_for(self.rungs[i].name, self.request_of(i))
             raise BudgetExceeded(
-                f"{why}hat is left of the budget does not cover {self.rungs[i].name}.", retry_after_s=1
+                f"{why}hat is left of the budget does not cover {self.rungs[i].name}"
+                + (f": {refusal.message}" if refusal is not None else "."),
+                retry_after_s=refusal.retry_after_s if refusal is not None else 1,
             )
 
     def start(self, i: int) -> asyncio.Task:

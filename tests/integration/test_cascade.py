@@ -168,6 +168,27 @@ def test_the_cascade_reserves_before_it_climbs_and_answers_with_what_it_has_when
     assert (record.model, record.status, record.team) == ("cheap", "completed", team)
 
 
+def test_a_failed_rung_whose_next_rung_the_budget_cannot_hold_is_refused_with_the_budgets_reason(ladder):
+    """The cheap rung fails; the strong rung's worst case ($1.8e-5) is more than the whole day's
+    budget ($1e-5): retrying cannot help, and the refusal says so (no Retry-After)."""
+    states, proxy = ladder
+    team = f"frugal-{uuid.uuid4().hex[:8]}"
+    base, app = proxy(teams={team: {"api_keys": [f"sk-{team}"], "budget_usd_per_day": 1e-5}})
+    states["cheap"].behaviour.failure = "500"
+    response = _post(
+        base, {"model": "cascade", "messages": HI, "max_tokens": 5}, {"authorization": f"Bearer sk-{team}"}
+    )
+    assert response.status_code == 429, response.text
+    error = response.json()["error"]
+    assert error["code"] == "insufficient_quota"
+    assert error["message"].startswith(
+        "The cascade's cheap failed, and what is left of the budget does not cover strong: "
+    )
+    assert "it can never fit" in error["message"]
+    assert "retry-after" not in response.headers and response.headers["x-should-retry"] == "false"
+    assert states["strong"].num_requests == 0
+
+
 def test_logprobs_the_client_asked_for_are_kept_as_many_as_it_asked(ladder):
     states, proxy = ladder
     base, _ = proxy()
