@@ -87,6 +87,31 @@ def usage(url: str, headers: dict, path: str = "/v1/usage", **params: str) -> ht
     return httpx.get(url + path, headers=headers, params={"start_date": DAY, "end_date": DAY} | params, timeout=30)
 
 
+def test_a_key_the_directory_knows_is_shown_with_its_prefix(database_url: str) -> None:  # noqa: F811
+    from switchyard.billing.teams import yaml_keys
+
+    [known] = yaml_keys("search", ["sk-search-0123456789"])
+
+    async def write() -> None:
+        database = await open_database(database_url)
+        try:
+            await database.insert_usage([attempt("k1", key_id=known.id), attempt("k2", key_id="key_unknown")])
+        finally:
+            await database.aclose()
+
+    asyncio.run(write())
+    settings = Settings(
+        models=[{"name": "small", "base_url": "http://127.0.0.1:9/v1"}],
+        teams={"search": {"api_keys": ["sk-search-0123456789"]}},
+        auth={"admin_key": "sk-admin-groups"},
+        billing={"database_url": database_url, "ledger_path": None},
+    )
+    with serve_in_thread(create_app(settings)) as url:
+        rows = usage(url, ADMIN, group_by="key").json()["data"]
+    assert {row["key"]: row["key_prefix"] for row in rows} == {known.id: known.prefix, "key_unknown": None}
+    assert known.prefix.startswith("sk-sear") and "0123456789" not in known.prefix
+
+
 def test_every_group_for_the_admin_and_a_teams_own_rows(proxy_url: str) -> None:
     by_key = usage(proxy_url, ADMIN, group_by="key").json()
     assert [(row["key"], row["requests"], row["cost_usd"]) for row in by_key["data"]] == [
@@ -107,6 +132,8 @@ def test_every_group_for_the_admin_and_a_teams_own_rows(proxy_url: str) -> None:
     assert (own["team"], [row["team"] for row in own["data"]]) == ("search", ["search"])
     own_keys = usage(proxy_url, SEARCH, group_by="key").json()
     assert [row["key"] for row in own_keys["data"]] == ["key_search"]
+    # a key the directory knows is shown with its prefix too; one it does not (the ledger's) without
+    assert [row["key_prefix"] for row in by_key["data"]] == [None, None, None]
     for group in ("model", "day"):  # the groups there were before, in the same shape
         rows = usage(proxy_url, SEARCH, group_by=group).json()["data"]
         assert list(rows[0]) == [group, "cost_usd", "prompt_tokens", "completion_tokens", "requests"] + [

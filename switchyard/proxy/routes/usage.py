@@ -65,6 +65,11 @@ async def usage_response(request: Request, team: str | None) -> Response:
     if group_by is not None and group_by not in GROUPS:
         raise InvalidRequest(f"group_by must be one of {', '.join(GROUPS)}, not {group_by!r}.", param="group_by")
     summary = await database_of(request).usage_summary(start, end, group_by=group_by, team=team)
+    if group_by == "key":  # the key's shown prefix beside its id: what its owner recognises
+        directory = services_of(request).directory
+        for row in summary["data"]:
+            key = directory.key(row["key"]) if row["key"] is not None else None
+            row["key_prefix"] = key.prefix if key is not None else None
     return Response(orjson.dumps(summary), media_type="application/json")
 
 
