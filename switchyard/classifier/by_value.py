@@ -2,8 +2,9 @@
 matrix-factorisation head scores any model it was trained on), and the request goes to the
 cheapest tier whose predicted quality is within the quality mode's tolerance of the best tier's.
 
-A tier is priced by what the request is estimated to cost on it; tiers of equal (or unknown)
-cost keep their configured order, lowest first.
+A tier is priced by what the request is estimated to cost on it. Among tiers of equal price the
+higher predicted quality wins, then the lower tier. (The router prices tiers by their order when
+a tier's model has no price.)
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ class ValuePick:
 
 
 def pick_by_value(qualities: Sequence[float], costs: Sequence[float], tolerance: float) -> ValuePick:
-    """The cheapest tier whose quality is within `tolerance` of the best; the lowest on a tie."""
+    """The cheapest tier whose quality is within `tolerance` of the best; on a tie of price the
+    better predicted, then the lowest."""
     if not qualities or len(qualities) != len(costs):
         raise ValueError(f"{len(qualities)} qualities for {len(costs)} tiers")
     best = max(range(len(qualities)), key=lambda i: (qualities[i], -i))
     floor = qualities[best] - tolerance
     within = [i for i, q in enumerate(qualities) if q >= floor]
-    chosen = min(within, key=lambda i: (costs[i], i))
+    chosen = min(within, key=lambda i: (costs[i], -qualities[i], i))
     # the nearest any tier came to crossing the floor, one way or the other
     others = [abs(q - floor) for i, q in enumerate(qualities) if i != best]
     return ValuePick(chosen, best, min(others) if others else 1.0)

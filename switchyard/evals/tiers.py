@@ -68,13 +68,13 @@ def random_at(data: TierData, cost_usd_per_1k: float) -> float:
 
 
 def route_by_value(predicted: np.ndarray, costs: np.ndarray, tolerance: float) -> np.ndarray:
-    """The tier `pick_by_value` chooses for each row: the cheapest (then lowest) tier whose
-    predicted quality is within `tolerance` of the row's best."""
+    """The tier `pick_by_value` chooses for each row: the cheapest tier (then the better predicted,
+    then the lowest) whose predicted quality is within `tolerance` of the row's best."""
     n, tiers = predicted.shape
     best = predicted.max(axis=1, keepdims=True)
     eligible = predicted >= best - tolerance
-    # rank of each tier by (cost, index) within its row; the eligible tier of the lowest rank wins
-    order = np.lexsort((np.broadcast_to(np.arange(tiers), (n, tiers)), costs), axis=1)
+    # rank of each tier by (cost, -predicted, index) within its row; the eligible tier of the lowest rank wins
+    order = np.lexsort((np.broadcast_to(np.arange(tiers), (n, tiers)), -predicted, costs), axis=1)
     rank = np.empty_like(order)
     np.put_along_axis(rank, order, np.arange(tiers)[None, :].repeat(n, axis=0), axis=1)
     return np.argmin(np.where(eligible, rank, tiers), axis=1)
@@ -120,18 +120,20 @@ def write_plot(
     quality, cost = sweep_points
     fig, axis = plt.subplots(figsize=(7, 5))
     axis.plot(cost * 1000, quality, label="by value, tolerance 0 to 1")
-    ends = np.array([cost.min(), cost.max()]) * 1000
+    means = 1000 * data.cost.mean(axis=0)
+    ends = np.array([means.min(), means[data.best_tier()]])
     axis.plot(ends, [random_at(data, c) for c in ends], "--", color="grey", label="random (cheapest and best tier)")
-    for i, name in enumerate(tier_names):
-        axis.plot(data.cost[:, i].mean() * 1000, data.quality[:, i].mean(), "o", label=f"{name} alone")
     for mode, point in modes.items():
         axis.plot(
-            point["cost_usd_per_1k"], point["quality"], "*", markersize=12, label=f"{mode} (tol {point['tolerance']})"
+            point["cost_usd_per_1k"], point["quality"], "*", markersize=14, label=f"{mode} (tol {point['tolerance']})"
         )
+    for i, name in enumerate(tier_names):  # above the stars: a mode that is one tier alone hides no tier
+        mean_cost, mean_quality = data.cost[:, i].mean() * 1000, data.quality[:, i].mean()
+        axis.plot(mean_cost, mean_quality, "o", markeredgecolor="black", zorder=3, label=f"{name} alone")
     axis.set_xlabel("cost (USD per 1k prompts)")
     axis.set_ylabel("quality (share answered correctly)")
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=8, loc="lower right")
+    axis.legend(fontsize=8, loc="best")  # not over a tier's point
     axis.set_title(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

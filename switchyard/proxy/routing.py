@@ -148,10 +148,14 @@ class AutoRouter:
 
     def _by_value(self, request, qualities: tuple[float, ...], tolerance: float) -> tuple[int, str, float]:
         """The tier by value, the route's text and the decision's margin. A tier's cost is the
-        request's estimate on its first model."""
+        request's estimate on its first model; when one has no price, the tiers' order is theirs."""
         if len(qualities) != len(self.tiers):
             raise ValueError(f"the scorer predicted {len(qualities)} qualities for {len(self.tiers)} tiers")
-        costs = [estimated_cost_usd(request, self.prices.get(self.models_by_tier[t][0].name)) for t in self.tiers]
+        prices = [self.prices.get(self.models_by_tier[t][0].name) for t in self.tiers]
+        if None in prices:
+            costs = [float(i) for i in range(len(self.tiers))]
+        else:
+            costs = [estimated_cost_usd(request, price) for price in prices]
         pick = pick_by_value(qualities, costs, tolerance)
         chosen, best = self.tiers[pick.chosen], self.tiers[pick.best]
         reason = (

@@ -29,6 +29,7 @@ TIERS = ["small", "large", "commercial"]
         ((0.80, 0.70, 0.60), (1, 5, 20), 0.0, 0, 0),  # the cheapest is the best
         ((0.70, 0.73, 0.74), (9, 5, 20), 0.05, 1, 2),  # price decides among the close ones, not the order
         ((0.70, 0.74, 0.74), (0, 0, 0), 0.0, 1, 1),  # equal cost and quality: the lower tier
+        ((0.70, 0.72, 0.74), (1, 5, 5), 0.03, 2, 2),  # equal cost: the better predicted, not the lower
     ],
 )
 def test_the_cheapest_tier_within_the_tolerance_of_the_best(qualities, costs, tolerance, chosen, best):
@@ -110,6 +111,13 @@ async def test_the_price_of_the_request_on_each_tier_decides():
     router = _router({"p": (0.70, 0.73, 0.74)}, prices)
     decision = await router.route(_request("p"), None, None, None, {})
     assert decision.entry.name == "m-large"  # within the tolerance too, and cheaper than small
+
+
+async def test_without_every_tiers_price_the_order_is_the_price():
+    # small is dearer than large, but commercial has no price: the tiers' order decides
+    prices = {"m-small": Price(10.0, 10.0), "m-large": Price(1.0, 1.0)}
+    decision = await _router({"p": (0.70, 0.73, 0.74)}, prices).route(_request("p"), None, None, None, {})
+    assert decision.entry.name == "m-small"
 
 
 async def test_constraints_still_apply_after_the_pick():
