@@ -30,8 +30,11 @@ def embedder():
 
 @pytest.fixture(scope="module")
 def small_run(embedder, tmp_path_factory):
-    traces = random.Random(7).sample(load_mmlu(), 1600)
-    texts = sorted({t.prompt for t in traces})
+    # 1000 prompts (~210 held out): over sample seeds 1-5 and 7 the margin over random below was 0.05-0.21,
+    # as wide as with 1600 (-0.01-0.19), for fewer prompts to embed and train on
+    traces = random.Random(7).sample(load_mmlu(), 1000)
+    # shortest first: a batch of prompts of like lengths pads little (a third less time than in text order)
+    texts = sorted({t.prompt for t in traces}, key=len)
     matrix = embedder.encode(texts)
     row = {text: i for i, text in enumerate(texts)}
 
