@@ -108,7 +108,8 @@ class ComplexityClassifier:
 
         joblib.dump(payload, directory / "model.joblib", compress=3)
         version = HEADS_ARTIFACT_VERSION if isinstance(self.head, Head) else ARTIFACT_VERSION
-        (directory / "metadata.json").write_text(json.dumps({"version": version, **self.metadata}, indent=2))
+        metadata = _finite({"version": version, **self.metadata})
+        (directory / "metadata.json").write_text(json.dumps(metadata, indent=2, allow_nan=False))
 
     @staticmethod
     def read_metadata(directory: str | Path = DEFAULT_ARTIFACT) -> dict[str, Any]:
@@ -157,3 +158,15 @@ class ComplexityClassifier:
         if isinstance(payload, dict):  # head plus subject prior
             return cls(payload["head"], metadata, embedder, payload["subject_prior"])
         return cls(head=payload, metadata=metadata, embedder=embedder)
+
+
+def _finite(value: Any) -> Any:
+    """`value` with every NaN or infinite float as None: JSON has no NaN (a metric of too few
+    held-out prompts is undefined, not a number)."""
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value

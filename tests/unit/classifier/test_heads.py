@@ -115,3 +115,16 @@ def test_unknown_head_names_are_refused():
 
     with pytest.raises(ValueError, match="unknown head 'svm'"):
         make_head("mf+svm")
+
+
+def test_an_undefined_metric_is_saved_as_null(tmp_path):
+    """Too few held-out prompts make a validation APGR undefined (NaN): metadata.json stays JSON."""
+    import json
+
+    from switchyard.classifier.heads import make_head
+    from switchyard.classifier.model import ComplexityClassifier
+
+    metadata = {"validation_apgr": {"mf": float("nan")}, "per_dataset": [1.0, float("inf")], "head": "length"}
+    ComplexityClassifier(make_head("length"), metadata).save(tmp_path)
+    saved = json.loads((tmp_path / "metadata.json").read_text())
+    assert saved["validation_apgr"] == {"mf": None} and saved["per_dataset"] == [1.0, None]
