@@ -89,6 +89,8 @@ class AutoRouter:
         missing = [tier for tier, entries in self.models_by_tier.items() if not entries]
         if missing:
             raise ValueError(f"routing.auto.tiers names tier(s) no model has: {', '.join(missing)}")
+        # by value, each tier is priced as its first model (None: unpriced)
+        self.tier_prices = [self.prices.get(self.models_by_tier[t][0].name) for t in tiers]
 
     async def route(
         self,
@@ -151,11 +153,10 @@ class AutoRouter:
         request's estimate on its first model; when one has no price, the tiers' order is theirs."""
         if len(qualities) != len(self.tiers):
             raise ValueError(f"the scorer predicted {len(qualities)} qualities for {len(self.tiers)} tiers")
-        prices = [self.prices.get(self.models_by_tier[t][0].name) for t in self.tiers]
-        if None in prices:
+        if None in self.tier_prices:
             costs = [float(i) for i in range(len(self.tiers))]
         else:
-            costs = [estimated_cost_usd(request, price) for price in prices]
+            costs = [estimated_cost_usd(request, price) for price in self.tier_prices]
         pick = pick_by_value(qualities, costs, tolerance)
         chosen, best = self.tiers[pick.chosen], self.tiers[pick.best]
         reason = (

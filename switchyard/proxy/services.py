@@ -84,10 +84,10 @@ def check_startup(settings: Settings) -> StartupCheck:
             value = resolve_value_rule(auto.tiers, auto.quality_models, tolerance, thresholds)
             if value is None:
                 auto_thresholds = resolve_thresholds(auto.tiers, auto.thresholds, thresholds)
-            else:  # the score's thresholds are not used
+                ComplexityClassifier.read_metadata(artifact)
+            else:  # the score's thresholds are not used; the artifact must know every tier's model
                 auto_thresholds = {}
                 ComplexityClassifier.check_quality_models(artifact, value.quality_models)
-            ComplexityClassifier.read_metadata(artifact)
         except (ValueError, ArtifactError) as exc:
             raise ThresholdsError(f"routing.auto: {exc}") from exc
     return StartupCheck(thresholds, specs, auto_thresholds, value)
