@@ -55,6 +55,8 @@ class ServerSettings(StrictModel):
     workers: int = Field(default=1, ge=1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     access_log: bool = False
+    # /health/ready answers 200 when every model is ready (`all`), or as soon as one is (`any`)
+    ready_when: Literal["all", "any"] = "all"
     # Browser origins that may call the API (CORS, preflight included), e.g. [https://app.example.com]
     # or ["*"]; empty: no CORS headers, so browsers refuse to read the answers.
     cors_origins: list[str] = Field(default_factory=list)

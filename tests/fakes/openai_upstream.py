@@ -79,6 +79,7 @@ class FakeState:
     model_id: str = "fake-model"
     is_dead: bool = False  # every stream in flight drops its connection at its next chunk
     arrived: threading.Event = field(default_factory=threading.Event)  # set once a request has been counted
+    models_status: int = 200  # what GET /v1/models (the proxy's health probe) answers: 503 while "loading"
 
 
 def _token(behaviour: FakeBehaviour, i: int) -> str:
@@ -222,6 +223,9 @@ class FakeOpenAIUpstream:
                     return
         path, method = scope["path"], scope["method"]
         if method == "GET" and path == "/v1/models":
+            if self.state.models_status != 200:
+                await self._respond(send, self.state.models_status, _error(503, "loading", "server_error", None))
+                return
             body = {
                 "object": "list",
                 "data": [{"id": self.state.model_id, "object": "model", "created": 0, "owned_by": "fake"}],

@@ -17,7 +17,10 @@ async def live() -> Response:
 
 @router.get("/health/ready", openapi_extra=NO_KEY)
 async def ready(request: Request) -> Response:
-    """Ready when at least one model has a backend that passed its last health probe.
+    """Ready when every model's backend passed its last health probe (`server.ready_when: all`,
+    the default: `auto`'s tiers and the cascade's rungs are models too), or at least one
+    (`ready_when: any`). `models` shows each model's verdict and `not_ready` the names of those
+    not ready yet (still loading, or down), whichever the setting.
 
     `breakers` shows each model's circuit breaker: closed, open or half-open (a model with several
     replicas is open only when all of them are); `replicas` each replica's breaker, by its label,
@@ -30,10 +33,12 @@ async def ready(request: Request) -> Response:
     """
     services = services_of(request)
     models = {entry.name: entry.backend.is_ready() for entry in services.registry}
-    is_ready = any(models.values())
+    verdicts = models.values()
+    is_ready = any(verdicts) if services.settings.server.ready_when == "any" else all(verdicts) and bool(models)
     body = {
         "status": "ready" if is_ready else "not_ready",
         "models": models,
+        "not_ready": [name for name, ready in models.items() if not ready],
         "breakers": services.executor.states(),
         "replicas": services.executor.replica_states(),
         "cooldowns": services.executor.cooldowns(),
