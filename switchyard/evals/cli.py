@@ -267,7 +267,9 @@ def tiers(
         list[str],
         typer.Option("--tier", help="NAME=MODEL, repeatable, cheapest first: a tier and the model it is in the data."),
     ],
-    artifact: Annotated[Path | None, typer.Option(help="Classifier artifact (default: the shipped one).")] = None,
+    artifact: Annotated[
+        Path | None, typer.Option(help="Classifier artifact (default: the shipped one that predicts quality).")
+    ] = None,
     out: Annotated[Path, typer.Option(help="Folder for the PNG plot.")] = Path("eval-out"),
     thresholds_out: Annotated[
         Path | None, typer.Option(help="Write routing.by_value (tier models, tolerances) into this thresholds file.")
@@ -278,7 +280,7 @@ def tiers(
     from rich.console import Console
     from rich.table import Table
 
-    from switchyard.classifier.model import DEFAULT_ARTIFACT, ArtifactError, ComplexityClassifier
+    from switchyard.classifier.model import BY_VALUE_ARTIFACT, ArtifactError, ComplexityClassifier
     from switchyard.core.thresholds import ThresholdsError, write_by_value
     from switchyard.core.traces import TraceFormatError
     from switchyard.evals import tiers as by_value
@@ -291,7 +293,7 @@ def tiers(
     names, models = [name for name, _ in pairs], [model for _, model in pairs]
     if len(pairs) < 2 or len(set(names)) != len(names):
         raise cli_error("give at least two --tier NAME=MODEL, each name once")
-    artifact = artifact or DEFAULT_ARTIFACT
+    artifact = artifact or BY_VALUE_ARTIFACT
     try:
         ComplexityClassifier.check_quality_models(artifact, models)
     except ArtifactError as exc:
