@@ -13,7 +13,7 @@ from switchyard.backends.embedded.models import is_installed
 from switchyard.core.settings import Settings, parse_settings, read_settings_file
 
 # Picked by `switchyard classifier train` on the train split and shipped with the classifier.
-DEFAULT_THRESHOLDS = Path(__file__).resolve().parents[1] / "classifier/artifacts/static-mf-length/thresholds.yaml"
+DEFAULT_THRESHOLDS = Path(__file__).resolve().parents[1] / "classifier/artifacts/static-logreg/thresholds.yaml"
 
 # Nominal USD per million tokens for the embedded models, so that metering and cost reports have
 # a scale (a small self-hosted model costs a fraction of a larger one); set real ones in a config.

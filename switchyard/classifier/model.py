@@ -26,7 +26,16 @@ STATIC_ARTIFACT = ARTIFACTS / "static-logreg"
 # sources"). The static embedding is ~200x cheaper per prompt than MiniLM, which is what keeps the
 # decision under 10 ms at 32 concurrent prompts.
 MULTI_SOURCE_ARTIFACT = ARTIFACTS / "static-mf-length"
-DEFAULT_ARTIFACT = MULTI_SOURCE_ARTIFACT
+# The default is chosen on chat first (arena-bench-v1, vicuna80), then checked for regressions on
+# the other sets: `switchyard eval route --artifacts all`, docs/routing.md.
+DEFAULT_ARTIFACT = STATIC_ARTIFACT
+# Routing by value needs a head that predicts each model's quality; of the shipped ones only this.
+BY_VALUE_ARTIFACT = MULTI_SOURCE_ARTIFACT
+
+
+def default_artifact(by_value: bool) -> Path:
+    """The shipped artifact used when the config names none."""
+    return BY_VALUE_ARTIFACT if by_value else DEFAULT_ARTIFACT
 
 
 class ArtifactError(ValueError):

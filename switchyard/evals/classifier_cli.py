@@ -26,7 +26,7 @@ def train(
         typer.Option(
             "--dataset",
             "-d",
-            help="Repeatable: mmlu, gsm8k, llmrouter, arena, or a trace file (.jsonl[.gz]). "
+            help="Repeatable: mmlu, gsm8k, llmrouter, arena, vicuna80, or a trace file (.jsonl[.gz]). "
             "Default: mmlu, gsm8k, llmrouter and arena.",
         ),
     ] = None,
@@ -195,7 +195,7 @@ def _load_sources(names: list[str], pair_options: list[str]) -> tuple[dict, dict
             traces, meta = load_dataset(name)
             pairs[name] = resolve_models(traces, meta, *given.get(name, (None, None)))
         except (TraceFormatError, EvalError) as exc:
-            raise cli_error(f"{exc} (datasets: mmlu, gsm8k, llmrouter, arena, or a trace file)") from exc
+            raise cli_error(f"{exc} (datasets: mmlu, gsm8k, llmrouter, arena, vicuna80, or a trace file)") from exc
         for model in pairs[name]:
             if not any(model in t.models for t in traces):
                 raise cli_error(f"{name}: no trace has an outcome for {model!r}")

@@ -12,7 +12,7 @@ from switchyard.evals.cli_support import cli_error, progress_bar
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Offline evaluation of routing and cascading.")
 
 DatasetOption = Annotated[
-    str, typer.Option("--dataset", "-d", help="mmlu, gsm8k, llmrouter, arena, or a trace file (.jsonl[.gz]).")
+    str, typer.Option("--dataset", "-d", help="mmlu, gsm8k, llmrouter, arena, vicuna80, or a trace file (.jsonl[.gz]).")
 ]
 WeakOption = Annotated[str | None, typer.Option(help="Weak model in the traces (default: from the data).")]
 StrongOption = Annotated[str | None, typer.Option(help="Strong model in the traces (default: from the data).")]
@@ -33,7 +33,15 @@ def _load(dataset: str, weak: str | None, strong: str | None):
 
 @app.command()
 def route(
-    dataset: DatasetOption,
+    dataset: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--dataset",
+            "-d",
+            help="mmlu, gsm8k, llmrouter, arena, vicuna80, or a trace file (.jsonl[.gz]). "
+            "Repeatable with --artifacts (default there: arena, vicuna80, mmlu, gsm8k, llmrouter).",
+        ),
+    ] = None,
     router: Annotated[
         list[str] | None, typer.Option("--router", "-r", help="Router to compare (repeatable). Default: all baselines.")
     ] = None,
@@ -43,8 +51,30 @@ def route(
     plot: Annotated[
         bool, typer.Option("--plot/--no-plot", help="Draw the quality-vs-strong-share and cost curves (PNG, HTML).")
     ] = True,
+    artifacts: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--artifacts",
+            help="'all' (every shipped classifier artifact) or artifact folders (repeatable): instead of the "
+            "routers, one table of the artifacts on each set's prompts none of them was fitted on, chat sets "
+            "first, with bootstrap intervals and each one's difference from the default. No plot.",
+        ),
+    ] = None,
 ) -> None:
     """Compare routers on the test split: APGR, CPT(50%), CPT(80%), cost at 95% quality; plot the curves."""
+    if artifacts:
+        if router:
+            raise cli_error("--router and --artifacts do not go together: --artifacts compares classifier artifacts")
+        _compare_artifacts(artifacts, dataset or [], weak, strong)
+        return
+    if not dataset:
+        raise cli_error("give --dataset (or --artifacts to compare the classifier artifacts)")
+    if len(dataset) > 1:
+        raise cli_error("one --dataset at a time, unless with --artifacts")
+    _route(dataset[0], router, weak, strong, out, plot)
+
+
+def _route(dataset: str, router: list[str] | None, weak, strong, out: Path, plot: bool) -> None:
     from rich.console import Console
 
     from switchyard.evals import report
@@ -82,6 +112,80 @@ def route(
     report.write_plot(png, title, test, results)
     report.write_html(page, title, test, results)
     console.print(f"wrote {png} and {page}")
+
+
+def _compare_artifacts(specs: list[str], datasets: list[str], weak: str | None, strong: str | None) -> None:
+    from rich.console import Console
+
+    from switchyard.classifier.model import ARTIFACTS, DEFAULT_ARTIFACT, ArtifactError, ComplexityClassifier
+    from switchyard.classifier.router import ClassifierRouter
+    from switchyard.evals import artifact_compare, report
+    from switchyard.evals.datasets import CHAT_SETS
+    from switchyard.evals.evaluate import EvalError, Outcomes
+
+    if (weak or strong) and len(datasets) != 1:
+        raise cli_error("--weak and --strong name one set's models: give one --dataset with them")
+    folders = [
+        folder
+        for spec in specs
+        for folder in (
+            artifact_compare.shipped_artifacts(ARTIFACTS, DEFAULT_ARTIFACT) if spec == "all" else [Path(spec)]
+        )
+    ]
+    folders = list(dict.fromkeys(folders))
+    labels = [folder.name for folder in folders]
+    if len(set(labels)) != len(labels):
+        raise cli_error(f"two artifact folders share a name: {', '.join(labels)}")
+    try:
+        metadatas = [ComplexityClassifier.read_metadata(folder) for folder in folders]
+    except ArtifactError as exc:
+        raise cli_error(str(exc)) from exc
+    default_label = DEFAULT_ARTIFACT.name
+    reference = default_label if default_label in labels else labels[0]
+    console = Console()
+    results = []
+    with progress_bar(console) as progress:
+        loading = progress.add_task("loading artifacts", total=len(folders))
+        routers = {}
+        for label, folder in zip(labels, folders, strict=True):
+            try:
+                routers[label] = ClassifierRouter(folder)
+            except ArtifactError as exc:
+                raise cli_error(str(exc)) from exc
+            progress.advance(loading)
+        names = artifact_compare.chat_first(datasets or list(artifact_compare.DEFAULT_SETS))
+        scoring = progress.add_task("scoring sets", total=len(names))
+        for name in names:
+            traces, _, set_weak, set_strong = _load(name, weak, strong)
+            label = Path(name).name if Path(name).exists() else name
+            kept, which = artifact_compare.held_out(traces, (name, label), metadatas)
+            try:
+                outcomes = Outcomes.of(kept, set_weak, set_strong)
+            except EvalError as exc:
+                raise cli_error(f"{name}: {exc}") from exc
+            scores = {artifact: r.score(outcomes.traces) for artifact, r in routers.items()}
+            results.append(
+                artifact_compare.SetResult(
+                    dataset=label,
+                    is_chat=name in CHAT_SETS,
+                    weak=set_weak,
+                    strong=set_strong,
+                    num_prompts=len(outcomes.traces),
+                    which_prompts=which,
+                    artifacts=artifact_compare.compare(outcomes, scores, reference),
+                )
+            )
+            progress.advance(scoring)
+    console.print(report.artifacts_table(results, reference))
+    for line in report.set_lines(results):
+        console.print(line, highlight=False)
+    best = artifact_compare.best_on_chat(results)
+    if best is not None:
+        console.print(
+            f"best on chat (APGR averaged over {', '.join(r.dataset for r in results if r.is_chat)}): "
+            f"{best[0]} ({best[1]:.3f}); the default: {default_label}",
+            highlight=False,
+        )
 
 
 @app.command()
@@ -163,7 +267,9 @@ def tiers(
         list[str],
         typer.Option("--tier", help="NAME=MODEL, repeatable, cheapest first: a tier and the model it is in the data."),
     ],
-    artifact: Annotated[Path | None, typer.Option(help="Classifier artifact (default: the shipped one).")] = None,
+    artifact: Annotated[
+        Path | None, typer.Option(help="Classifier artifact (default: the shipped one that predicts quality).")
+    ] = None,
     out: Annotated[Path, typer.Option(help="Folder for the PNG plot.")] = Path("eval-out"),
     thresholds_out: Annotated[
         Path | None, typer.Option(help="Write routing.by_value (tier models, tolerances) into this thresholds file.")
@@ -174,7 +280,7 @@ def tiers(
     from rich.console import Console
     from rich.table import Table
 
-    from switchyard.classifier.model import DEFAULT_ARTIFACT, ArtifactError, ComplexityClassifier
+    from switchyard.classifier.model import BY_VALUE_ARTIFACT, ArtifactError, ComplexityClassifier
     from switchyard.core.thresholds import ThresholdsError, write_by_value
     from switchyard.core.traces import TraceFormatError
     from switchyard.evals import tiers as by_value
@@ -187,7 +293,7 @@ def tiers(
     names, models = [name for name, _ in pairs], [model for _, model in pairs]
     if len(pairs) < 2 or len(set(names)) != len(names):
         raise cli_error("give at least two --tier NAME=MODEL, each name once")
-    artifact = artifact or DEFAULT_ARTIFACT
+    artifact = artifact or BY_VALUE_ARTIFACT
     try:
         ComplexityClassifier.check_quality_models(artifact, models)
     except ArtifactError as exc:

@@ -22,6 +22,7 @@ from switchyard.evals.prices import PRICES
 DATA_DIR = Path(__file__).parent / "data" / "routellm"
 LLMROUTER_DIR = Path(__file__).parent / "data" / "llmrouter"
 ARENA_DIR = Path(__file__).parent / "data" / "arena-bench-v1"
+VICUNA_DIR = Path(__file__).parent / "data" / "vicuna80"
 WEAK_MODEL = "mistralai/Mixtral-8x7B-Instruct-v0.1"
 STRONG_MODEL = "gpt-4-1106-preview"
 TEST_FRACTION = 0.2
@@ -34,12 +35,15 @@ ESTIMATE_NOTES = {
     "llmrouter": f"input tokens estimated at 4 characters a token; {LLMROUTER_OUTPUT_TOKENS} output tokens assumed",
     "arena": f"quality = GPT-4 grade / 10; input tokens estimated at 4 characters a token; "
     f"{ARENA_OUTPUT_TOKENS} output tokens assumed",
+    "vicuna80": f"quality = mean GPT-4 grade / 10 (from reviews of answer pairs: noisy); input tokens estimated at "
+    f"4 characters a token; {ARENA_OUTPUT_TOKENS} output tokens assumed",
 }
 SOURCES = {
     "mmlu": "RouteLLM mmlu (Apache-2.0)",
     "gsm8k": "RouteLLM gsm8k (Apache-2.0)",
     "llmrouter": "LLMRouter dcrouter train/test (MIT)",
     "arena": "arena-bench-v1 GPT-4 grades (Apache-2.0)",
+    "vicuna80": "FastChat Vicuna questions, GPT-4 grades (Apache-2.0)",
 }
 # Each set's default weak and strong model: the pair its labels are best read for.
 PAIRS: dict[str, tuple[str, str]] = {
@@ -47,7 +51,11 @@ PAIRS: dict[str, tuple[str, str]] = {
     "gsm8k": (WEAK_MODEL, STRONG_MODEL),
     "llmrouter": ("llama-3.1-8b-instruct", "llama-3.1-nemotron-51b-instruct"),
     "arena": ("Mixtral-8x7B-Instruct-v0.1", "gpt-4-turbo"),
+    "vicuna80": ("llama-13b:v1", "gpt-3.5-turbo:20230327"),
 }
+# The named sets of open-ended chat, judged as chat quality is judged: the default classifier is
+# chosen on these first (docs/routing.md, "Which artifact is the default").
+CHAT_SETS = ("arena", "vicuna80")
 
 
 def prompt_hash(prompt: str) -> str:
@@ -129,19 +137,29 @@ def load_llmrouter() -> list[Trace]:
     return traces
 
 
-def load_arena() -> list[Trace]:
-    """arena-bench-v1: 299 chat prompts, quality = GPT-4 grade / 10 (a model whose grade is
-    missing is absent from that trace). Split 80/20 by prompt hash; `arena_folds` for cross-validation."""
+def _load_graded_chat(path: Path, name: str) -> list[Trace]:
+    """Rows of {prompt, scores: model -> grade 1-10} as traces with quality = grade / 10 (a model
+    whose grade is missing is absent from that trace), split 80/20 by prompt hash."""
     traces = []
-    with gzip.open(ARENA_DIR / "graded.jsonl.gz", "rb") as handle:
+    with gzip.open(path, "rb") as handle:
         for i, line in enumerate(handle):
             if line.strip():
                 row = orjson.loads(line)
                 prompt = row["prompt"]
                 models = {m: _priced(m, g / 10, prompt, ARENA_OUTPUT_TOKENS) for m, g in row["scores"].items()}
-                traces.append(Trace(f"arena/{i}", prompt, "chat", "train", models))
+                traces.append(Trace(f"{name}/{i}", prompt, "chat", "train", models))
     assign_splits(traces)
     return traces
+
+
+def load_arena() -> list[Trace]:
+    """arena-bench-v1: 299 chat prompts graded by GPT-4; `hash_folds` for cross-validation."""
+    return _load_graded_chat(ARENA_DIR / "graded.jsonl.gz", "arena")
+
+
+def load_vicuna80() -> list[Trace]:
+    """The 76 Vicuna questions, 7 models' answers graded by GPT-4 in pairwise reviews."""
+    return _load_graded_chat(VICUNA_DIR / "graded.jsonl.gz", "vicuna80")
 
 
 def hash_folds(traces: list[Trace], num_folds: int) -> list[list[Trace]]:
@@ -159,11 +177,13 @@ LOADERS: dict[str, Callable[[], list[Trace]]] = {
     "gsm8k": load_gsm8k,
     "llmrouter": load_llmrouter,
     "arena": load_arena,
+    "vicuna80": load_vicuna80,
 }
 
 
 def load_dataset(name_or_path: str) -> tuple[list[Trace], dict]:
-    """A named shipped dataset (`mmlu`, `gsm8k`, `llmrouter`, `arena`) or a trace file, with its metadata."""
+    """A named shipped dataset (`mmlu`, `gsm8k`, `llmrouter`, `arena`, `vicuna80`) or a trace file, with its
+    metadata."""
     loader = LOADERS.get(name_or_path)
     if loader is not None:
         weak, strong = PAIRS[name_or_path]

@@ -83,6 +83,11 @@ def cost_at_quality(curve: Curve, target_quality: float) -> float:
     return _first_crossing(curve.cost_usd, curve.quality, target_quality)
 
 
+def strong_share_at_quality(curve: Curve, target_quality: float) -> float:
+    """The smallest strong-call share on the curve whose quality reaches `target_quality`."""
+    return _first_crossing(curve.strong_share, curve.quality, target_quality)
+
+
 def _first_crossing(x: np.ndarray, y: np.ndarray, target: float) -> float:
     """x where y first reaches target, walking the polyline in order and interpolating."""
     if len(y) and y[0] >= target:

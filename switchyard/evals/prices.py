@@ -12,6 +12,10 @@ PRICES: dict[str, Price] = {
     # arena-bench-v1's pair (the same models, as that set names them).
     "gpt-4-turbo": Price(10.0, 30.0),
     "Mixtral-8x7B-Instruct-v0.1": Price(0.6, 0.6),
+    # vicuna80's pair: gpt-3.5-turbo's list price when its answers were made (March 2023); a
+    # typical hosted price for a 13B open model.
+    "gpt-3.5-turbo:20230327": Price(2.0, 2.0),
+    "llama-13b:v1": Price(0.3, 0.3),
     # LLMRouter's open models: typical hosted prices per million tokens, by size.
     "llama-3.1-8b-instruct": Price(0.18, 0.18),
     "qwen2.5-7b-instruct": Price(0.18, 0.18),

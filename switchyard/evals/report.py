@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from switchyard.evals.artifact_compare import INTERVAL, QUALITY_TARGET, SetResult
 from switchyard.evals.evaluate import Outcomes, RouterResult
 
 
@@ -40,6 +41,54 @@ def rich_table(title: str, results: Sequence[RouterResult]) -> Table:
     for row in rows(results):
         table.add_row(*row)
     return table
+
+
+def _span(interval: tuple[float, float], signed: bool = False) -> str:
+    fmt = "+.3f" if signed else ".3f"
+    return "—" if math.isnan(interval[0]) else f"{interval[0]:{fmt}} … {interval[1]:{fmt}}"
+
+
+def artifacts_table(results: Sequence[SetResult], reference: str) -> Table:
+    """One row per set and artifact, chat sets first, each set's rows on the same prompts."""
+    table = Table(
+        title=f"Classifier artifacts on prompts none was fitted on ({INTERVAL:.0%} intervals, paired bootstrap)",
+        title_justify="left",
+    )
+    headers = [
+        "set",
+        "prompts",
+        "artifact",
+        "APGR",
+        "APGR interval",
+        f"vs {reference}",
+        "interval",
+        "CPT(50%)",
+        "CPT(80%)",
+        f"strong calls at {QUALITY_TARGET:.0%} quality",
+    ]
+    for i, header in enumerate(headers):
+        table.add_column(header, justify="left" if i in (0, 2) else "right")
+    for result in results:
+        for i, a in enumerate(result.artifacts):
+            first = i == 0
+            table.add_row(
+                (f"{result.dataset} (chat)" if result.is_chat else result.dataset) if first else "",
+                f"{result.num_prompts} ({result.which_prompts})" if first else "",
+                a.artifact,
+                _num(a.apgr),
+                _span(a.apgr_interval),
+                "" if a.artifact == reference else _num(a.delta, "+.3f"),
+                "" if a.artifact == reference else _span(a.delta_interval, signed=True),
+                _share(a.cpt50),
+                _share(a.cpt80),
+                _share(a.strong_share_at_target),
+                end_section=i == len(result.artifacts) - 1,
+            )
+    return table
+
+
+def set_lines(results: Sequence[SetResult]) -> list[str]:
+    return [f"{r.dataset}: {r.num_prompts} prompts ({r.which_prompts}), {r.weak} → {r.strong}" for r in results]
 
 
 def anchors(test: Outcomes) -> str:

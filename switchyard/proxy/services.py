@@ -21,6 +21,7 @@ import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import aiohttp
 import numpy as np
@@ -39,7 +40,7 @@ from switchyard.billing.teams import Principal, Team, yaml_keys
 from switchyard.cascade.build import RungSpec, build_cascade, rung_specs
 from switchyard.cascade.runtime import Cascade
 from switchyard.classifier.by_value import ValueRule
-from switchyard.classifier.model import DEFAULT_ARTIFACT, ArtifactError, ComplexityClassifier
+from switchyard.classifier.model import ArtifactError, ComplexityClassifier, default_artifact
 from switchyard.classifier.runtime import MicroBatcher
 from switchyard.core.metrics import Metrics, multiprocess_dir
 from switchyard.core.prices import Price
@@ -78,19 +79,32 @@ def check_startup(settings: Settings) -> StartupCheck:
     auto = settings.routing.auto
     auto_thresholds = value = None
     if auto.tiers:
-        artifact = auto.classifier_artifact or DEFAULT_ARTIFACT
         tolerance = {str(mode): points for mode, points in (auto.tolerance or {}).items()}
         try:
             value = resolve_value_rule(auto.tiers, auto.quality_models, tolerance, thresholds)
+            artifact = auto.classifier_artifact or default_artifact(by_value=value is not None)
             if value is None:
                 auto_thresholds = resolve_thresholds(auto.tiers, auto.thresholds, thresholds)
                 ComplexityClassifier.read_metadata(artifact)
+                if path is not None and thresholds is not None and thresholds.routing is not None:
+                    _check_thresholds_fit(path, Path(artifact))
             else:  # the score's thresholds are not used; the artifact must know every tier's model
                 auto_thresholds = {}
                 ComplexityClassifier.check_quality_models(artifact, value.quality_models)
         except (ValueError, ArtifactError) as exc:
             raise ThresholdsError(f"routing.auto: {exc}") from exc
     return StartupCheck(thresholds, specs, auto_thresholds, value)
+
+
+def _check_thresholds_fit(path: Path, artifact: Path) -> None:
+    """A thresholds file inside an artifact's folder holds thresholds on that artifact's scores:
+    on another artifact's scores, whose scale differs, they would route wrong without a sign."""
+    folder = path.parent
+    if (folder / "metadata.json").is_file() and folder.resolve() != artifact.resolve():
+        raise ValueError(
+            f"the thresholds file {path} was picked for the classifier in {folder}, but the classifier is "
+            f"{artifact}: set routing.auto.classifier_artifact to {folder}, or use {artifact}/thresholds.yaml"
+        )
 
 
 @dataclass(slots=True)
@@ -329,7 +343,7 @@ def _build_auto_router(
     auto, value = settings.routing.auto, check.auto_value
     assert check.auto_thresholds is not None
     if score_batch is None:
-        artifact = auto.classifier_artifact or DEFAULT_ARTIFACT
+        artifact = auto.classifier_artifact or default_artifact(by_value=value is not None)
         loaded: list[ComplexityClassifier] = []
 
         def score_batch(texts: list[str]) -> np.ndarray:

@@ -11,7 +11,7 @@ import openai
 import pytest
 import yaml
 
-from switchyard.classifier.model import DEFAULT_ARTIFACT, STATIC_ARTIFACT, ComplexityClassifier
+from switchyard.classifier.model import BY_VALUE_ARTIFACT, STATIC_ARTIFACT, ComplexityClassifier
 from switchyard.core.settings import Settings
 from switchyard.core.thresholds import ThresholdsError, write_by_value, write_section
 from switchyard.proxy.app import create_app
@@ -122,7 +122,8 @@ def test_routes_by_value_and_says_why(upstreams, thresholds):
 
 
 def test_the_shipped_artifact_predicts_each_tier(upstreams, thresholds):
-    """No stand-in: the proxy loads the default artifact and routes by its predictions."""
+    """No stand-in: with no artifact named, the proxy loads the shipped one that predicts quality and
+    routes by its predictions."""
     stack, urls = upstreams
     url = stack.enter_context(serve_in_thread(create_app(_settings(urls, thresholds)))) + "/v1"
     prompts = [
@@ -132,7 +133,7 @@ def test_the_shipped_artifact_predicts_each_tier(upstreams, thresholds):
     ]
     with openai.OpenAI(base_url=url, api_key="k", max_retries=0) as sdk:
         routes = [_ask(sdk, prompt).headers["x-switchyard-route"] for prompt in prompts]
-    rows = ComplexityClassifier.load(DEFAULT_ARTIFACT).score_with_quality(prompts, list(LLMROUTER.values()))
+    rows = ComplexityClassifier.load(BY_VALUE_ARTIFACT).score_with_quality(prompts, list(LLMROUTER.values()))
     for route, row in zip(routes, rows, strict=True):
         qualities = dict(zip(TIERS, row[1:], strict=True))
         best = max(TIERS, key=lambda t: (qualities[t], -TIERS.index(t)))

@@ -111,3 +111,22 @@ def test_a_thresholds_file_for_another_router_stops_the_start(tmp_path):
     )
     with pytest.raises(ThresholdsError, match="router 'length'"):
         create_app(settings)
+
+
+def test_thresholds_picked_for_another_artifact_stop_the_start():
+    from switchyard.classifier.model import ARTIFACTS, DEFAULT_ARTIFACT
+    from switchyard.core.thresholds import ThresholdsError
+    from switchyard.proxy.services import check_startup
+
+    models = [
+        {"name": "a", "base_url": "http://127.0.0.1:1/v1", "tier": "small"},
+        {"name": "b", "base_url": "http://127.0.0.1:1/v1", "tier": "large"},
+    ]
+    other = next(p for p in sorted(ARTIFACTS.iterdir()) if p != DEFAULT_ARTIFACT)
+    mismatched = {"thresholds_file": other / "thresholds.yaml", "auto": {"tiers": ["small", "large"]}}
+    with pytest.raises(ThresholdsError, match=f"classifier_artifact to {other}"):
+        create_app(Settings(models=models, routing=mismatched))
+    matched = {**mismatched, "auto": {"tiers": ["small", "large"], "classifier_artifact": other}}
+    assert check_startup(Settings(models=models, routing=matched)).auto_thresholds
+    default = {"thresholds_file": DEFAULT_ARTIFACT / "thresholds.yaml", "auto": {"tiers": ["small", "large"]}}
+    assert check_startup(Settings(models=models, routing=default)).auto_thresholds

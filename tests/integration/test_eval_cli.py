@@ -134,3 +134,56 @@ def test_eval_thresholds_needs_exactly_one_target(tmp_path):
     result = runner.invoke(app, ["eval", "thresholds", "--dataset", "gsm8k", "--router", "length"])
     assert result.exit_code == 2
     assert "exactly one of --target-quality or --max-strong-share" in result.output
+
+
+def test_eval_route_compares_artifacts_on_prompts_none_was_fitted_on(tmp_path):
+    from switchyard.classifier.model import ARTIFACTS, DEFAULT_ARTIFACT
+
+    other = next(name for name in ("static-logreg", "static-mf-length") if name != DEFAULT_ARTIFACT.name)
+    traces = tmp_path / "traces.jsonl"
+    _write_traces(traces, n=60)
+    result = runner.invoke(
+        app,
+        [
+            "eval",
+            "route",
+            "-d",
+            str(traces),
+            "--artifacts",
+            str(ARTIFACTS / "static-logreg"),
+            "--artifacts",
+            str(ARTIFACTS / "static-mf-length"),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        env={"COLUMNS": "220"},
+    )
+    assert result.exit_code == 0, result.output
+    # no shipped artifact saw this file: every prompt is held out, not only its test split
+    assert "traces.jsonl: 60 prompts (all prompts), small → big" in result.output
+    rows = {
+        name: re.search(rf"│ {name}\s*│\s*([0-9.]+)\s*│\s*([0-9.]+) … ([0-9.]+)\s*│([^│]*)│", result.output)
+        for name in ("static-logreg", "static-mf-length")
+    }
+    assert all(rows.values()), result.output
+    for match in rows.values():
+        assert float(match.group(2)) <= float(match.group(1)) <= float(match.group(3))
+    assert rows[DEFAULT_ARTIFACT.name].group(4).strip() == ""  # the others are measured against the default
+    assert re.match(r"\s*[+-][0-9.]+", rows[other].group(4))
+    assert "best on chat" not in result.output  # a trace file is not one of the chat sets
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--artifacts", "all", "--router", "length"], "--router and --artifacts do not go together"),
+        ([], "give --dataset (or --artifacts"),
+        (["-d", "gsm8k", "-d", "mmlu"], "one --dataset at a time"),
+        (["--artifacts", "no-such-folder", "-d", "gsm8k"], "no readable classifier artifact in no-such-folder"),
+    ],
+)
+def test_eval_route_says_what_is_wrong_with_its_options(args, message):
+    result = runner.invoke(app, ["eval", "route", *args])
+    assert result.exit_code == 2
+    assert message in result.output

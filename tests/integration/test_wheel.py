@@ -38,6 +38,9 @@ def test_every_package_and_data_file_is_under_switchyard(wheel):
             assert f"switchyard/{source.relative_to(ROOT).as_posix()}" in names
     assert "switchyard/classifier/artifacts/static-logreg/model.joblib" in names
     assert "switchyard/evals/data/routellm/gsm8k_test.jsonl.gz" in names
+    assert (
+        "switchyard/evals/data/vicuna80/graded.jsonl.gz" in names and "switchyard/evals/data/vicuna80/LICENSE" in names
+    )
     assert "switchyard/cli.py" in names
 
 

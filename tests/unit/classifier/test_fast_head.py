@@ -4,7 +4,12 @@ import numpy as np
 import pytest
 
 from switchyard.classifier.fast_head import compile_head
-from switchyard.classifier.model import DEFAULT_ARTIFACT, STATIC_ARTIFACT, ComplexityClassifier, design_matrix
+from switchyard.classifier.model import (
+    MULTI_SOURCE_ARTIFACT,
+    STATIC_ARTIFACT,
+    ComplexityClassifier,
+    design_matrix,
+)
 from switchyard.evals.classifier_train import fit_head
 
 
@@ -34,10 +39,10 @@ def test_the_shipped_logreg_artifact_uses_it():
     assert classifier.fast_head is not None
 
 
-def test_the_default_artifact_scores_in_numpy_without_scikit_learn():
+def test_the_mf_length_artifact_scores_in_numpy_without_scikit_learn():
     from switchyard.classifier.heads import Head
 
-    classifier = ComplexityClassifier.load(DEFAULT_ARTIFACT)
+    classifier = ComplexityClassifier.load(MULTI_SOURCE_ARTIFACT)
     assert classifier.fast_head is None and isinstance(classifier.head, Head)
 
 
