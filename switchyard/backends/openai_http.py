@@ -17,10 +17,11 @@ from typing import Any, ClassVar
 import aiohttp
 import orjson
 
+from switchyard.backends.assemble import AnswerAssembler
 from switchyard.backends.balancer import LeastOutstanding
-from switchyard.backends.base import AnyRequest, Backend, BackendHealth, Pick
+from switchyard.backends.base import AnyRequest, Backend, BackendHealth, Pick, StreamProgress
 from switchyard.backends.breaker import Breaker, CircuitOpen, CoolingDown
-from switchyard.backends.sse import SSEDecodeError, iter_sse_data
+from switchyard.backends.sse import SSEDecodeError, SSEEvents, iter_sse_data
 from switchyard.core.embeddings_wire import EmbeddingRequest
 from switchyard.core.errors import (
     BackendError,
@@ -291,6 +292,49 @@ class OpenAIHTTPBackend(Backend):
                     response.release()
                 else:
                     response.close()
+
+    async def complete_from_stream(
+        self, request: AnyRequest, pick: Pick | None, progress: StreamProgress
+    ) -> CompletionResult:
+        """The upstream's stream read in bulk: its events split once a read, the payloads parsed
+        in one pass and assembled at the end; no chunk objects, no hop per event. Silence between
+        reads is bounded as a stream's (the stream idle timeout)."""
+        replica = self._replica(request, pick)
+        replica.num_outstanding += 1
+        response: aiohttp.ClientResponse | None = None
+        is_complete = False
+        payloads: list[bytes] = []
+        try:
+            try:
+                response = await self._post(replica, request, stream=True)
+                if response.status != 200:
+                    raise self._status_error(replica, response.status, response.headers, await response.read())
+                events = SSEEvents()
+                async for data in response.content.iter_any():
+                    new = events.feed(data)
+                    if new:
+                        if not payloads:
+                            progress.first_event()
+                        payloads += new
+                        progress.num_events(len(payloads))
+                    if events.is_done:
+                        break
+                payloads += events.end()
+                if not events.is_done:
+                    raise SSEDecodeError("the stream ended without [DONE]")
+                is_complete = True
+            except (TimeoutError, aiohttp.ClientError, SSEDecodeError) as exc:
+                raise self._fail(replica, exc) from exc
+        finally:
+            replica.num_outstanding -= 1
+            if response is not None:
+                if is_complete:  # as in stream(): only a finished answer's connection goes back to the pool
+                    response.release()
+                else:
+                    response.close()
+        assembler = AnswerAssembler(self.name, self.name)
+        assembler.add_events(payloads)
+        return assembler.result()
 
     # -- health ---------------------------------------------------------------------------------
 

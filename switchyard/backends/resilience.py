@@ -20,9 +20,9 @@
    moves on, and no attempt starts once `first_token_budget_s` has passed without a first token;
 6. per attempt, timeouts: connect and read (the HTTP session), time to first token
    (`first_token_timeout_s`, the model's own when set), and the whole attempt (`attempt_timeout_s`);
-   a non-stream request to a model with `assemble_from_stream: true` is asked of the upstream as
-   a stream and its answer assembled (backends/assemble.py), so that the first-token timeout
-   guards it too;
+   a non-stream request is asked of the upstream as a stream and its answer assembled
+   (`Backend.complete_from_stream`, backends/assemble.py), so that the first-token and stream idle
+   timeouts guard it too, unless its model sets `assemble_from_stream: false`;
 7. over everything, the request's deadline (`request_timeout_s`, the first model's own when set);
    a stream past it ends in-band. A call cut by it (or a stream by `attempt_timeout_s`) is metered
    as a failed attempt but is neutral for the breakers (`DeadlinePassed`): the upstream was not at
@@ -40,11 +40,10 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from switchyard.backends.assemble import AnswerAssembler
 from switchyard.backends.attempts import AllAttemptsFailed, Attempt, ChainRun, Guard
 from switchyard.backends.base import AnyRequest, Pick
 from switchyard.backends.breaker import Breaker, BreakerPolicy, SettlingStream
-from switchyard.backends.deadlines import DeadlineStream, first_chunk, within
+from switchyard.backends.deadlines import DeadlineStream, FirstTokenTimeout, first_chunk, within
 from switchyard.backends.registry import ModelEntry, ModelRegistry
 from switchyard.backends.waiting import Held, WaitingTokens
 from switchyard.billing.context import Deadline, RequestContext
@@ -165,22 +164,19 @@ class ResilientExecutor:
         meter: RequestMeter,
         held: Held,
     ) -> CompletionResult:
-        """The meter counts the chunks (an answer without usage, or cut short, is estimated from
-        them) and notes the first one's time: a whole answer assembled has a time to first token."""
-        chunks = entry.backend.stream(request, pick)
-        assembler = AnswerAssembler(entry.name)
+        """One timer bounds the wait for the first event and is lifted when it comes; the meter
+        notes that time (a whole answer assembled has a time to first token) and counts the events
+        (an answer without usage, or cut short, is estimated from them)."""
+        timeout = asyncio.timeout(first_token_s)
+        progress = _Progress(timeout, meter, held)
         try:
-            chunk = await first_chunk(chunks, first_token_s, entry.name)
-            held.release()
-            if chunk is not None:
-                meter.first_token()
-            while chunk is not None:
-                assembler.add(chunk)
-                meter.num_chunks = assembler.num_chunks
-                chunk = await anext(chunks, None)
-        finally:
-            await chunks.aclose()  # type: ignore[attr-defined]
-        return assembler.result()
+            async with timeout:
+                return await entry.backend.complete_from_stream(request, pick, progress)
+        except TimeoutError:
+            if not timeout.expired():
+                raise
+            message = f"{entry.name}: no first token within {first_token_s:.3g} s"
+            raise FirstTokenTimeout(message, backend=entry.name) from None
 
     async def stream(
         self, first: ModelEntry, request: AnyRequest, ctx: RequestContext, needed: dict[str, str]
@@ -243,6 +239,23 @@ class ResilientExecutor:
             pairs = [(f"{name}/{label}", b) for label, b in guard.replicas] or [(name, guard.breaker)]
             left |= {key: round(b.cooldown_left_s(), 1) for key, b in pairs if b.cooldown_left_s() > 0}
         return left
+
+
+class _Progress:
+    """A whole answer's progress, as its backend reads it (`StreamProgress`)."""
+
+    __slots__ = ("timeout", "meter", "held")
+
+    def __init__(self, timeout: asyncio.Timeout, meter: RequestMeter, held: Held) -> None:
+        self.timeout, self.meter, self.held = timeout, meter, held
+
+    def first_event(self) -> None:
+        self.timeout.reschedule(None)
+        self.held.release()
+        self.meter.first_token()
+
+    def num_events(self, num_events: int) -> None:
+        self.meter.num_chunks = num_events
 
 
 def _can_stream(request: AnyRequest) -> bool:

@@ -31,7 +31,7 @@ import aiohttp
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
-from switchyard.backends.base import AnyRequest, Backend, BackendHealth, Pick
+from switchyard.backends.base import AnyRequest, Backend, BackendHealth, Pick, StreamProgress
 from switchyard.backends.breaker import Breaker
 from switchyard.backends.openai_http import OpenAIHTTPBackend, Replica
 from switchyard.backends.token_counts import TokenCount
@@ -352,6 +352,20 @@ class VLLMAdapterBackend(OpenAIHTTPBackend):
                     raise
             await self.base.lora.reload(replica, self.name)
             return await super().complete(request, on_replica)
+
+    async def complete_from_stream(
+        self, request: AnyRequest, pick: Pick | None, progress: StreamProgress
+    ) -> CompletionResult:
+        replica = self._replica(request, pick)
+        on_replica = Pick(replica.label)
+        async with self.base.lora.using(replica, self.name):
+            try:
+                return await super().complete_from_stream(request, on_replica, progress)
+            except BackendRejected as exc:
+                if exc.status_code != 404:
+                    raise
+            await self.base.lora.reload(replica, self.name)
+            return await super().complete_from_stream(request, on_replica, progress)
 
     async def stream(self, request: AnyRequest, pick: Pick | None = None) -> AsyncIterator[StreamChunk]:
         replica = self._replica(request, pick)

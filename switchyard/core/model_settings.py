@@ -127,8 +127,9 @@ class _ModelBase(StrictModel):
     logprobs: bool | None = None
     first_token_timeout_s: float | None = Field(default=None, gt=0)  # default: resilience.first_token_timeout_s
     request_timeout_s: float | None = Field(default=None, gt=0)  # default: resilience.request_timeout_s
-    # true: a non-stream request is asked of the upstream as a stream and its answer assembled, so
-    # that the first-token timeout guards it too (it costs CPU per chunk: docs/resilience.md)
+    # a non-stream request is asked of the upstream as a stream and its answer assembled, so that
+    # the first-token and stream idle timeouts guard it too (docs/resilience.md); the default: on
+    # for the backends that call an upstream (openai, vllm, litellm), off for embedded (in-process)
     assemble_from_stream: bool = False
     # what the model can do, key by key over what its backend reports (core/capabilities.py)
     capabilities: CapabilitySettings = Field(default_factory=CapabilitySettings)
@@ -157,6 +158,7 @@ class _HTTPModel(_ModelBase):
     replicas: list[ReplicaSettings] | None = None
     upstream_model: str | None = None
     read_timeout_s: float | None = Field(default=None, gt=0)
+    assemble_from_stream: bool = True
 
     @model_validator(mode="after")
     def _one_address(self) -> _HTTPModel:
@@ -202,6 +204,7 @@ class LiteLLMModel(_ModelBase):
     base_url: str | None = None
     api_key: SecretStr | None = None
     timeout_s: float = Field(default=600.0, gt=0)
+    assemble_from_stream: bool = True
 
     @model_validator(mode="after")
     def _no_credentials_in_url(self) -> LiteLLMModel:

@@ -74,8 +74,8 @@ class UpstreamSettings(StrictModel):
     keepalive_expiry_s: float = Field(default=4.0, gt=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
     read_timeout_s: float = Field(default=300.0, gt=0)
-    # A stream's longest silence between two reads once it started (non-stream requests too, of a
-    # model that sets assemble_from_stream: true); a stall ends here.
+    # A stream's longest silence between two reads once it started (non-stream requests too, asked
+    # as streams unless their model sets assemble_from_stream: false); a stall ends here.
     stream_idle_timeout_s: float = Field(default=30.0, gt=0)
     health_interval_s: float = Field(default=10.0, gt=0)
     health_timeout_s: float = Field(default=2.0, gt=0)

@@ -21,8 +21,8 @@ def test_chat_non_stream_round_trips(client, fake_state):
     sent = fake_state.records[-1]
     assert sent.body["model"] == "fake-small"
     assert sent.headers["authorization"] == "Bearer dummy"
-    # asked as it came (a model asks it as a stream only with assemble_from_stream: true)
-    assert "stream" not in sent.body and "stream_options" not in sent.body
+    # asked as a stream (the default), so that the first-token timeout guards it; assembled into the answer above
+    assert sent.body["stream"] is True and sent.body["stream_options"] == {"include_usage": True}
 
 
 def test_unknown_client_fields_reach_the_upstream(client, fake_state):

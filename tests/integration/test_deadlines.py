@@ -40,7 +40,7 @@ def upstreams():
             resilience: dict, *, chain: str = "a", upstream: dict | None = None, model_b: dict | None = None, **model_a
         ) -> str:
             # asked as streams and assembled (not the default): what the first-token timeout guards
-            models = [{"name": name, "base_url": urls[name], "assemble_from_stream": True} for name in "abc"]
+            models = [{"name": name, "base_url": urls[name]} for name in "abc"]
             models[0] |= {"fallbacks": list(chain[1:])} | model_a
             models[1] |= model_b or {}
             upstream = {"read_timeout_s": 30} | (upstream or {})

@@ -3,10 +3,11 @@ request ends by its deadlines, none stays open.
 
 The phases: the TCP connect never completes (a listener whose accept queue is full drops the
 SYN), the status line never comes, the headers come and no event, a few events come and then
-nothing. The first-token timeout guards the first three, for streams and for whole answers asked
-as streams (`assemble_from_stream: true`); a plain whole answer has no first token and is bounded
-by the request's deadline; a started stream by the stream idle timeout. The clients' own timeout
-(`HANG_GUARD_S`) only catches a hang.
+nothing. The first-token timeout guards the first three, for streams and for whole answers, which
+are asked as streams by default (`assemble_from_stream`, left out or true); a plain whole answer
+(`assemble_from_stream: false`) has no first token and is bounded by the request's deadline; a
+started stream by the stream idle timeout. The clients' own timeout (`HANG_GUARD_S`) only catches
+a hang.
 """
 
 from __future__ import annotations
@@ -55,16 +56,19 @@ def _unconnectable() -> Iterator[str]:
 
 @pytest.fixture
 def hung_proxy():
-    """`proxy(phase, assemble=...)`: a proxy whose model `m` sits on an upstream hung in `phase`."""
+    """`proxy(phase, assemble=...)`: a proxy whose model `m` sits on an upstream hung in `phase`
+    (`assemble=None`: the model's default, no `assemble_from_stream` key)."""
     with ExitStack() as stack:
 
-        def proxy(phase: str, *, assemble: bool = True, request_timeout_s: float = HANG_GUARD_S / 3) -> str:
+        def proxy(phase: str, *, assemble: bool | None, request_timeout_s: float = HANG_GUARD_S / 3) -> str:
             if phase == "connect":
                 url = stack.enter_context(_unconnectable())
             else:
                 state = FakeState(behaviour=FAILURES[phase])
                 url = stack.enter_context(serve_in_thread(FakeOpenAIUpstream(state))) + "/v1"
-            model = {"name": "m", "base_url": url, "assemble_from_stream": assemble}
+            model = {"name": "m", "base_url": url}
+            if assemble is not None:
+                model["assemble_from_stream"] = assemble
             resilience = {
                 "first_token_timeout_s": FIRST_TOKEN_S,
                 "request_timeout_s": request_timeout_s,
@@ -108,10 +112,17 @@ def _error(body: bytes) -> dict:
     return orjson.loads(body.removeprefix(b"data: "))["error"]
 
 
+# whole answers asked as streams: by the model's default, and with the key set
+ASSEMBLED = pytest.mark.parametrize("assemble", [None, True], ids=["default", "assembled"])
+
+
+@ASSEMBLED
 @pytest.mark.parametrize("concurrency", [1, 32])
 @pytest.mark.parametrize("phase", ["connect", "status line", "first event"])
-def test_no_first_token_ends_streams_and_whole_answers_at_the_first_token_timeout(hung_proxy, phase, concurrency):
-    base = hung_proxy(phase)
+def test_no_first_token_ends_streams_and_whole_answers_at_the_first_token_timeout(
+    hung_proxy, phase, concurrency, assemble
+):
+    base = hung_proxy(phase, assemble=assemble)
     answers = _ask_all(base, concurrency)
     for stream, status, lines in answers:
         assert status == 504, (stream, lines)  # before the first byte: a real status, for a stream too
@@ -120,9 +131,10 @@ def test_no_first_token_ends_streams_and_whole_answers_at_the_first_token_timeou
         assert f"no first token within {FIRST_TOKEN_S:g} s" in error["message"], error
 
 
+@ASSEMBLED
 @pytest.mark.parametrize("concurrency", [1, 32])
-def test_a_stall_between_events_ends_a_stream_in_band_and_a_whole_answer_with_a_504(hung_proxy, concurrency):
-    base = hung_proxy("between events")
+def test_a_stall_between_events_ends_a_stream_in_band_and_a_whole_answer_with_a_504(hung_proxy, concurrency, assemble):
+    base = hung_proxy("between events", assemble=assemble)
     for stream, status, lines in _ask_all(base, concurrency):
         if stream:
             assert status == 200 and len(lines) == 4, lines  # two chunks, the error, [DONE]

@@ -29,7 +29,6 @@ def metered(tmp_path):
                     "base_url": urls["a"],
                     "fallbacks": ["secondary"],
                     "price": {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0},
-                    "assemble_from_stream": True,  # non-stream answers assembled: metered from their chunks
                 },
                 {"name": "secondary", "base_url": urls["b"]},
             ],
@@ -162,7 +161,7 @@ def test_an_answer_cut_by_the_request_deadline_is_metered_as_failed_with_its_chu
         url = stack.enter_context(serve_in_thread(FakeOpenAIUpstream(state))) + "/v1"
         price = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}
         settings = Settings(
-            models=[{"name": "a", "base_url": url, "price": price, "assemble_from_stream": True}],
+            models=[{"name": "a", "base_url": url, "price": price}],
             # the deadline cuts the stalled answer; the first chunks come well within it on any machine
             resilience={"first_token_timeout_s": 30, "request_timeout_s": 3.0},
             upstream={"read_timeout_s": 30},

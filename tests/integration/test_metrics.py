@@ -326,15 +326,15 @@ def test_every_model_request_is_counted_once_whatever_refuses_it(gated):
 @pytest.fixture
 def held():
     """One fake upstream that holds every answer until `release` is set, behind an assembling model
-    (`held`) and one asked whole (`held-plain`, the default)."""
+    (`held`, the default) and one asked whole (`held-plain`)."""
     release = threading.Event()
     state = FakeState(behaviour=FakeBehaviour(wait_for=release))
     with ExitStack() as stack:
         url = stack.enter_context(serve_in_thread(FakeOpenAIUpstream(state))) + "/v1"
         settings = Settings(
             models=[
-                {"name": "held", "base_url": url, "assemble_from_stream": True},
-                {"name": "held-plain", "base_url": url},
+                {"name": "held", "base_url": url},
+                {"name": "held-plain", "base_url": url, "assemble_from_stream": False},
             ],
             billing={"ledger_path": None},
         )

@@ -129,7 +129,8 @@ def test_each_refusal_is_one_ledger_record_by_reason_and_no_request_cost_or_late
     }
     assert _value(families, "switchyard_requests_total") == 2 + len(refused) + 1  # every request, once
     assert _value(families, "switchyard_request_duration_seconds_count") == 2  # the answered ones only
-    assert _value(families, "switchyard_time_to_first_token_seconds_count") == 0  # whole answers have none
+    # the answered ones only: whole answers assembled from the upstream's stream, each with a first token
+    assert _value(families, "switchyard_time_to_first_token_seconds_count") == 2
 
     assert usage["requests"] == 1 and usage["cost_usd"] == pytest.approx(0.001)  # research's answer only
     assert [row["model"] for row in by_model.json()["data"]] == ["priced"]

@@ -119,8 +119,8 @@ def test_one_line_per_request_with_its_fields_and_no_secret(upstreams, caplog):
         assert (line["requested_model"], line["model"], line["backend"]) == ("cheap", "cheap", "openai#0")
         assert line["outcome"] == "completed" and line["attempts"] == ["cheap:completed"]
         assert line["prompt_tokens"] > 0 and line["completion_tokens"] > 0 and line["cost_usd"] > 0
-        # asked of the upstream as it came (the default): a whole answer has no first chunk to time
-        assert line["ttft_ms"] is None and line["duration_ms"] > 0 and not line["stream"]
+        # asked of the upstream as a stream and assembled (the default): its first chunk is known
+        assert line["ttft_ms"] is not None and line["duration_ms"] >= line["ttft_ms"] and not line["stream"]
         assert line["ttfb_ms"] > 0  # a whole answer's first byte is its last: written at once
         assert float(explicit.headers["x-switchyard-cost-usd"]) == pytest.approx(line["cost_usd"])
         assert "prompt" not in line
@@ -135,7 +135,7 @@ def test_one_line_per_request_with_its_fields_and_no_secret(upstreams, caplog):
         assert line["route"] == cascade.headers["x-switchyard-route"]
         assert line["cascade"] == cascade.headers["x-switchyard-cascade"] == "cheap(-2.00<-0.50)->strong"
         assert line["attempts"] == ["cheap:escalated", "strong:completed"]
-        assert line["ttft_ms"] is None  # the answering rung answered whole (asked as it came)
+        assert line["ttft_ms"] is not None  # the answering rung's, assembled from its stream
 
         line = proxy.line_of(failed)
         assert line["status"] == 502 and line["attempts"] == ["cheap:failed"] and line["outcome"] is None

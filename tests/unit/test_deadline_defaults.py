@@ -31,8 +31,13 @@ def test_a_model_takes_its_own_deadlines():
         models=[
             {"name": "m", "base_url": "http://127.0.0.1:1/v1", "first_token_timeout_s": 5, "request_timeout_s": 60},
             {"name": "c", "backend": "litellm", "litellm_model": "openai/gpt-4o"},
+            {"name": "v", "backend": "vllm", "base_url": "http://127.0.0.1:2/v1", "assemble_from_stream": False},
+            {"name": "e", "backend": "embedded", "model": "smollm2-135m"},
         ]
     )
-    first, commercial = settings.models
-    assert (first.first_token_timeout_s, first.request_timeout_s, first.assemble_from_stream) == (5, 60, False)
-    assert (commercial.first_token_timeout_s, commercial.assemble_from_stream) == (None, False)
+    first, commercial, opted_out, embedded = settings.models
+    # whole answers asked as streams by default where an upstream is called, so the deadlines guard them
+    assert (first.first_token_timeout_s, first.request_timeout_s, first.assemble_from_stream) == (5, 60, True)
+    assert (commercial.first_token_timeout_s, commercial.assemble_from_stream) == (None, True)
+    assert not opted_out.assemble_from_stream
+    assert not embedded.assemble_from_stream  # in-process: its own stream either way
