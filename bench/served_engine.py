@@ -223,11 +223,13 @@ def summarize_profile(path: Path, top: int = 12) -> str:
         count = int(count_text)
         frames = stack.split(";")
         total += count
-        by_thread[frames[0].split(" (")[0]] += count
-        by_leaf[frames[-1].split(" (")[0]] += count
+        thread = frames[0].partition(": ")[2] or frames[0]
+        leaf = frames[-1]  # an unnamed native frame keeps its library: "0x7f… (libgomp.so.1)"
+        by_thread[thread] += count
+        by_leaf[f"{thread} | {leaf if leaf.startswith('0x') else leaf.split(' (')[0]}"] += count
     lines = [f"{total} samples (50/s, every thread; idle waits included)", "", "by thread:"]
     lines += [f"  {n / total:6.1%}  {name}" for name, n in by_thread.most_common(top)]
-    lines += ["", "leaf frames:"]
+    lines += ["", "leaf frames (thread | frame; libgomp addresses sit just after its futex syscalls):"]
     lines += [f"  {n / total:6.1%}  {name}" for name, n in by_leaf.most_common(top)]
     return "\n".join(lines)
 
