@@ -9,8 +9,8 @@ that loaded the models), more threads than a small machine has cores. libgomp th
 spin-wait to ~100 iterations anyway and every parallel region ends in a futex sleep and wake
 (profiled: over half of the engine thread's samples); with the default policy a team alone in the
 process spins ~300,000 iterations instead, which collapses a decode to a few tokens/s as soon as
-another process wants the cores. Passive waits are the same cost when the machine is quiet and
-never burn a core the engine or the event loop needs.
+another process wants the cores. Passive makes explicit what the throttle already does in a
+served process, and also covers a process that holds a single team (one engine, nothing else).
 """
 
 from __future__ import annotations
