@@ -58,6 +58,9 @@ def serve(
     ] = None,
 ) -> None:
     """Run the proxy."""
+    from switchyard.backends.embedded.threads import choose_wait_policy
+
+    choose_wait_policy()  # before anything imports torch (see threads.py)
     settings = serve_settings(config, workers)
     if host is not None:
         settings.server.host = host

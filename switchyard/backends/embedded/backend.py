@@ -70,7 +70,9 @@ class EmbeddedBackend(Backend):
                 load_model, self.model_spec, cache_dir=self._cache_dir, num_threads=self._num_threads
             )
             draft_model = await self._load_draft_model(model, tokenizer)
-            engine = EmbeddedEngine(model, tokenizer, self.limits, name=self.name, draft_model=draft_model)
+            engine = EmbeddedEngine(
+                model, tokenizer, self.limits, name=self.name, draft_model=draft_model, num_threads=self._num_threads
+            )
             await asyncio.to_thread(engine.start)
         except Exception as exc:
             self._load_error = f"{type(exc).__name__}: {exc}"

@@ -27,6 +27,7 @@ from switchyard.backends.embedded import prefix_cache
 from switchyard.backends.embedded.sampler import SamplingParams, TokenChoice, choose_tokens
 from switchyard.backends.embedded.solo import SoloCounts, SoloPath, SoloRun
 from switchyard.backends.embedded.speculation import Speculation
+from switchyard.backends.embedded.threads import use_threads
 from switchyard.core.errors import BackendError, BackendUnavailable, ContextLengthExceeded
 
 logger = logging.getLogger("switchyard.engine")
@@ -106,9 +107,17 @@ class _Manager(ContinuousBatchingManager):
 
 class EmbeddedEngine:
     def __init__(
-        self, model, tokenizer, limits: EngineLimits = EngineLimits(), *, name: str = "embedded", draft_model=None
+        self,
+        model,
+        tokenizer,
+        limits: EngineLimits = EngineLimits(),
+        *,
+        name: str = "embedded",
+        draft_model=None,
+        num_threads: int | None = None,
     ) -> None:
         self.name = name
+        self.num_threads = num_threads  # torch intra-op threads of the batching thread (None: every core)
         self.model = model
         self.draft_model = draft_model  # drafts for the single-stream path (speculation method draft_model)
         self.tokenizer = tokenizer
@@ -151,6 +160,7 @@ class EmbeddedEngine:
             safety_margin=0.0,
         )
         self._manager = _Manager(self.model, generation_config, cb_config, engine=self)
+        self._manager.run_soon(lambda: use_threads(self.num_threads))  # before its first batch
         self._manager.start()
         if self.limits.single_stream:
             self._solo = SoloPath(

@@ -17,6 +17,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from switchyard.backends.embedded.threads import choose_wait_policy
+
 logger = logging.getLogger("switchyard.engine")
 
 
@@ -134,7 +136,7 @@ def load_model(spec: str, *, cache_dir: Path | None = None, num_threads: int | N
     with _LOAD_LOCK:  # also guards transformers' lazy imports, which are not thread-safe either
         path = resolve_model(spec)
         os.environ["HF_HUB_OFFLINE"] = "1"
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        choose_wait_policy()  # in effect only where nothing imported torch yet (`serve` chose it first)
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
