@@ -6,6 +6,10 @@ from collections.abc import Callable
 
 import orjson
 
+# Bounds a model's load (the first start converts its weights): minutes on a 2-core machine beside
+# other work, never a hang. What a test waits for is the model saying it is ready.
+MODEL_LOAD_BOUND_S = 900.0
+
 
 def wait_until(predicate: Callable[[], object], timeout_s: float = 30.0, interval_s: float = 0.01) -> bool:
     """Poll `predicate` until it is truthy or `timeout_s` passes; return whether it became true.

@@ -32,7 +32,7 @@ from tests.clients.upstreams import ToolingAnthropicUpstream, ToolingOpenAIUpstr
 from tests.fakes.anthropic_upstream import AnthropicState
 from tests.fakes.openai_upstream import FakeState
 from tests.fakes.server import serve_in_thread
-from tests.helpers import wait_until
+from tests.helpers import MODEL_LOAD_BOUND_S, wait_until
 from tests.tiny_model import build_tiny_model
 
 # LiteLLM as a client would fetch its price map from the network at import (the proxy's backend sets
@@ -126,7 +126,7 @@ def switchyard(tiny_model_dir: Path) -> Iterator[Proxy]:
         app = create_app(settings, score_batch=_score_from_prompt)
         url = stack.enter_context(serve_in_thread(app))
         models = lambda: httpx.get(url + "/v1/models", timeout=30).json()["data"]  # noqa: E731
-        assert wait_until(lambda: all(m["ready"] for m in models()), timeout_s=120)
+        assert wait_until(lambda: all(m["ready"] for m in models()), timeout_s=MODEL_LOAD_BOUND_S)
         yield Proxy(url, url + "/v1", openai_state, anthropic_state, app)
 
 

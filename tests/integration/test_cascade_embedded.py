@@ -12,7 +12,7 @@ import pytest
 from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
 from tests.fakes.server import serve_in_thread
-from tests.helpers import wait_until
+from tests.helpers import MODEL_LOAD_BOUND_S, wait_until
 from tests.tiny_model import build_tiny_model
 
 MESSAGES = [{"role": "user", "content": "the quick brown fox"}]
@@ -34,7 +34,7 @@ def tiny_ladder(tmp_path_factory):
     with serve_in_thread(app) as url:
         models = lambda: httpx.get(url + "/v1/models", timeout=60).json()["data"]  # noqa: E731
         # bounds a hang only: loading even a tiny model takes long on a busy machine
-        assert wait_until(lambda: all(m["ready"] for m in models()), timeout_s=180)
+        assert wait_until(lambda: all(m["ready"] for m in models()), timeout_s=MODEL_LOAD_BOUND_S)
         yield url + "/v1", app
 
 

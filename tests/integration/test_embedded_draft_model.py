@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
 from tests.fakes.server import serve_in_thread
-from tests.helpers import wait_until
+from tests.helpers import MODEL_LOAD_BOUND_S, wait_until
 from tests.tiny_model import build_tiny_model
 
 ENGINE = {"num_blocks": 64, "page_size": 16, "context_window": 1024, "default_max_tokens": 16}
@@ -44,7 +44,7 @@ def served(tmp_path_factory):
         # bounds a hang only: the stranger never becomes ready, the other two do
         assert wait_until(
             lambda: sum(m["ready"] for m in httpx.get(url + "/v1/models", timeout=60).json()["data"]) == 2,
-            timeout_s=180,
+            timeout_s=MODEL_LOAD_BOUND_S,
         )
         yield url
 

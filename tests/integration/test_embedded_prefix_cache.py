@@ -13,7 +13,7 @@ from switchyard.core.prices import Price
 from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
 from tests.fakes.server import serve_in_thread
-from tests.helpers import wait_until
+from tests.helpers import MODEL_LOAD_BOUND_S, wait_until
 from tests.tiny_model import CORPUS, build_tiny_model
 
 PAGE = 16
@@ -40,7 +40,8 @@ def served(tmp_path_factory):
     with serve_in_thread(create_app(settings)) as url:
         # bounds a hang only: loading even a tiny model takes long on a busy machine
         assert wait_until(
-            lambda: all(m["ready"] for m in httpx.get(url + "/v1/models", timeout=60).json()["data"]), timeout_s=180
+            lambda: all(m["ready"] for m in httpx.get(url + "/v1/models", timeout=60).json()["data"]),
+            timeout_s=MODEL_LOAD_BOUND_S,
         )
         yield url, AutoTokenizer.from_pretrained(model_dir)
 

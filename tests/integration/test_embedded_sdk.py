@@ -13,7 +13,7 @@ import pytest
 from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
 from tests.fakes.server import serve_in_thread
-from tests.helpers import wait_until
+from tests.helpers import MODEL_LOAD_BOUND_S, wait_until
 from tests.tiny_model import build_tiny_model
 
 SPECIAL = r"<\|\w+\|>|<eos>"
@@ -35,7 +35,9 @@ def embedded_proxy(tmp_path_factory):
     app = create_app(settings)
     with serve_in_thread(app) as url:
         # bounds a hang only: loading even a tiny model takes long on a busy machine
-        assert wait_until(lambda: httpx.get(url + "/v1/models", timeout=60).json()["data"][0]["ready"], timeout_s=180)
+        assert wait_until(
+            lambda: httpx.get(url + "/v1/models", timeout=60).json()["data"][0]["ready"], timeout_s=MODEL_LOAD_BOUND_S
+        )
         yield url + "/v1", app
 
 

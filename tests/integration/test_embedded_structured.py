@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
 from tests.fakes.server import serve_in_thread
-from tests.helpers import wait_until
+from tests.helpers import MODEL_LOAD_BOUND_S, wait_until
 from tests.tiny_model import TOOLS_CHAT_TEMPLATE, build_tiny_model
 
 MESSAGES = [{"role": "user", "content": "the quick brown fox"}]
@@ -104,7 +104,7 @@ def embedded_proxy(tmp_path_factory):
     app = create_app(settings)
     with serve_in_thread(app) as url:
         models = lambda: httpx.get(url + "/v1/models", timeout=30).json()["data"]  # noqa: E731
-        assert wait_until(lambda: all(m["ready"] for m in models()), timeout_s=120)
+        assert wait_until(lambda: all(m["ready"] for m in models()), timeout_s=MODEL_LOAD_BOUND_S)
         yield url + "/v1", app
 
 

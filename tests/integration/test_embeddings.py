@@ -21,7 +21,7 @@ from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
 from tests.fakes.openai_upstream import FakeOpenAIUpstream, FakeState, fake_vector
 from tests.fakes.server import serve_in_thread
-from tests.helpers import read_ledger, wait_for_records, wait_until
+from tests.helpers import MODEL_LOAD_BOUND_S, read_ledger, wait_for_records, wait_until
 
 TEXTS = ["The cat sat on the mat.", "Quarterly revenue grew by four percent.", "def add(a, b): return a + b"]
 EMBED_PRICE = {"input_usd_per_mtok": 0.02, "output_usd_per_mtok": 0.0}
@@ -63,7 +63,7 @@ def served(tmp_path_factory):
         )
         app = create_app(settings)
         base = stack.enter_context(serve_in_thread(app))
-        assert wait_until(lambda: _ready(base, "local-embed"), timeout_s=120)  # bounds a hang only
+        assert wait_until(lambda: _ready(base, "local-embed"), timeout_s=MODEL_LOAD_BOUND_S)  # bounds a hang only
         yield base, state, app
 
 

@@ -27,8 +27,10 @@ from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeS
 from tests.fakes.server import serve_in_thread
 
 HANG_GUARD_S = 30.0  # far beyond every timeout configured below: reaching it means a hang
-FIRST_TOKEN_S = 0.5
-IDLE_S = 0.5
+FIRST_TOKEN_S = 0.5  # cuts what never comes
+# What must arrive before a timeout (the first chunks of a stall) gets ROOM_S: far more than a busy
+# machine needs, while the silence after them is what the (as long) idle timeout cuts.
+ROOM_S = 3.0
 HI = [{"role": "user", "content": "hi"}]
 # The fake's failure for each phase after the connect (see tests/fakes/openai_upstream.py)
 FAILURES = {
@@ -60,7 +62,13 @@ def hung_proxy():
     (`assemble=None`: the model's default, no `assemble_from_stream` key)."""
     with ExitStack() as stack:
 
-        def proxy(phase: str, *, assemble: bool | None, request_timeout_s: float = HANG_GUARD_S / 3) -> str:
+        def proxy(
+            phase: str,
+            *,
+            assemble: bool | None,
+            request_timeout_s: float = HANG_GUARD_S / 3,
+            first_token_s=FIRST_TOKEN_S,
+        ) -> str:
             if phase == "connect":
                 url = stack.enter_context(_unconnectable())
             else:
@@ -70,14 +78,14 @@ def hung_proxy():
             if assemble is not None:
                 model["assemble_from_stream"] = assemble
             resilience = {
-                "first_token_timeout_s": FIRST_TOKEN_S,
+                "first_token_timeout_s": first_token_s,
                 "request_timeout_s": request_timeout_s,
                 "breaker_fail_max": 1000,  # the deadlines alone end these requests, not an open breaker
                 "max_attempts": 2,
             }
             # connects and reads wait far longer than the deadlines under test: only those can end a call
             upstream = {"connect_timeout_s": HANG_GUARD_S * 2, "read_timeout_s": HANG_GUARD_S * 2}
-            upstream["stream_idle_timeout_s"] = IDLE_S
+            upstream["stream_idle_timeout_s"] = ROOM_S
             settings = Settings(models=[model], resilience=resilience, upstream=upstream)
             return stack.enter_context(serve_in_thread(create_app(settings)))
 
@@ -134,7 +142,7 @@ def test_no_first_token_ends_streams_and_whole_answers_at_the_first_token_timeou
 @ASSEMBLED
 @pytest.mark.parametrize("concurrency", [1, 32])
 def test_a_stall_between_events_ends_a_stream_in_band_and_a_whole_answer_with_a_504(hung_proxy, concurrency, assemble):
-    base = hung_proxy("between events", assemble=assemble)
+    base = hung_proxy("between events", assemble=assemble, first_token_s=ROOM_S)
     for stream, status, lines in _ask_all(base, concurrency):
         if stream:
             assert status == 200 and len(lines) == 4, lines  # two chunks, the error, [DONE]
@@ -150,11 +158,11 @@ def test_a_plain_whole_answer_and_a_stream_from_a_hung_upstream_end_by_the_reque
 ):
     """A plain whole answer has no first token to wait for: the request's deadline ends it. A stream
     to the same model still ends at its first-token timeout, sooner."""
-    base = hung_proxy(phase, assemble=False, request_timeout_s=1.0)
+    base = hung_proxy(phase, assemble=False, request_timeout_s=ROOM_S)
     for stream, status, lines in _ask_all(base, concurrency):
         assert status == 504, (stream, lines)
         message = _error(lines[0])["message"]
         if stream:
             assert f"no first token within {FIRST_TOKEN_S:g} s" in message, message
         else:
-            assert "request deadline of 1 s" in message, message
+            assert f"request deadline of {ROOM_S:g} s" in message, message

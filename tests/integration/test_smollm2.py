@@ -15,7 +15,7 @@ from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
 from tests.conftest import closed_port
 from tests.fakes.server import serve_in_thread
-from tests.helpers import wait_until
+from tests.helpers import MODEL_LOAD_BOUND_S, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,7 @@ def engine_server(tmp_path_factory):
                 return False
 
         try:
-            assert wait_until(is_ready, timeout_s=180, interval_s=0.5), log.read_text()[-3000:]
+            assert wait_until(is_ready, timeout_s=MODEL_LOAD_BOUND_S, interval_s=0.5), log.read_text()[-3000:]
             yield base + "/v1"
         finally:
             process.terminate()

@@ -14,7 +14,7 @@ from switchyard.backends.embedded.models import is_installed
 from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
 from tests.fakes.server import serve_in_thread
-from tests.helpers import wait_until
+from tests.helpers import MODEL_LOAD_BOUND_S, wait_until
 
 pytestmark = [
     pytest.mark.slow,
@@ -48,7 +48,9 @@ def sdk():
         resilience={"first_token_timeout_s": 300},  # a CPU model on a busy machine: only a hang is cut
     )
     with serve_in_thread(create_app(settings)) as url:
-        assert wait_until(lambda: httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["ready"], timeout_s=240)
+        assert wait_until(
+            lambda: httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["ready"], timeout_s=MODEL_LOAD_BOUND_S
+        )
         with openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0, timeout=300) as client:
             yield client
 

@@ -23,7 +23,7 @@ from tests.conftest import closed_port
 from tests.fakes.openai_upstream import FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
 from tests.fakes.vllm_upstream import FAKE_MAX_MODEL_LEN, FakeVLLMUpstream, fake_chat_text, fake_token_ids
-from tests.helpers import wait_until
+from tests.helpers import MODEL_LOAD_BOUND_S, wait_until
 from tests.tiny_model import build_tiny_model
 
 KEY, NARROW_KEY = "sk-wide", "sk-narrow"
@@ -109,7 +109,7 @@ def proxy(tmp_path_factory):
             return all(card["ready"] for card in cards["data"] if card["id"] in ("tiny", "big"))
 
         # bounds a hang only: loading even a tiny model takes long on a busy machine
-        assert wait_until(ready, timeout_s=180)
+        assert wait_until(ready, timeout_s=MODEL_LOAD_BOUND_S)
         yield Proxy(url, vllm_state, model_dir)
 
 
