@@ -126,10 +126,13 @@ class LineQueue:
         return [_work(stream, entry_id, fields) for _, entries in streams for entry_id, fields in entries]
 
     async def claim_abandoned(self, count: int) -> list[Work]:
-        """Entries another worker took and left untouched for `claim_after_s`: now this one's."""
+        """Entries another worker took and left untouched for `claim_after_s`: now this one's (at
+        most `count`, over both streams)."""
         await self._ensure_group()
         claimed: list[Work] = []
         for stream in self.streams:
+            if len(claimed) >= count:
+                break
             try:
                 answer = await self._client.xautoclaim(
                     stream,
@@ -137,7 +140,7 @@ class LineQueue:
                     self.consumer,
                     self.claim_after_ms,
                     start_id=self._claim_from[stream],
-                    count=count,
+                    count=count - len(claimed),
                 )
             except ResponseError as exc:
                 if "NOGROUP" not in str(exc):
