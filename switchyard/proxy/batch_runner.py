@@ -127,12 +127,18 @@ class BatchRunner:
         tending = asyncio.create_task(self._tend_forever())
         touching = asyncio.create_task(self._touch_forever())
         validating = asyncio.create_task(self._validate_forever())
+        claim_at = 0.0  # monotonic time of the next look for abandoned lines
         try:
             while True:
                 await self._wait_for_room()
                 room = self.settings.concurrency - len(self.running)
                 try:
-                    works = await self.tier.queue.take(room)
+                    # abandoned lines fill the same free slots as new ones: never more than `concurrency`
+                    works: list[Work] = []
+                    if time.monotonic() >= claim_at:
+                        claim_at = time.monotonic() + self._upkeep_every_s
+                        works = await self.tier.queue.claim_abandoned(room)
+                    works = works or await self.tier.queue.take(room)
                 except (RedisError, OSError) as exc:
                     logger.warning("the batch queue is out of reach (%s); trying again", exc)
                     await asyncio.sleep(1.0)
@@ -201,10 +207,14 @@ class BatchRunner:
             await asyncio.wait(late)
             logger.warning("%d batch line(s) cut short at shutdown: they run again elsewhere", len(late))
 
+    @property
+    def _upkeep_every_s(self) -> float:
+        return min(self.settings.claim_after_s / 3, 5.0)
+
     async def _tend_forever(self) -> None:
-        """Keep this worker's entries its own, take over abandoned ones, end batches whose window
-        ran out or that were cancelled, and finish those whose finalizer died."""
-        every_s = min(self.settings.claim_after_s / 3, 5.0)
+        """End batches whose window ran out or that were cancelled, and finish those whose
+        finalizer died."""
+        every_s = self._upkeep_every_s
         while True:
             await asyncio.sleep(every_s)
             try:
@@ -227,11 +237,6 @@ class BatchRunner:
                 logger.warning("could not keep this worker's batch lines (%s): another may take them over", exc)
 
     async def tend(self) -> None:
-        queue = self.tier.queue
-        room = self.settings.concurrency - len(self.running)
-        if room > 0:
-            for work in await queue.claim_abandoned(room):
-                self._spawn(work)
         now = time.time()
         for batch in await self.tier.batches.open_batches():
             await self.tier.finisher.sweep(batch, now)

