@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 # instructor and llama-index with openai 2.x (see test-clients-openai2)
 CLIENTS_OPENAI2_VENV := .venv-clients-openai2
 
-.PHONY: serve test test-fast lint imports bench install clean image-test
+.PHONY: serve test test-fast lint imports bench bench-served install clean image-test
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found; run 'make PYTHON=python3 ...'"; exit 1; }
@@ -103,7 +103,11 @@ $(VENV)/.installed-bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	@touch $@
 
-bench: $(STAMP) $(VENV)/.installed-bench .venv-litellm-proxy/.installed
+# The headline first: switchyard serve as the README runs it, over HTTP (bench/served.py); then the rest.
+bench-served: $(STAMP) $(VENV)/.installed-bench
+	$(BIN)/python bench/served.py
+
+bench: bench-served .venv-litellm-proxy/.installed
 	$(BIN)/python bench/overhead.py --targets switchyard release litellm passthrough
 	$(BIN)/python bench/overhead.py --targets switchyard switchyard-billing --concurrency 16 --section overhead-billing
 	$(BIN)/python bench/overhead.py --targets switchyard-w1 switchyard-w2 --concurrency 16 64 --section overhead-workers
