@@ -83,15 +83,34 @@ class RequestTotals:
         return escalation_outcome(self.last_answer_model, self.last_answer_escalated_from)
 
 
-_USAGE = re.compile(rb'"usage"\s*:\s*(\{(?:[^{}]|\{[^{}]*\})*\})')  # one level of nesting: *_tokens_details
+_USAGE_KEY = re.compile(rb'"usage"\s*:\s*\{')
 
 
 def usage_of(result: CompletionResult) -> dict[str, Any] | None:
     """The usage object of an answer, found without parsing the whole (possibly large) body."""
     if result._parsed is not None:
         return result._parsed.get("usage")
-    match = _USAGE.search(result.data)
-    return orjson.loads(match.group(1)) if match else None
+    data = result.data
+    at = data.find(b'"usage"')
+    while at >= 0:
+        key = _USAGE_KEY.match(data, at)
+        if key is not None and (end := _object_end(data, key.end())) > 0:
+            return orjson.loads(data[key.end() - 1 : end])  # type: ignore[no-any-return]
+        at = data.find(b'"usage"', at + 1)
+    return None
+
+
+def _object_end(data: bytes, start: int) -> int:
+    """Where the object whose `{` is just before `start` ends (past its `}`), 0 if it does not.
+    Its braces are counted with find and count: a regex walking it byte by byte cost ~15 us."""
+    depth = 1
+    while depth:
+        close = data.find(b"}", start)
+        if close < 0:
+            return 0
+        depth += data.count(b"{", start, close) - 1
+        start = close + 1
+    return start
 
 
 def cached_prompt_tokens(usage: dict[str, Any] | None) -> int:

@@ -20,6 +20,7 @@ from switchyard.proxy.middleware import InFlight, RequestIdMiddleware, TrailingS
 from switchyard.proxy.openapi import install_openapi
 from switchyard.proxy.request_tracing import RequestTracingMiddleware
 from switchyard.proxy.routes import ROUTERS
+from switchyard.proxy.routes.plain import PlainRoutes, plain_endpoints
 from switchyard.proxy.services import ScoreBatch, build_services, check_startup
 
 logger = logging.getLogger("switchyard")
@@ -72,6 +73,7 @@ def create_app(
     install_openapi(app)
     for router in ROUTERS:
         app.include_router(router)
+    app.add_middleware(PlainRoutes, endpoints=plain_endpoints(ROUTERS), fastapi=app)
     app.add_middleware(TrailingSlashMiddleware)
     if tracing is not None:
         app.add_middleware(RequestTracingMiddleware, tracing=tracing)

@@ -37,7 +37,7 @@ from switchyard.proxy.answer_shape import PASS_THROUGH, AnswerShape
 from switchyard.proxy.decide import Asked, Decision, decide
 from switchyard.proxy.request_log import CLIENT_CLOSED_REQUEST
 from switchyard.proxy.services import Services
-from switchyard.proxy.streams import LiveStreams, ShuttingDown
+from switchyard.proxy.streams import EventStreamResponse, LiveStreams, ShuttingDown, cancel_when_client_leaves
 
 logger = logging.getLogger("switchyard")
 
@@ -173,7 +173,9 @@ async def relay(
     decision: Decision | None = None
     response: Response | None = None
     left: list[bool] = []
-    watcher = asyncio.ensure_future(_cancel_when_client_leaves(origin.request, this, left)) if origin.request else None
+    watcher = (
+        asyncio.ensure_future(cancel_when_client_leaves(origin.request.receive, this, left)) if origin.request else None
+    )
     try:
         decision = await decide(services, parsed, ctx, asked, needs(parsed))
         # the deadline, once: from the start, by the model that answers first
@@ -194,14 +196,6 @@ async def relay(
             watcher.cancel()
         if not isinstance(response, StreamingResponse):  # a stream settles when it ends
             spending.settle()
-
-
-async def _cancel_when_client_leaves(request: Request, task: asyncio.Task, left: list[bool]) -> None:
-    """The request body has been read already: the next message can only be the disconnect."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-    left.append(True)
-    task.cancel()
 
 
 async def _execute(
@@ -310,7 +304,7 @@ def _sse_response(
                 meter.spending.settle()
             await rest.aclose()  # type: ignore[attr-defined]
 
-    return StreamingResponse(
+    return EventStreamResponse(
         body, media_type="text/event-stream", headers={**SSE_HEADERS, **headers}, background=BackgroundTask(settle)
     )
 

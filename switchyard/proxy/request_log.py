@@ -61,7 +61,7 @@ class RequestLine:
     def fields(self, duration_s: float) -> dict[str, Any]:
         totals = self.totals
         fields: dict[str, Any] = {
-            "time": datetime.fromtimestamp(self.started_at, UTC).isoformat(timespec="milliseconds"),
+            "time": _iso_ms(self.started_at),
             "event": "request",
             "request_id": self.request_id,
             "client_request_id": self.client_request_id,
@@ -88,6 +88,26 @@ class RequestLine:
         if self.prompt is not None:
             fields["prompt"] = self.prompt
         return fields
+
+
+class _Second:
+    """The last second formatted, shared by the lines of that second."""
+
+    unix_s = -1
+    text = ""
+
+
+def _iso_ms(unix_s: float) -> str:
+    """`datetime.fromtimestamp(unix_s, UTC).isoformat(timespec="milliseconds")`, to the digit, at a
+    tenth of its cost: a datetime per line was a third of the line's time."""
+    second = int(unix_s)
+    micros = round((unix_s - second) * 1e6)
+    if micros >= 1_000_000:
+        second, micros = second + 1, micros - 1_000_000
+    if second != _Second.unix_s:
+        _Second.text = datetime.fromtimestamp(second, UTC).isoformat()[:-6]  # without the +00:00
+        _Second.unix_s = second
+    return f"{_Second.text}.{micros // 1000:03d}+00:00"
 
 
 def _ms(seconds: float | None) -> float | None:
