@@ -120,9 +120,9 @@ def _body(content: str = "hi", **extra) -> dict:
 
 
 async def _send_all(urls: list[str], key: str, n: int, concurrency: int = 100, tag: str = "r") -> list[httpx.Response]:
-    # idle connections are dropped long before the replicas' keep-alive (5 s) closes them: a request
-    # sent on a connection the server is closing fails with a ReadError on a slow machine
-    limits = httpx.Limits(max_connections=concurrency, keepalive_expiry=1.0)
+    # a connection each: what is tested is the budget across replicas, not keep-alive, and on a busy
+    # machine a request sent on a kept-alive connection as the replica closes it fails with a ReadError
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=0)
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
         gate = asyncio.Semaphore(concurrency)
 
