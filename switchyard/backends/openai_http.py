@@ -284,14 +284,7 @@ class OpenAIHTTPBackend(Backend):
             except (TimeoutError, aiohttp.ClientError, SSEDecodeError) as exc:
                 raise self._fail(replica, exc) from exc
         finally:
-            replica.num_outstanding -= 1
-            if response is not None:
-                # A finished stream returns its connection to the pool; anything else (the client
-                # left, an error) closes it, which is how the upstream learns to stop generating.
-                if is_complete:
-                    response.release()
-                else:
-                    response.close()
+            _end_stream(replica, response, is_complete)
 
     async def complete_from_stream(
         self, request: AnyRequest, pick: Pick | None, progress: StreamProgress
@@ -326,12 +319,7 @@ class OpenAIHTTPBackend(Backend):
             except (TimeoutError, aiohttp.ClientError, SSEDecodeError) as exc:
                 raise self._fail(replica, exc) from exc
         finally:
-            replica.num_outstanding -= 1
-            if response is not None:
-                if is_complete:  # as in stream(): only a finished answer's connection goes back to the pool
-                    response.release()
-                else:
-                    response.close()
+            _end_stream(replica, response, is_complete)
         assembler = AnswerAssembler(self.name, self.name)
         assembler.add_events(payloads)
         return assembler.result()
@@ -362,3 +350,14 @@ class OpenAIHTTPBackend(Backend):
 
     async def aclose(self) -> None:
         """The shared session belongs to the app; nothing of our own to close."""
+
+
+def _end_stream(replica: Replica, response: aiohttp.ClientResponse | None, is_complete: bool) -> None:
+    """A finished stream returns its connection to the pool; anything else (the client left, an
+    error) closes it, which is how the upstream learns to stop generating."""
+    replica.num_outstanding -= 1
+    if response is not None:
+        if is_complete:
+            response.release()
+        else:
+            response.close()
