@@ -1,6 +1,12 @@
 """What every `switchyard` subcommand does with an error the user can fix: say it, exit 2."""
 
+from typing import Annotated
+
 import typer
+
+DatasetOption = Annotated[
+    str, typer.Option("--dataset", "-d", help="mmlu, gsm8k, llmrouter, arena, vicuna80, or a trace file (.jsonl[.gz]).")
+]
 
 
 def cli_error(message: str) -> typer.Exit:
