@@ -32,23 +32,44 @@ serve: $(STAMP)
 
 # The whole suite, after the checks that fail fastest: ruff, then the import-layer contracts.
 # Two workers (pytest-xdist), a test file per worker at a time: most tests wait on servers, not CPU.
-# Tests marked serial (the schemathesis fuzzing, whose subtests xdist would drop) run after, in one process.
+# Beside them, each in a process of its own: the tests marked serial (the schemathesis fuzzing,
+# whose subtests xdist would drop) and the instructor and llama-index tests, which need openai 2.x
+# and run in an env of their own (below); their output goes to .pytest_cache/side-*.log and is
+# shown when they end (all of it when they fail).
 # Test order is random (pytest-randomly; each run prints its seed: reuse it with --randomly-seed=N).
-# Coverage of the package is measured over both runs (and the proxies they start as processes);
+# Coverage of the package is measured over all three runs (and the proxies they start as processes);
 # the last lines give it, by package and for the least-covered modules, then the skips and why.
-# instructor and llama-index need openai 2.x: their tests run after, in an env of their own (below).
 PYTEST_WORKERS ?= 2
 TEST_SKIPS := .pytest_cache/switchyard-skips.jsonl
 OWN_ENV_TESTS := tests/clients/test_instructor.py tests/clients/test_llama_index.py
 COV := --cov --cov-append --cov-report=
+SIDE_RUNS := serial openai2
+TEST_ENV := SWITCHYARD_TEST_SKIPS=$(CURDIR)/$(TEST_SKIPS)
 test: lint $(CLIENTS_OPENAI2_VENV)/.installed
-	@rm -f .coverage .coverage.* $(TEST_SKIPS)
-	SWITCHYARD_TEST_SKIPS=$(CURDIR)/$(TEST_SKIPS) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile \
-		--durations=15 -m "not serial" $(COV) $(addprefix --ignore=,$(OWN_ENV_TESTS))
-	SWITCHYARD_TEST_SKIPS=$(CURDIR)/$(TEST_SKIPS) $(BIN)/python -m pytest -m serial -q $(COV) \
-		$(addprefix --ignore=,$(OWN_ENV_TESTS))
-	SWITCHYARD_TEST_SKIPS=$(CURDIR)/$(TEST_SKIPS) $(MAKE) --no-print-directory test-clients-openai2 CLIENTS_OPENAI2_ARGS="$(COV)"
+	@rm -f .coverage .coverage.* $(foreach r,$(SIDE_RUNS),.coverage-side-$(r)) $(TEST_SKIPS)
+	@mkdir -p .pytest_cache
+	@$(MAKE) --no-print-directory -j3 test-main $(addprefix test-side-,$(SIDE_RUNS))
+	@$(BIN)/python -m coverage combine --append --quiet $(foreach r,$(SIDE_RUNS),.coverage-side-$(r))
 	@$(BIN)/python -m tests.run_summary --skips $(TEST_SKIPS)
+
+.PHONY: test-main $(addprefix test-side-,$(SIDE_RUNS))
+test-main:
+	$(TEST_ENV) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile \
+		--durations=15 -m "not serial" $(COV) $(addprefix --ignore=,$(OWN_ENV_TESTS))
+
+# A side run: its coverage in a file of its own (combined above, the floor checked on the whole),
+# its output in a log.
+SIDE_COV := $(COV) --cov-fail-under=0 -p no:cacheprovider
+define side_run
+	@echo "$(1) tests: running beside the others (log: .pytest_cache/side-$(1).log)"
+	@COVERAGE_FILE=$(CURDIR)/.coverage-side-$(1) $(TEST_ENV) $(2) > .pytest_cache/side-$(1).log 2>&1 \
+		&& echo "$(1) tests: $$(tail -n 1 .pytest_cache/side-$(1).log)" \
+		|| { cat .pytest_cache/side-$(1).log; echo "$(1) tests: FAILED (above)"; exit 1; }
+endef
+test-side-serial:
+	$(call side_run,serial,$(BIN)/python -m pytest -m serial -q $(SIDE_COV) $(addprefix --ignore=,$(OWN_ENV_TESTS)))
+test-side-openai2: $(CLIENTS_OPENAI2_VENV)/.installed
+	$(call side_run,openai2,$(MAKE) --no-print-directory test-clients-openai2 CLIENTS_OPENAI2_ARGS="$(SIDE_COV)")
 
 # For the edit loop: the same checks, and the suite without the tests marked slow.
 test-fast: lint

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from switchyard.classifier.embedder import EMBEDDING_MODEL, Embedder
+from switchyard.classifier.embedder import EMBEDDING_MODEL, Embedder, embedder_for
 from switchyard.classifier.features import FEATURE_NAMES
 from switchyard.classifier.model import ComplexityClassifier, design_matrix
 from switchyard.classifier.subject_prior import SubjectPrior, subject_rates
@@ -187,7 +187,9 @@ def train(
         "seed": seed,
         "libraries": _library_versions(),
     }
-    classifier = ComplexityClassifier(head=head, metadata=metadata, subject_prior=subject_prior)
+    # scores with the embedder it was trained on, as it will once saved and loaded again
+    embedder = embedder_for(embedding_model)
+    classifier = ComplexityClassifier(head=head, metadata=metadata, subject_prior=subject_prior, embedder=embedder)
     return TrainResult(classifier, scores_by_choice)
 
 
