@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 # instructor and llama-index with openai 2.x (see test-clients-openai2)
 CLIENTS_OPENAI2_VENV := .venv-clients-openai2
 
-.PHONY: serve test test-fast lint imports bench bench-served install clean image-test
+.PHONY: serve test coverage test-fast lint imports bench bench-served install clean image-test
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found; run 'make PYTHON=python3 ...'"; exit 1; }
@@ -37,29 +37,36 @@ serve: $(STAMP)
 # and run in an env of their own (below); their output goes to .pytest_cache/side-*.log and is
 # shown when they end (all of it when they fail).
 # Test order is random (pytest-randomly; each run prints its seed: reuse it with --randomly-seed=N).
-# Coverage of the package is measured over all three runs (and the proxies they start as processes);
-# the last lines give it, by package and for the least-covered modules, then the skips and why.
+# The last lines say which tests skipped and why.
+#
+# `make coverage` is the same suite with line and branch coverage of the package measured over all
+# three runs (and the proxies they start as processes); it ends with the total, by package and for
+# the least-covered modules, and fails under the floor in pyproject.toml. Tracing nearly doubles the
+# suite's CPU time, so `make test` leaves it out; CI runs both.
 PYTEST_WORKERS ?= 2
 TEST_SKIPS := .pytest_cache/switchyard-skips.jsonl
 OWN_ENV_TESTS := tests/clients/test_instructor.py tests/clients/test_llama_index.py
-COV := --cov --cov-append --cov-report=
+COV ?=
 SIDE_RUNS := serial openai2
 TEST_ENV := SWITCHYARD_TEST_SKIPS=$(CURDIR)/$(TEST_SKIPS)
 test: lint $(CLIENTS_OPENAI2_VENV)/.installed
 	@rm -f .coverage .coverage.* $(foreach r,$(SIDE_RUNS),.coverage-side-$(r)) $(TEST_SKIPS)
 	@mkdir -p .pytest_cache
-	@$(MAKE) --no-print-directory -j3 test-main $(addprefix test-side-,$(SIDE_RUNS))
-	@$(BIN)/python -m coverage combine --append --quiet $(foreach r,$(SIDE_RUNS),.coverage-side-$(r))
-	@$(BIN)/python -m tests.run_summary --skips $(TEST_SKIPS)
+	@$(MAKE) --no-print-directory -j3 test-main $(addprefix test-side-,$(SIDE_RUNS)) COV="$(COV)"
+	$(if $(COV),@$(BIN)/python -m coverage combine --append --quiet $(foreach r,$(SIDE_RUNS),.coverage-side-$(r)))
+	@$(BIN)/python -m tests.run_summary --skips $(TEST_SKIPS) $(if $(COV),--coverage)
 
-.PHONY: test-main $(addprefix test-side-,$(SIDE_RUNS))
+coverage: COV = --cov --cov-append --cov-report=
+coverage: test
+
+.PHONY: coverage test-main $(addprefix test-side-,$(SIDE_RUNS))
 test-main:
 	$(TEST_ENV) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile \
 		--durations=15 -m "not serial" $(COV) $(addprefix --ignore=,$(OWN_ENV_TESTS))
 
-# A side run: its coverage in a file of its own (combined above, the floor checked on the whole),
-# its output in a log.
-SIDE_COV := $(COV) --cov-fail-under=0 -p no:cacheprovider
+# A side run: its coverage, when measured, in a file of its own (combined above, the floor checked
+# on the whole); its output in a log.
+SIDE_ARGS = $(if $(COV),$(COV) --cov-fail-under=0) -p no:cacheprovider
 define side_run
 	@echo "$(1) tests: running beside the others (log: .pytest_cache/side-$(1).log)"
 	@COVERAGE_FILE=$(CURDIR)/.coverage-side-$(1) $(TEST_ENV) $(2) > .pytest_cache/side-$(1).log 2>&1 \
@@ -67,9 +74,9 @@ define side_run
 		|| { cat .pytest_cache/side-$(1).log; echo "$(1) tests: FAILED (above)"; exit 1; }
 endef
 test-side-serial:
-	$(call side_run,serial,$(BIN)/python -m pytest -m serial -q $(SIDE_COV) $(addprefix --ignore=,$(OWN_ENV_TESTS)))
+	$(call side_run,serial,$(BIN)/python -m pytest -m serial -q $(SIDE_ARGS) $(addprefix --ignore=,$(OWN_ENV_TESTS)))
 test-side-openai2: $(CLIENTS_OPENAI2_VENV)/.installed
-	$(call side_run,openai2,$(MAKE) --no-print-directory test-clients-openai2 CLIENTS_OPENAI2_ARGS="$(SIDE_COV)")
+	$(call side_run,openai2,$(MAKE) --no-print-directory test-clients-openai2 CLIENTS_OPENAI2_ARGS="$(SIDE_ARGS)")
 
 # For the edit loop: the same checks, and the suite without the tests marked slow.
 test-fast: lint

@@ -4,10 +4,10 @@ and asked through the real `openai` SDK."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import shutil
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -223,29 +223,34 @@ def test_least_recently_used_adapter_makes_room(sdk, trained, proxy):
     assert pool.loaded == ["adapter-a"]
 
 
-def _hold_at_token(engine, monkeypatch, num_tokens: int) -> threading.Event:
-    """The engine's batching thread stops at its `num_tokens`-th token (before sending it) until the
-    returned event is set: the request stays in flight however fast the model is."""
-    release, record_choice, num_chosen = threading.Event(), engine.record_choice, itertools.count(1)
+def _hold_at_token(monkeypatch, num_tokens: int) -> threading.Event:
+    """Any engine's batching thread stops at a request's `num_tokens`-th token (before sending it)
+    until the returned event is set: the request stays in flight however fast the model is. Patched on
+    the class, not on one engine: an adapter may be loaded again, as a new engine, between a test's
+    warm-up and its request (an earlier test's request still waiting for a slot takes it meanwhile)."""
+    from switchyard.backends.embedded.engine import EmbeddedEngine
 
-    def record_then_hold(request_id, choice) -> None:
-        record_choice(request_id, choice)
-        if next(num_chosen) >= num_tokens:
+    release, record_choice, num_chosen = threading.Event(), EmbeddedEngine.record_choice, Counter[str]()
+
+    def record_then_hold(engine, request_id, choice) -> None:
+        record_choice(engine, request_id, choice)
+        num_chosen[request_id] += 1
+        if num_chosen[request_id] >= num_tokens:
             release.wait(TIMEOUT_S)
 
-    monkeypatch.setattr(engine, "record_choice", record_then_hold)
+    monkeypatch.setattr(EmbeddedEngine, "record_choice", record_then_hold)
     return release
 
 
 def test_an_adapter_answering_is_not_unloaded(sdk, trained, proxy, monkeypatch):
     pool = _pool(proxy[1])
     _ask(sdk, "adapter-a")
-    engine_a = pool.engine_of("adapter-a")
-    release = _hold_at_token(engine_a, monkeypatch, 1)
+    release = _hold_at_token(monkeypatch, 1)
     with ThreadPoolExecutor(2) as threads:
         try:
             held = threads.submit(_ask, sdk, "adapter-a")
-            assert wait_until(lambda: engine_a.num_reserved_blocks > 0, TIMEOUT_S)
+            assert wait_until(lambda: (e := pool.engine_of("adapter-a")) and e.num_reserved_blocks > 0, TIMEOUT_S)
+            engine_a = pool.engine_of("adapter-a")
             other = threads.submit(_ask, sdk, "adapter-b")
             assert wait_until(lambda: pool.num_waiting_for_room == 1, TIMEOUT_S)
             assert pool.loaded == ["adapter-a"] and engine_a.is_running
@@ -260,14 +265,14 @@ def test_a_client_that_leaves_frees_the_adapter(sdk, trained, proxy, monkeypatch
     url, app = proxy
     pool = _pool(app)
     _ask(sdk, "adapter-a")
-    engine_a = pool.engine_of("adapter-a")
-    release = _hold_at_token(engine_a, monkeypatch, 2)
+    release = _hold_at_token(monkeypatch, 2)
     body = {"model": "adapter-a", "messages": MESSAGES, "stream": True, "max_tokens": MAX_TOKENS, "logprobs": True}
     try:
         with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=TIMEOUT_S) as response:
             data_lines = (line for line in response.iter_lines() if line.startswith("data: "))
             next(data_lines), next(data_lines)  # the role, then the first token
-            assert engine_a.num_reserved_blocks > 0
+            engine_a = pool.engine_of("adapter-a")  # the engine holding it at its second token
+            assert engine_a is not None and engine_a.num_reserved_blocks > 0
         assert wait_until(lambda: engine_a.num_reserved_blocks == 0, TIMEOUT_S)
     finally:
         release.set()
