@@ -245,7 +245,9 @@ def train_head(
         "seed": seed,
         "libraries": _library_versions(),
     }
-    return TrainResult(ComplexityClassifier(head=head, metadata=metadata), validation)
+    return TrainResult(
+        ComplexityClassifier(head=head, metadata=metadata, embedder=embedder_for(embedding_model)), validation
+    )
 
 
 def _library_versions() -> dict[str, str]:

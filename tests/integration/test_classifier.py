@@ -66,6 +66,7 @@ def test_a_classifier_trained_on_a_small_sample_beats_random_on_held_out_prompts
 
 def test_the_artifact_round_trips(small_run, static, tmp_path):
     _, _, result = small_run
+    assert result.classifier.embedder.name == STATIC_MINILM  # as trained, before it is saved and loaded
     result.classifier.save(tmp_path)
     loaded = ComplexityClassifier.load(tmp_path, embedder=static)
     texts = ["What is 2 + 2?", "Prove that every bounded monotone sequence of reals converges."]
