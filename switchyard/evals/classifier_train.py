@@ -189,8 +189,10 @@ def train(
     }
     # scores with the embedder it was trained on, as it will once saved and loaded again
     embedder = embedder_for(embedding_model)
-    classifier = ComplexityClassifier(head=head, metadata=metadata, subject_prior=subject_prior, embedder=embedder)
-    return TrainResult(classifier, scores_by_choice)
+    return TrainResult(
+        ComplexityClassifier(head=head, metadata=metadata, subject_prior=subject_prior, embedder=embedder),
+        scores_by_choice,
+    )
 
 
 def train_head(
