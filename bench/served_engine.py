@@ -16,9 +16,10 @@ are the ratios of one run.
 - every answer checked against plain `generate`'s, token for token (as text).
 
 `--before COMMIT` adds the server of that commit (a `git archive` of it, run from this venv) beside
-this checkout's; `--profile` records each server with py-spy during the concurrency-1 rows of the
-first round and prints the top frames. Both servers and this process share one model conversion
-cache (`--cache-dir`, default `~/.cache/switchyard`), so only the first run converts.
+this checkout's; `--profile` then runs free writing at c=1 and c=32 once more on each server,
+untimed, under py-spy (Python frames, without pausing the server), and prints where the time goes.
+Both servers and this process share one model conversion cache (`--cache-dir`, default
+`~/.cache/switchyard`), so only the first run converts.
 
     .venv/bin/python bench/served_engine.py --before 4be78c4 --profile
     .venv/bin/python bench/served_engine.py --rounds 1 --no-write
@@ -200,8 +201,11 @@ class Plain:
 
 
 def start_profile(server: Server, out: Path) -> subprocess.Popen:
+    """py-spy on the server, Python frames only and without pausing it (`--nonblocking`): sampling
+    native stacks stops every thread 50 times a second, which made c=1 rows 2.3 times slower (20.0
+    tokens/s unprofiled, 8.6 profiled, one after the other on one server). Profiled rows are not timed."""
     pyspy = Path(sys.executable).with_name("py-spy")
-    argv = [str(pyspy), "record", "--pid", str(server.process.pid), "--native", "--threads", "--rate", "50"]
+    argv = [str(pyspy), "record", "--pid", str(server.process.pid), "--threads", "--nonblocking", "--rate", "100"]
     argv += ["--format", "raw", "--output", str(out)]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -212,9 +216,11 @@ def stop_profile(profiler: subprocess.Popen) -> None:
 
 
 def summarize_profile(path: Path, top: int = 12) -> str:
-    """Samples per thread, and the leaf frames (self time) that take the most, from py-spy's raw output."""
+    """Busy samples per thread (py-spy leaves out threads waiting on a lock or I/O), and the Python
+    lines where the busiest thread spends its time (self time: a line that calls into torch's C++
+    holds the time of that call)."""
     by_thread: collections.Counter[str] = collections.Counter()
-    by_leaf: collections.Counter[str] = collections.Counter()
+    by_leaf: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     total = 0
     for line in path.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
@@ -222,15 +228,18 @@ def summarize_profile(path: Path, top: int = 12) -> str:
             continue
         count = int(count_text)
         frames = stack.split(";")
-        total += count
         thread = frames[0].partition(": ")[2] or frames[0]
-        leaf = frames[-1]  # an unnamed native frame keeps its library: "0x7f… (libgomp.so.1)"
+        total += count
         by_thread[thread] += count
-        by_leaf[f"{thread} | {leaf if leaf.startswith('0x') else leaf.split(' (')[0]}"] += count
-    lines = [f"{total} samples (50/s, every thread; idle waits included)", "", "by thread:"]
-    lines += [f"  {n / total:6.1%}  {name}" for name, n in by_thread.most_common(top)]
-    lines += ["", "leaf frames (thread | frame; libgomp addresses sit just after its futex syscalls):"]
-    lines += [f"  {n / total:6.1%}  {name}" for name, n in by_leaf.most_common(top)]
+        leaf = frames[-1].replace(str(ROOT) + "/", "").split("site-packages/")[-1]
+        by_leaf[thread][leaf] += count
+    if not total:
+        return "no samples"
+    busiest, num_busiest = by_thread.most_common(1)[0]
+    lines = [f"{total} busy samples (100/s per thread)", "", "by thread:"]
+    lines += [f"  {n / total:6.1%}  {name}" for name, n in by_thread.most_common(6)]
+    lines += ["", f"{busiest}, self time by line:"]
+    lines += [f"  {n / num_busiest:6.1%}  {name}" for name, n in by_leaf[busiest].most_common(top)]
     return "\n".join(lines)
 
 
@@ -264,7 +273,7 @@ async def main() -> None:
     parser.add_argument("--prefix-tokens", type=int, default=1500)
     parser.add_argument("--prefix-requests", type=int, default=6)
     parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "switchyard")
-    parser.add_argument("--profile", action="store_true", help="py-spy each server during round 1's c=1 rows")
+    parser.add_argument("--profile", action="store_true", help="then py-spy each server at c=1, c=32 (untimed)")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
 
@@ -280,7 +289,7 @@ async def main() -> None:
         tally = Tally()
         n, c, new = args.requests, args.concurrency, args.new_tokens
         free, copy = free_prompts(max(n, c)), copy_prompts(n)
-        profiles: dict[str, Path] = {}
+        profiles: dict[tuple[str, str], Path] = {}
         for server in servers.values():  # warm-up: each path once
             await served_rate(server, free[:1], 1, 4)
             await served_rate(server, free[:2], 2, 4)
@@ -291,24 +300,25 @@ async def main() -> None:
             tally.rates["plain generate", "copy-heavy, c=1"].append(plain.rate(copy, new))
             prefixed = prefix_prompts(plain.tokenizer, args.prefix_requests, args.prefix_tokens, f"p{round_index}")
             for name, server in servers.items():
-                profiler = None
-                if args.profile and round_index == 0:
-                    profiles[name] = logs / f"{name}.pyspy.txt"
-                    profiler = start_profile(server, profiles[name])
-                    await asyncio.sleep(1.0)  # py-spy attaches
                 rate, answers = await served_rate(server, free[:n], 1, new)
                 tally.rates[name, "free writing, c=1"].append(rate)
                 tally.check(name, answers, [plain.expected(m, new) for m in free[:n]])
                 rate, answers = await served_rate(server, copy, 1, new)
                 tally.rates[name, "copy-heavy, c=1"].append(rate)
                 tally.check(name, answers, [plain.expected(m, new) for m in copy])
-                if profiler is not None:
-                    stop_profile(profiler)
                 rate, answers = await served_rate(server, free[:c], c, new)
                 tally.rates[name, f"free writing, c={c}"].append(rate)
                 tally.check(name, answers[:n], [plain.expected(m, new) for m in free[:n]])  # the ones plain ran
                 tally.ttfts[name].append(await served_ttft(server, prefixed))
                 print(f"  {name}: done", file=sys.stderr)
+        if args.profile:  # after the timed rounds: a profiled row is not a measurement
+            for name, server in servers.items():
+                for label, concurrency in (("c=1", 1), (f"c={c}", c)):
+                    profiles[name, label] = logs / f"{name}-{label}.pyspy.txt"
+                    profiler = start_profile(server, profiles[name, label])
+                    await asyncio.sleep(1.0)  # py-spy attaches
+                    await served_rate(server, free[: max(n, concurrency)], concurrency, new)
+                    stop_profile(profiler)
     finally:
         for server in servers.values():
             server.stop()
@@ -319,7 +329,7 @@ async def main() -> None:
         write_section("served-engine", section)
 
 
-def report(args, tally: Tally, servers: dict[str, Server], profiles: dict[str, Path]) -> str:
+def report(args, tally: Tally, servers: dict[str, Server], profiles: dict[tuple[str, str], Path]) -> str:
     load = os.getloadavg()
     base = {w: statistics.median(r) for (who, w), r in tally.rates.items() if who == "plain generate"}
     lines = [
@@ -357,8 +367,9 @@ def report(args, tally: Tally, servers: dict[str, Server], profiles: dict[str, P
     for who in servers:
         diff = f" (first difference: {tally.first_difference[who]})" if who in tally.first_difference else ""
         lines.append(f"- {who}: {tally.num_same[who]}/{tally.num_checked[who]}{diff}")
-    for who, path in profiles.items():
-        lines += ["", f"py-spy, {who}, concurrency-1 rows of round 1:", "", "```", summarize_profile(path), "```"]
+    for (who, label), path in profiles.items():
+        lines += ["", f"py-spy, {who}, free writing at {label} (after the timed rounds):", ""]
+        lines += ["```", summarize_profile(path), "```"]
     return "\n".join(lines) + "\n"
 
 
