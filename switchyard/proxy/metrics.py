@@ -17,7 +17,6 @@ none sees those values twice or not at all.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fcntl
 import os
 from collections.abc import Iterable, Iterator
@@ -32,8 +31,11 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from prometheus_client.registry import Collector
 
 from switchyard.billing.limits import LimitsUnavailable
+from switchyard.core.file_locks import file_lock
 from switchyard.core.metrics import multiprocess_dir
 from switchyard.proxy.saturation import is_saturated
+
+FOLDER_LOCK = "folder.lock"  # the multiprocess folder's lock file (not a `*.db`, which the collector would read)
 
 MultiprocessMode: TypeAlias = Literal[
     "all", "liveall", "min", "livemin", "max", "livemax", "sum", "livesum", "mostrecent", "livemostrecent"
@@ -240,7 +242,7 @@ class _AllWorkers(Collector):
     def collect(self) -> Iterator[Metric]:
         folder = multiprocess_dir()
         assert folder is not None
-        with _folder_lock(folder, fcntl.LOCK_SH):
+        with file_lock(os.path.join(folder, FOLDER_LOCK), fcntl.LOCK_SH):
             merged = {metric.name: metric for metric in MultiProcessCollector(None, path=folder).collect()}
         for name, (kind, help_text) in self.known.items():
             metric = merged.pop(name, None)
@@ -256,7 +258,7 @@ def retire_process(pid: int, folder: str) -> None:
     """A dead worker's values in the multiprocess folder: its live gauges go; its counters and
     histograms are added into `counter_retired.db` and `histogram_retired.db` and its own files
     removed, so that they still count but the number of files stays bounded."""
-    with _folder_lock(folder, fcntl.LOCK_EX):
+    with file_lock(os.path.join(folder, FOLDER_LOCK)):
         mark_process_dead(pid, folder)
         for kind in RETIRED_KINDS:
             dead = os.path.join(folder, f"{kind}_{pid}.db")
@@ -270,17 +272,6 @@ def retire_process(pid: int, folder: str) -> None:
             finally:
                 retired.close()
             os.remove(dead)
-
-
-@contextlib.contextmanager
-def _folder_lock(folder: str, operation: int) -> Iterator[None]:
-    """The folder's lock file (not a `*.db`, which the collector would read)."""
-    with open(os.path.join(folder, "folder.lock"), "a") as file:
-        fcntl.flock(file, operation)
-        try:
-            yield
-        finally:
-            fcntl.flock(file, fcntl.LOCK_UN)
 
 
 def _prefix_cache_families(entries) -> Iterator[LiveFamily]:

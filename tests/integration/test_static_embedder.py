@@ -13,8 +13,10 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def static(tmp_path_factory):
-    return StaticEmbedder(num_threads=2, cache_dir=tmp_path_factory.mktemp("static"))
+def static():
+    """In the machine's cache, as `switchyard serve` and test_classifier use it: the table is built
+    by whichever comes first (tens of seconds of CPU), once per machine."""
+    return StaticEmbedder(num_threads=2)
 
 
 def test_embeddings_are_unit_vectors_that_keep_meaning_apart(static):
