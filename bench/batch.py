@@ -8,7 +8,7 @@ one `--lines`-line batch (POST /v1/files, POST /v1/batches), then runs interleav
 phases of `--seconds` each, their order turned one step every round: interactive traffic alone
 (`--concurrency` closed-loop non-stream chat completions), interactive traffic while the batch
 drains, and the batch draining alone. Between phases the bench parks the batch's queued lines (it
-reads them off the Valkey stream as a consumer of its own, with `switchyard.batch.queue.LineQueue`,
+reads them off the Valkey stream as a consumer of its own, with `switchyard.batch.line_queue.LineQueue`,
 and puts them back when a batch phase starts), so "alone" is alone while one batch spans every
 batch phase; a new batch from the same file is submitted when too few lines are left for a phase.
 Batch lines per second come from the batches' `request_counts` (GET /v1/batches/{id}) at each
@@ -49,7 +49,7 @@ from overhead import (  # bench/ is on sys.path when run as a script
 )
 from results import RESULTS, write_section
 
-from switchyard.batch.queue import LineQueue, Work
+from switchyard.batch.line_queue import LineQueue, Work
 
 TARGET = 1.10  # interactive p50 and p99 with the batch ÷ alone
 PHASES = ("alone", "with-batch", "batch-only")

@@ -235,7 +235,7 @@ def check_config(config: ConfigOption = None) -> None:
         settings = load_settings(_resolve_config(config))
     except ConfigError as exc:
         raise cli_error(str(exc)) from exc
-    from switchyard.billing.store.base import mask_password
+    from switchyard.core.urls import mask_password
 
     dumped = settings.model_dump(mode="json", exclude_none=True)
     if "database_url" in dumped.get("billing", {}):

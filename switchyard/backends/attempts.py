@@ -13,11 +13,12 @@ import math
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from switchyard.backends.base import AnyRequest, Pick
 from switchyard.backends.breaker import AttemptTickets, Breaker, CircuitOpen, CoolingDown, DeadlinePassed
 from switchyard.backends.deadlines import FirstTokenTimeout
+from switchyard.backends.policy import ResiliencePolicy
 from switchyard.backends.registry import ModelEntry
 from switchyard.billing.context import Deadline, RequestContext
 from switchyard.core.errors import (
@@ -31,9 +32,6 @@ from switchyard.core.errors import (
     SwitchyardError,
 )
 from switchyard.core.tracing import child_span
-
-if TYPE_CHECKING:
-    from switchyard.backends.resilience import ResilientExecutor
 
 T = TypeVar("T")
 
@@ -142,13 +140,27 @@ class _InFlight:
 Call = Callable[[ModelEntry, Pick, "float | None"], Awaitable[T]]
 
 
+class Planner(Protocol):
+    """What a run asks of the executor that plans it (`resilience.ResilientExecutor`)."""
+
+    policy: ResiliencePolicy
+
+    def chain(self, first: ModelEntry, ctx: RequestContext | None, needed: dict[str, str]) -> list[ModelEntry]: ...
+
+    def guard(self, entry: ModelEntry) -> Guard: ...
+
+    def may_go_elsewhere(self, entries: Sequence[ModelEntry]) -> bool: ...
+
+    def first_token_timeout_s(self, entry: ModelEntry) -> float | None: ...
+
+
 class ChainRun(Generic[T]):
     """The models of one request's chain tried in turn until one answers; raises AllAttemptsFailed
     (or the client's own 400) when none does."""
 
     def __init__(
         self,
-        executor: ResilientExecutor,
+        executor: Planner,
         first: ModelEntry,
         request: AnyRequest,
         ctx: RequestContext,

@@ -96,7 +96,7 @@ def _build_embedded(model: EmbeddedModel, session: aiohttp.ClientSession, upstre
         from switchyard.backends.embedded.embedding import EmbeddingBackend
 
         return EmbeddingBackend(model.name, num_threads=model.engine.threads)
-    from switchyard.backends.embedded.backend import EmbeddedBackend
+    from switchyard.backends.embedded.adapters import AdaptableEmbeddedBackend
     from switchyard.backends.embedded.engine import EngineLimits
     from switchyard.backends.embedded.speculation import Speculation
 
@@ -118,7 +118,7 @@ def _build_embedded(model: EmbeddedModel, session: aiohttp.ClientSession, upstre
             engine.speculation.draft_model,
         ),
     )
-    return EmbeddedBackend(
+    return AdaptableEmbeddedBackend(
         model.name,
         model.model,
         limits,

@@ -44,6 +44,7 @@ from switchyard.backends.attempts import AllAttemptsFailed, Attempt, ChainRun, G
 from switchyard.backends.base import AnyRequest, Pick
 from switchyard.backends.breaker import Breaker, BreakerPolicy, SettlingStream
 from switchyard.backends.deadlines import DeadlineStream, FirstTokenTimeout, first_chunk, within
+from switchyard.backends.policy import ResiliencePolicy
 from switchyard.backends.registry import ModelEntry, ModelRegistry
 from switchyard.backends.waiting import Held, WaitingTokens
 from switchyard.billing.context import Deadline, RequestContext
@@ -53,25 +54,6 @@ from switchyard.core.estimates import worst_case_tokens
 from switchyard.core.protocol import CompletionResult, StreamChunk
 
 __all__ = ["AllAttemptsFailed", "Answer", "Attempt", "OpenedStream", "ResiliencePolicy", "ResilientExecutor"]
-
-
-@dataclass(frozen=True, slots=True)
-class ResiliencePolicy:
-    max_attempts: int = 2
-    backoff_base_s: float = 0.1
-    backoff_max_s: float = 2.0
-    max_retry_after_s: float = 5.0
-    first_token_timeout_s: float | None = 20.0
-    first_token_budget_s: float | None = 45.0
-    attempt_timeout_s: float | None = None
-    request_timeout_s: float | None = 600.0
-    breaker_fail_max: int = 5
-    breaker_reset_s: float = 30.0
-    max_cooldown_s: float = 60.0
-    default_cooldown_s: float = 1.0
-    max_in_flight: int | None = None
-    saturation_wait_s: float = 10.0
-    saturation_max_waiting: int = 64
 
 
 @dataclass(frozen=True, slots=True)

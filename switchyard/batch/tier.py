@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from switchyard.batch.ending import Finisher
 from switchyard.batch.files import FileStore
 from switchyard.batch.jobs import BatchStore
-from switchyard.batch.queue import LineQueue
+from switchyard.batch.line_queue import LineQueue
 from switchyard.billing.store import Database
 from switchyard.core.settings import BatchSettings
 

@@ -52,3 +52,12 @@ def redact_credentials(text: str) -> str:
     if "://" not in text:  # no URL: the regex would try a scheme at every letter (a request-log line)
         return text
     return _CREDENTIALS_IN_URL.sub(mask, text)
+
+
+def mask_password(url: str) -> str:
+    """The URL with its password shown as `***` (a database URL in a message or a log line)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))

@@ -25,8 +25,8 @@ import orjson
 from redis.exceptions import RedisError
 
 from switchyard.batch.jobs import Batch, Result, line_request_id
+from switchyard.batch.line_queue import Work
 from switchyard.batch.lines import LineError, check_lines
-from switchyard.batch.queue import Work
 from switchyard.batch.tier import BatchTier
 from switchyard.batch.wire import is_answer
 from switchyard.billing.records import UsageRecord

@@ -21,7 +21,7 @@ import openai
 import orjson
 import pytest
 
-from switchyard.batch.queue import GROUP, STREAM
+from switchyard.batch.line_queue import GROUP, STREAM
 from tests.conftest import closed_port
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from switchyard.batch.queue import LineQueue, Work
+from switchyard.batch.line_queue import LineQueue, Work
 
 CALLS: dict[str, Callable[[LineQueue, Work], Awaitable[object]]] = {
     "take": lambda queue, _: queue.take(1, block=False),

@@ -258,3 +258,25 @@ class EmbeddedAdapter(EmbeddedBackend):
     async def _serving_engine(self) -> AsyncIterator[EmbeddedEngine]:
         async with self.pool.use(self.name, self.source) as engine:
             yield engine
+
+
+class AdaptableEmbeddedBackend(EmbeddedBackend):
+    """An embedded model that also answers as any of its LoRA adapters (`adapter`), each loaded on
+    its first request into a pool of at most `max_loras` engines. What the registry builds."""
+
+    def __init__(self, *args, max_loras: int = 2, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_loras = max_loras
+        self.adapter_pool: AdapterPool | None = None  # created with the first adapter
+
+    def adapter(self, name: str, source: str) -> Backend:
+        """This model with the LoRA adapter in the folder `source` merged in, loaded on its first
+        request on an engine of its own."""
+        if self.adapter_pool is None:
+            self.adapter_pool = AdapterPool(self, self.max_loras)
+        return EmbeddedAdapter(self, self.adapter_pool, name, source)
+
+    async def aclose(self) -> None:
+        if self.adapter_pool is not None:
+            await self.adapter_pool.aclose()
+        await super().aclose()

@@ -8,7 +8,7 @@ import logging
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from switchyard.backends.assemble import AnswerAssembler
 from switchyard.backends.base import AnyRequest, Backend, BackendHealth, Pick
@@ -25,9 +25,6 @@ from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, St
 from switchyard.core.requests import GenerationRequest
 from switchyard.core.urls import replica_label
 
-if TYPE_CHECKING:
-    from switchyard.backends.embedded.adapters import AdapterPool
-
 logger = logging.getLogger("switchyard.engine")
 
 
@@ -43,7 +40,6 @@ class EmbeddedBackend(Backend):
         default_max_tokens: int = 256,
         num_threads: int | None = None,
         cache_dir: Path | None = None,
-        max_loras: int = 2,
     ) -> None:
         self.name = name
         self.model_spec = model
@@ -55,8 +51,6 @@ class EmbeddedBackend(Backend):
         self._grammar: JsonGrammar | None = None
         self._load_error: str | None = None
         self.label = replica_label("embedded", 0)
-        self.max_loras = max_loras
-        self.adapter_pool: AdapterPool | None = None  # created with the first adapter
         self.prefix_cache_counts = PrefixCacheCounts()  # this model's, whichever engine ran it
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -98,8 +92,6 @@ class EmbeddedBackend(Backend):
         return draft_model
 
     async def aclose(self) -> None:
-        if self.adapter_pool is not None:
-            await self.adapter_pool.aclose()
         if self.engine is not None:
             engine, self.engine = self.engine, None
             await asyncio.to_thread(engine.stop)
@@ -175,15 +167,6 @@ class EmbeddedBackend(Backend):
     def _json_grammar(self) -> JsonGrammar:
         assert self._grammar is not None
         return self._grammar
-
-    def adapter(self, name: str, source: str) -> Backend:
-        """This model with the LoRA adapter in the folder `source` merged in, loaded on its first
-        request on an engine of its own (see `adapters.py`)."""
-        from switchyard.backends.embedded.adapters import AdapterPool, EmbeddedAdapter
-
-        if self.adapter_pool is None:
-            self.adapter_pool = AdapterPool(self, self.max_loras)
-        return EmbeddedAdapter(self, self.adapter_pool, name, source)
 
     # -- tokens ---------------------------------------------------------------------------------
 

@@ -20,11 +20,15 @@ class DraftModelError(ValueError):
     """The configured draft model cannot draft for this target model."""
 
 
+def supports_cropping(config) -> bool:
+    """Full attention in every layer: a `DynamicCache` of it can be cut back to any length."""
+    layer_types = getattr(config, "layer_types", None) or ["full_attention"]
+    return all(kind == "full_attention" for kind in layer_types) and not getattr(config, "sliding_window", None)
+
+
 def check_draft_model(draft_model, draft_tokenizer, target_model, target_tokenizer) -> None:
     """Refuse a draft model whose tokens mean something else than the target's, or whose cache
     cannot be cut back (sliding-window or linear-attention layers)."""
-    from switchyard.backends.embedded.solo import supports_cropping
-
     draft_rows = draft_model.get_output_embeddings().weight.shape[0]
     target_rows = target_model.get_output_embeddings().weight.shape[0]
     if draft_rows != target_rows or draft_tokenizer.get_vocab() != target_tokenizer.get_vocab():

@@ -26,15 +26,9 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from switchyard.backends.embedded.draft_model import DraftModel
+from switchyard.backends.embedded.draft_model import DraftModel, supports_cropping
 from switchyard.backends.embedded.sampler import SamplingParams, TokenChoice
 from switchyard.backends.embedded.speculation import PromptLookup, Speculation, verify, verify_sampled
-
-
-def supports_cropping(config) -> bool:
-    """Full attention in every layer: a `DynamicCache` of it can be cut back to any length."""
-    layer_types = getattr(config, "layer_types", None) or ["full_attention"]
-    return all(kind == "full_attention" for kind in layer_types) and not getattr(config, "sliding_window", None)
 
 
 @dataclass(slots=True)

@@ -6,11 +6,11 @@ import datetime as dt
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
 
 from switchyard.billing.records import UsageRecord
 from switchyard.billing.store.errors import StoreError
 from switchyard.billing.teams import ApiKey, Team
+from switchyard.core.urls import mask_password
 
 COMMAND_TIMEOUT_S = 5.0  # a down or hung database fails a call after this, never blocks it for long
 
@@ -94,14 +94,6 @@ class Database(Protocol):
     async def list_keys(self, team: str | None = None) -> list[ApiKey]: ...
 
     async def revoke_key(self, key_id: str) -> ApiKey: ...
-
-
-def mask_password(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def sqlite_path(url: str) -> Path:

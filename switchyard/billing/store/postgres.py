@@ -15,7 +15,6 @@ import asyncpg
 
 from switchyard.billing.records import UsageRecord
 from switchyard.billing.store import migrations
-from switchyard.billing.store.base import mask_password
 from switchyard.billing.store.errors import StoreConflict, StoreError, StoreNotFound, StoreUnavailable
 from switchyard.billing.store.schema import (
     KEY_COLUMNS,
@@ -33,6 +32,7 @@ from switchyard.billing.store.schema import (
     usage_from_row,
 )
 from switchyard.billing.teams import ApiKey, Team, issue_key
+from switchyard.core.urls import mask_password
 
 _MIGRATION_LOCK = 0x5357_4C45_4447  # pg_advisory_xact_lock key: "SWLEDG"
 _UNAVAILABLE = (

@@ -10,7 +10,7 @@ from switchyard.proxy.routes import (
     models,
     report,
     responses,
-    tokenize,
+    tokenizing,
     usage,
 )
 
@@ -20,7 +20,7 @@ ROUTERS = (
     embeddings.router,
     responses.router,
     models.router,
-    tokenize.router,
+    tokenizing.router,
     usage.router,
     report.router,
     files.router,

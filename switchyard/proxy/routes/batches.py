@@ -11,8 +11,8 @@ from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from switchyard.batch.jobs import Batch
+from switchyard.batch.line_queue import Work
 from switchyard.batch.lines import LineError
-from switchyard.batch.queue import Work
 from switchyard.batch.wire import CreateBatch, batch_object, list_object
 from switchyard.core.errors import Conflict, InvalidRequest, NotFound, ServiceUnavailable
 from switchyard.proxy.body import invalid_request, read_body

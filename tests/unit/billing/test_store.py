@@ -17,8 +17,9 @@ from switchyard.billing.store import (
     StoreUnavailable,
     open_database,
 )
-from switchyard.billing.store.base import mask_password, sqlite_path
+from switchyard.billing.store.base import sqlite_path
 from switchyard.billing.teams import Team, digest
+from switchyard.core.urls import mask_password
 from tests.servers.postgres import database_url, postgres_server, postgres_url  # noqa: F401
 
 DAY1 = dt.datetime(2026, 11, 20, 23, 59, 59, tzinfo=dt.UTC).timestamp()

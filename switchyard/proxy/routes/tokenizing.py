@@ -7,7 +7,7 @@ from switchyard.proxy.body import read_request
 from switchyard.proxy.exchange import LoggedRoute
 from switchyard.proxy.openapi import answers, json_body
 from switchyard.proxy.services import services_of
-from switchyard.proxy.tokenize import count_tokens, read_tokens
+from switchyard.proxy.tokenizing import count_tokens, read_tokens
 
 router = APIRouter(route_class=LoggedRoute)
 
