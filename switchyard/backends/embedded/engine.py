@@ -23,7 +23,7 @@ from transformers.generation import ContinuousBatchingConfig
 from transformers.generation.continuous_batching.continuous_api import ContinuousBatchingManager
 from transformers.generation.continuous_batching.input_outputs import ContinuousBatchingIOs
 
-from switchyard.backends.embedded import prefix_cache
+from switchyard.backends.embedded import decode_attention, prefix_cache
 from switchyard.backends.embedded.sampler import SamplingParams, TokenChoice, choose_tokens
 from switchyard.backends.embedded.solo import SoloCounts, SoloPath, SoloRun
 from switchyard.backends.embedded.speculation import Speculation
@@ -159,6 +159,7 @@ class EmbeddedEngine:
             # never overcommits, so no margin: cached blocks are evicted one at a time, when needed.
             safety_margin=0.0,
         )
+        decode_attention.install()  # before the manager picks its attention function
         self._manager = _Manager(self.model, generation_config, cb_config, engine=self)
         self._manager.run_soon(lambda: use_threads(self.num_threads))  # before its first batch
         self._manager.start()
