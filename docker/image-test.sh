@@ -104,15 +104,42 @@ else
     fi
 fi
 
+# -- disk -------------------------------------------------------------------------------------------
+# The vfs driver stores every layer as a full copy of the filesystem. Builds run with --layers=false
+# (one committed image per target, no cached intermediate layer), and the images these tags pointed
+# at before are removed once the new ones are built, so runs do not pile up gigabytes.
+graphroot=$(podman "${STORAGE[@]}" info --format '{{.Store.GraphRoot}}')
+need_gb="${IMAGE_TEST_NEED_GB:-16}"
+free_gb=$(($(df --output=avail -k "$graphroot" | tail -1) / 1048576))
+if [ "$free_gb" -lt "$need_gb" ]; then
+    say "not enough disk for the builds: $free_gb GB free where podman stores images ($graphroot), $need_gb GB needed"
+    say "podman --storage-driver vfs images lists what is stored there; podman --storage-driver vfs image prune removes unused images"
+    exit 1
+fi
+say "$free_gb GB free in $graphroot"
+previous=()
+for tag in "$TAG_CPU" "$TAG_PROXY"; do
+    id=$(podman "${STORAGE[@]}" image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
+    [ -n "$id" ] && previous+=("$id")
+done
+
 # -- build ------------------------------------------------------------------------------------------
 for target in cpu proxy; do
     t=$(date +%s)
     say "building target $target …"
-    podman "${STORAGE[@]}" build --isolation chroot --format docker -f docker/Dockerfile --target "$target" \
+    podman "${STORAGE[@]}" build --isolation chroot --format docker --layers=false -f docker/Dockerfile --target "$target" \
         "${build_args[@]}" -t "localhost/switchyard:$target" . >"$WORK/build-$target.log" 2>&1 \
         || { tail -30 "$WORK/build-$target.log" >&2; say "build of $target failed (log: $WORK/build-$target.log)"; exit 1; }
     size=$(podman "${STORAGE[@]}" image inspect --format '{{.Size}}' "localhost/switchyard:$target")
     say "built localhost/switchyard:$target in $(elapsed "$t"): $((size / 1000000)) MB"
+done
+
+# The images the tags pointed at before this run: no longer named, so removed (unless a container uses one).
+for id in "${previous[@]}"; do
+    for tag in "$TAG_CPU" "$TAG_PROXY"; do
+        [ "$(podman "${STORAGE[@]}" image inspect --format '{{.Id}}' "$tag")" = "$id" ] && continue 2
+    done
+    podman "${STORAGE[@]}" rmi "$id" >/dev/null 2>&1 && say "removed the previous image ${id:0:12}" || true
 done
 
 # -- run the cpu image's entrypoint as its user -----------------------------------------------------
