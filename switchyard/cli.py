@@ -108,9 +108,9 @@ WORKERS_ENV = "SWITCHYARD__SERVER__WORKERS"
 
 def _run_workers(settings) -> None:
     from switchyard.core.thresholds import ThresholdsError
+    from switchyard.gateway.services import check_startup
     from switchyard.proxy import workers
     from switchyard.proxy.log_limits import install_repeat_filter
-    from switchyard.proxy.services import check_startup
 
     try:
         check_startup(settings)  # a bad thresholds file stops the start here, not in every worker
@@ -129,10 +129,10 @@ def _run_workers(settings) -> None:
 def _run(settings) -> None:
     from switchyard.billing.ledger import adopt_spill_files
     from switchyard.core.thresholds import ThresholdsError
+    from switchyard.gateway.request_log import install_request_log_handler
     from switchyard.proxy.app import create_app
     from switchyard.proxy.edge import raise_nofile_limit, uvicorn_config
     from switchyard.proxy.log_limits import install_repeat_filter
-    from switchyard.proxy.request_log import install_request_log_handler
     from switchyard.proxy.streams import GracefulServer
     from switchyard.proxy.workers import bind_socket
 
@@ -166,8 +166,8 @@ def worker(
     import asyncio
     import signal
 
+    from switchyard.batch.runner import run_worker
     from switchyard.core.errors import NotConfigured
-    from switchyard.proxy.batch_runner import run_worker
 
     settings = serve_settings(config, None)
     if not settings.billing.redis_url or settings.billing.resolved_database_url() is None:

@@ -10,5 +10,5 @@ stream the workers drain.
   claimed again (XAUTOCLAIM).
 - `wire`: OpenAI's file and batch objects and the output files' lines.
 
-What runs a line (routing, budgets, metering) is the HTTP layer's: `switchyard.proxy.batch_runner`.
+What runs a line (routing, budgets, metering, through the gateway) is `switchyard.batch.runner`.
 """

@@ -3,7 +3,7 @@
 
 Every family of the metric contract is registered when `Metrics()` is built, so a scrape lists it
 (HELP and TYPE) before its first sample. Gauges that describe the present (readiness, breaker
-state, in-flight, ...) are not kept here: `switchyard.proxy.metrics` reads them at scrape time.
+state, in-flight, ...) are not kept here: `switchyard.gateway.gauges` reads them at scrape time.
 Labels carry model, backend, tier, team and route names only: never a request id, key or prompt.
 
 With several worker processes (`switchyard serve --workers N`), the parent sets

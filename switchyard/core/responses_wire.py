@@ -1,6 +1,6 @@
 """Wire schemas of OpenAI's Responses API (`POST /v1/responses`), stateless, in the reference's order.
 
-The request is read here and translated into a chat completion (`switchyard.proxy.responses`); the
+The request is read here and translated into a chat completion (`switchyard.gateway.responses`); the
 answer is written back in the `Response` shape below. `input` items and `tools` stay plain objects
 here and are checked item by item when translated, so that an item Switchyard cannot serve is a 400
 naming it (`input[2].type`), not a schema error.

@@ -1,7 +1,7 @@
 """Configuration: one YAML file plus `SWITCHYARD__*` environment overrides.
 
 Phase one is here: raw settings, read and validated, unknown keys rejected with a message naming
-the key. Phase two (`switchyard.proxy.services.build_services`) turns them into runtime objects.
+the key. Phase two (`switchyard.gateway.services.build_services`) turns them into runtime objects.
 Each model is one class per `backend` (a discriminated union), with only that backend's fields:
 those are in `switchyard.core.model_settings`.
 The built-in default config and `load_settings()` live in `switchyard.backends.defaults`.

@@ -272,7 +272,7 @@ async def collect_with_settings(
     on_answer: Callable[[], None] = lambda: None,
 ) -> tuple[int, int, list[str]]:
     """Start the named models' backends (loading embedded models), collect, shut down."""
-    from switchyard.proxy.services import build_services
+    from switchyard.gateway.services import build_services
 
     configured = {m.name: m for m in settings.models}
     unknown = [name for name in model_names if name not in configured]

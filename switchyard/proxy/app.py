@@ -11,17 +11,18 @@ from fastapi import FastAPI
 
 from switchyard.backends.base import Backend
 from switchyard.backends.defaults import load_settings
+from switchyard.batch.runner import open_batch_tier, start_batch_worker
 from switchyard.core.settings import Settings
 from switchyard.core.tracing import SpanExporter, build_tracing
-from switchyard.proxy.batch_runner import start_batch_worker
-from switchyard.proxy.cors import OpenAICORSMiddleware
+from switchyard.gateway.services import ScoreBatch, build_services, check_startup
 from switchyard.proxy.error_handlers import install_error_handlers
-from switchyard.proxy.middleware import InFlight, RequestIdMiddleware, TrailingSlashMiddleware
+from switchyard.proxy.middleware.cors import OpenAICORSMiddleware
+from switchyard.proxy.middleware.request_ids import InFlight, RequestIdMiddleware
+from switchyard.proxy.middleware.tracing import RequestTracingMiddleware
+from switchyard.proxy.middleware.trailing_slash import TrailingSlashMiddleware
 from switchyard.proxy.openapi import install_openapi
-from switchyard.proxy.request_tracing import RequestTracingMiddleware
 from switchyard.proxy.routes import ROUTERS
 from switchyard.proxy.routes.plain import PlainRoutes, plain_endpoints
-from switchyard.proxy.services import ScoreBatch, build_services, check_startup
 
 logger = logging.getLogger("switchyard")
 
@@ -48,11 +49,16 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with build_services(settings, check=check, backends=backends, score_batch=score_batch) as services:
-            app.state.services = services
+        async with (
+            build_services(settings, check=check, backends=backends, score_batch=score_batch) as services,
+            open_batch_tier(services) as batch,
+        ):
+            app.state.services, app.state.batch = services, batch
             # the batch tier's lines run with what this process's interactive requests leave
             batch_worker = (
-                start_batch_worker(services, lambda: len(in_flight.tasks)) if settings.batch.run_in_proxy else None
+                start_batch_worker(services, batch, lambda: len(in_flight.tasks))
+                if batch is not None and settings.batch.run_in_proxy
+                else None
             )
             try:
                 yield

@@ -10,9 +10,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from switchyard.billing.store.errors import StoreConflict, StoreError, StoreNotFound, StoreUnavailable
 from switchyard.core.errors import Conflict, InvalidRequest, NotFound, RequestTooLarge, SwitchyardError
-from switchyard.proxy.answer_shape import error_response
+from switchyard.proxy.error_response import error_response
 from switchyard.proxy.exchange import not_routed
-from switchyard.proxy.middleware import PATH_AS_SENT
+from switchyard.proxy.middleware.trailing_slash import PATH_AS_SENT
 
 logger = logging.getLogger("switchyard.errors")
 

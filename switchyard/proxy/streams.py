@@ -1,9 +1,6 @@
-"""The streams being relayed right now, so that a shutting-down server can end them properly.
-
-When the server starts shutting down (`GracefulServer`, before uvicorn's grace period), each live
-stream is interrupted: it sends an in-band error saying the server is shutting down, then
-`[DONE]`, and is metered as cancelled with the tokens it sent — instead of being cut mid-answer
-when the grace period runs out.
+"""Streams on the wire: a streamed answer sent from the request's own task, the client's leaving
+noticed, and a uvicorn server that first ends the live streams (`switchyard.gateway.live_streams`)
+when it shuts down.
 """
 
 from __future__ import annotations
@@ -16,40 +13,7 @@ import uvicorn
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from switchyard.core.errors import SwitchyardError
-
 logger = logging.getLogger("switchyard")
-
-
-class ShuttingDown(SwitchyardError):
-    status_code = 503
-    error_type = "server_error"
-    code = "server_shutting_down"
-
-
-class LiveStreams:
-    def __init__(self) -> None:
-        self._tasks: set[asyncio.Task] = set()
-        self._ending: set[asyncio.Task] = set()
-
-    def add(self, task: asyncio.Task | None) -> None:
-        if task is not None:
-            self._tasks.add(task)
-
-    def discard(self, task: asyncio.Task | None) -> None:
-        self._tasks.discard(task)
-        self._ending.discard(task)
-
-    def is_ending(self, task: asyncio.Task | None) -> bool:
-        """Was this stream interrupted by `end_all` (and not by anything else since)?"""
-        return task in self._ending and task is not None and task.cancelling() == 1
-
-    def end_all(self) -> int:
-        """Interrupt every live stream; each ends itself with an error event and [DONE]."""
-        for task in self._tasks - self._ending:
-            self._ending.add(task)
-            task.cancel()
-        return len(self._ending)
 
 
 class EventStreamResponse(StreamingResponse):
@@ -78,10 +42,15 @@ class EventStreamResponse(StreamingResponse):
             await self.background()
 
 
-async def cancel_when_client_leaves(receive: Receive, task: asyncio.Task, left: list[bool]) -> None:
-    """The request body has been read already: the next message can only be the disconnect."""
+async def client_left(receive: Receive) -> None:
+    """Returns when the client has left. The request body has been read already: the next message
+    can only be the disconnect."""
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+async def cancel_when_client_leaves(receive: Receive, task: asyncio.Task, left: list[bool]) -> None:
+    await client_left(receive)
     left.append(True)
     task.cancel()
 

@@ -36,7 +36,7 @@ from uvicorn.config import STARTUP_FAILURE
 from switchyard.billing.ledger import adopt_spill_files, worker_spill_path
 from switchyard.core.metrics import MULTIPROCESS_ENV
 from switchyard.core.settings import Settings
-from switchyard.proxy.metrics import retire_process
+from switchyard.gateway.gauges import retire_process
 from switchyard.proxy.streams import GracefulServer
 
 logger = logging.getLogger("switchyard.workers")
@@ -207,10 +207,10 @@ class WorkerServer(GracefulServer):
 
 
 def _worker_main(settings: Settings, index: int, sock: socket.socket, parent_pid: int, booted: ProcessEvent) -> None:
+    from switchyard.gateway.request_log import install_request_log_handler
     from switchyard.proxy.app import create_app
     from switchyard.proxy.edge import raise_nofile_limit, uvicorn_config
     from switchyard.proxy.log_limits import install_repeat_filter
-    from switchyard.proxy.request_log import install_request_log_handler
 
     settings.billing.spill_path = worker_spill_path(settings.billing.spill_path.expanduser(), index)
     app = create_app(settings)

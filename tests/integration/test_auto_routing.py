@@ -116,7 +116,7 @@ def test_a_thresholds_file_for_another_router_stops_the_start(tmp_path):
 def test_thresholds_picked_for_another_artifact_stop_the_start():
     from switchyard.classifier.model import ARTIFACTS, DEFAULT_ARTIFACT
     from switchyard.core.thresholds import ThresholdsError
-    from switchyard.proxy.services import check_startup
+    from switchyard.gateway.services import check_startup
 
     models = [
         {"name": "a", "base_url": "http://127.0.0.1:1/v1", "tier": "small"},

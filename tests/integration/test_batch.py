@@ -420,7 +420,7 @@ def test_a_deleted_input_file_fails_the_lines_not_run_yet(tmp_path, valkey, held
 
 
 def test_a_line_cut_short_by_a_shutdown_is_metered_and_runs_again(tmp_path, valkey, held, monkeypatch):
-    import switchyard.proxy.batch_runner as runner
+    import switchyard.batch.runner as runner
 
     monkeypatch.setattr(runner, "DRAIN_S", 0.2)  # how long a stopping proxy lets its line (held) run
     url, state, gate = held
@@ -461,7 +461,7 @@ def test_a_line_refused_for_now_runs_again_and_is_one_request(tmp_path, valkey, 
 
 
 def test_a_line_refused_every_time_ends_as_its_last_refusal(tmp_path, valkey, upstream, monkeypatch):
-    import switchyard.proxy.batch_runner as runner
+    import switchyard.batch.runner as runner
 
     monkeypatch.setattr(runner, "RETRY_BASE_S", 0.01)  # the back-off between runs
     url, state = upstream

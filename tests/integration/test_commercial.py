@@ -82,7 +82,7 @@ def test_a_prompt_too_long_is_a_400(commercial):
 def test_prices_come_from_litellm_unless_configured(commercial):
     from switchyard.backends.registry import build_registry
     from switchyard.core.prices import Price
-    from switchyard.proxy.services import model_prices
+    from switchyard.gateway.services import model_prices
 
     _, _, _, app = commercial
     price = app.state.services.prices["gpt"]

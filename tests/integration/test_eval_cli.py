@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from switchyard.cli import app
 from switchyard.core.settings import Settings
 from switchyard.core.thresholds import ThresholdsError
+from switchyard.gateway.services import check_startup
 from switchyard.proxy.app import create_app
-from switchyard.proxy.services import check_startup
 
 runner = CliRunner()
 

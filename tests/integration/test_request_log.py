@@ -20,8 +20,8 @@ import orjson
 import pytest
 
 from switchyard.core.settings import Settings
+from switchyard.gateway.request_log import LOGGER_NAME, render
 from switchyard.proxy.app import create_app
-from switchyard.proxy.request_log import LOGGER_NAME, render
 from tests.conftest import closed_port
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread

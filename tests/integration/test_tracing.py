@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from switchyard.core.settings import Settings, TracingSettings
 from switchyard.core.tracing import build_tracing
 from switchyard.proxy.app import create_app
-from switchyard.proxy.request_tracing import RequestTracingMiddleware
+from switchyard.proxy.middleware.tracing import RequestTracingMiddleware
 from tests.fakes.anthropic_upstream import AnthropicState, FakeAnthropicUpstream
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread

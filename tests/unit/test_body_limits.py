@@ -15,7 +15,8 @@ from switchyard.core.body_limits import BodyLimits, check_body_limits
 from switchyard.core.errors import ArrayTooLong, InvalidRequest, InvalidType, JSONTooDeep, PromptTooLong
 from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
 from switchyard.core.settings import ServerSettings, Settings
-from switchyard.proxy.body import OFF_LOOP_BYTES, _CollectorPause, parse_request, read_request
+from switchyard.gateway.parsing import OFF_LOOP_BYTES, _CollectorPause, parse_request
+from switchyard.proxy.body import read_request
 
 LIMITS = BodyLimits(max_json_depth=8, max_messages=3, max_prompt_chars=20, max_prompt_token_ids=10)
 HI = [{"role": "user", "content": "hi"}]

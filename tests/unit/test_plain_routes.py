@@ -9,7 +9,7 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from switchyard.billing.store.errors import StoreUnavailable
 from switchyard.core.errors import InvalidRequest
 from switchyard.proxy.error_handlers import install_error_handlers
-from switchyard.proxy.middleware import TrailingSlashMiddleware
+from switchyard.proxy.middleware.trailing_slash import TrailingSlashMiddleware
 from switchyard.proxy.routes.plain import PlainRoute, PlainRoutes, plain_endpoints
 
 router = APIRouter(route_class=PlainRoute)

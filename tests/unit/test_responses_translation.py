@@ -9,8 +9,8 @@ from switchyard.core.body_limits import BodyLimits
 from switchyard.core.errors import ArrayTooLong, InvalidRequest, UnsupportedParameter
 from switchyard.core.protocol import StreamChunk
 from switchyard.core.responses_wire import ResponsesRequest
-from switchyard.proxy.responses import draft_for, message_item, responses_param, to_chat_request
-from switchyard.proxy.responses_stream import ResponsesShape
+from switchyard.gateway.responses import draft_for, message_item, responses_param, to_chat_request
+from switchyard.gateway.responses_stream import ResponsesShape
 
 LIMITS = BodyLimits(max_json_depth=64, max_messages=8, max_prompt_chars=10_000, max_prompt_token_ids=100)
 

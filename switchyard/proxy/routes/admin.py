@@ -23,12 +23,12 @@ from switchyard.billing.store.errors import StoreError
 from switchyard.billing.teams import Team
 from switchyard.core.errors import NotFound
 from switchyard.proxy.admin_wire import KeyCreate, TeamChanges, TeamCreate, key_view, team_view
+from switchyard.proxy.app_state import services_of
 from switchyard.proxy.body import read_request
 from switchyard.proxy.openapi import json_body, query
 from switchyard.proxy.routes.admin_support import database_of, require_admin
 from switchyard.proxy.routes.report import REPORT_QUERY, admin_challenge, report_page
 from switchyard.proxy.routes.usage import USAGE_QUERY, usage_response
-from switchyard.proxy.services import services_of
 
 logger = logging.getLogger("switchyard.admin")
 router = APIRouter()

@@ -6,8 +6,8 @@ from fastapi import Request
 
 from switchyard.billing.store import Database
 from switchyard.core.errors import AuthenticationFailed, InvalidRequest
-from switchyard.proxy.access import is_admin
-from switchyard.proxy.services import services_of
+from switchyard.proxy.app_state import services_of
+from switchyard.proxy.auth import is_admin
 
 
 def require_admin(request: Request) -> None:

@@ -9,14 +9,15 @@ from fastapi import Request
 
 from switchyard.batch.tier import BatchTier
 from switchyard.core.errors import InvalidRequest, NotConfigured
-from switchyard.proxy.access import authenticate, is_admin
-from switchyard.proxy.services import services_of
+from switchyard.proxy.app_state import batch_of, services_of
+from switchyard.proxy.auth import authenticate, is_admin
 
 
 def batch_tier_of(request: Request) -> BatchTier:
+    batch = batch_of(request)
+    if batch is not None:
+        return batch
     services = services_of(request)
-    if services.batch is not None:
-        return services.batch
     if not services.settings.billing.redis_url:
         raise NotConfigured("The batch API needs Valkey or Redis for its queue: set billing.redis_url.")
     raise NotConfigured(

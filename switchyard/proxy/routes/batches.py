@@ -15,11 +15,12 @@ from switchyard.batch.line_queue import Work
 from switchyard.batch.lines import LineError
 from switchyard.batch.wire import CreateBatch, batch_object, list_object
 from switchyard.core.errors import Conflict, InvalidRequest, NotFound, ServiceUnavailable
-from switchyard.proxy.body import invalid_request, read_body
+from switchyard.gateway.parsing import invalid_request
+from switchyard.proxy.app_state import services_of
+from switchyard.proxy.body import read_body
 from switchyard.proxy.exchange import LoggedRoute
 from switchyard.proxy.openapi import json_body, query
 from switchyard.proxy.routes.batch_support import batch_tier_of, caller_of, creator_of, page_limit
-from switchyard.proxy.services import services_of
 
 router = APIRouter(route_class=LoggedRoute)
 

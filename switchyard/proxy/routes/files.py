@@ -9,10 +9,10 @@ from fastapi.responses import Response, StreamingResponse
 from switchyard.batch.files import FileTooLarge, StoredFile
 from switchyard.batch.wire import FILE_PURPOSES, file_object, list_object
 from switchyard.core.errors import InvalidRequest, NotFound, RequestTooLarge
+from switchyard.proxy.app_state import services_of
 from switchyard.proxy.exchange import LoggedRoute
 from switchyard.proxy.openapi import query
 from switchyard.proxy.routes.batch_support import Caller, batch_tier_of, caller_of, creator_of, page_limit
-from switchyard.proxy.services import services_of
 from switchyard.proxy.uploads import Upload
 
 router = APIRouter(route_class=LoggedRoute)

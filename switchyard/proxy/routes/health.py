@@ -4,8 +4,8 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from switchyard.proxy.app_state import services_of
 from switchyard.proxy.openapi import NO_KEY
-from switchyard.proxy.services import services_of
 
 router = APIRouter()
 

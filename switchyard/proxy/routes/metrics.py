@@ -1,11 +1,11 @@
-"""`GET /metrics`: the app's Prometheus registry (`switchyard.proxy.metrics`), text format."""
+"""`GET /metrics`: the app's Prometheus registry (`switchyard.gateway.gauges`), text format."""
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 
-from switchyard.proxy.metrics import CONTENT_TYPE_LATEST, exposition
+from switchyard.gateway.gauges import CONTENT_TYPE_LATEST, exposition
+from switchyard.proxy.app_state import services_of
 from switchyard.proxy.openapi import NO_KEY
-from switchyard.proxy.services import services_of
 
 router = APIRouter()
 

@@ -2,11 +2,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from switchyard.core.protocol import ModelCard, ModelList
-from switchyard.proxy.access import authenticate
+from switchyard.gateway.model_cards import model_card, model_cards
+from switchyard.proxy.app_state import services_of
+from switchyard.proxy.auth import authenticate
 from switchyard.proxy.exchange import LoggedRoute
-from switchyard.proxy.model_cards import model_card, model_cards
 from switchyard.proxy.openapi import answers
-from switchyard.proxy.services import services_of
 
 router = APIRouter(route_class=LoggedRoute)
 

@@ -17,13 +17,13 @@ from fastapi.responses import HTMLResponse, Response
 from switchyard.billing.admin import check_known_team
 from switchyard.core.errors import AuthenticationFailed, InvalidRequest, SwitchyardError
 from switchyard.core.model_settings import hosting_overrides
-from switchyard.proxy.access import authenticate, is_admin
-from switchyard.proxy.answer_shape import error_response
+from switchyard.proxy.app_state import services_of
+from switchyard.proxy.auth import authenticate, is_admin
+from switchyard.proxy.error_response import error_response
 from switchyard.proxy.exchange import LoggedRoute
 from switchyard.proxy.openapi import BEARER_OR_BASIC, query
 from switchyard.proxy.routes.admin_support import database_of
 from switchyard.proxy.routes.usage import own_team
-from switchyard.proxy.services import services_of
 
 router = APIRouter(route_class=LoggedRoute)
 

@@ -2,9 +2,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from switchyard.core.responses_wire import ResponseObject, ResponsesRequest
+from switchyard.gateway.responses_stream import as_chat_request
 from switchyard.proxy.exchange import serve_model_request
 from switchyard.proxy.openapi import answers, json_body
-from switchyard.proxy.responses_stream import as_chat_request
 from switchyard.proxy.routes.plain import PlainRoute
 
 router = APIRouter(route_class=PlainRoute)

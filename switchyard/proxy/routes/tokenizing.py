@@ -2,12 +2,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from switchyard.core.tokenize_wire import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
-from switchyard.proxy.access import authenticate
+from switchyard.gateway.tokenizing import count_tokens, read_tokens
+from switchyard.proxy.app_state import services_of
+from switchyard.proxy.auth import authenticate
 from switchyard.proxy.body import read_request
 from switchyard.proxy.exchange import LoggedRoute
 from switchyard.proxy.openapi import answers, json_body
-from switchyard.proxy.services import services_of
-from switchyard.proxy.tokenizing import count_tokens, read_tokens
 
 router = APIRouter(route_class=LoggedRoute)
 

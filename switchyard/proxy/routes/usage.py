@@ -16,11 +16,11 @@ from switchyard.billing.admin import check_known_team
 from switchyard.billing.store.schema import USAGE_GROUPS
 from switchyard.billing.teams import Principal
 from switchyard.core.errors import Forbidden, InvalidRequest
-from switchyard.proxy.access import authenticate, is_admin
+from switchyard.proxy.app_state import services_of
+from switchyard.proxy.auth import authenticate, is_admin
 from switchyard.proxy.exchange import LoggedRoute
 from switchyard.proxy.openapi import query
 from switchyard.proxy.routes.admin_support import database_of
-from switchyard.proxy.services import services_of
 
 router = APIRouter(route_class=LoggedRoute)
 

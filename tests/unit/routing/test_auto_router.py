@@ -13,7 +13,7 @@ from switchyard.core.errors import InvalidRequest
 from switchyard.core.prices import Price
 from switchyard.core.protocol import ChatCompletionRequest
 from switchyard.core.thresholds import ThresholdsFile
-from switchyard.proxy.routing import AutoRouter, resolve_thresholds, routing_text
+from switchyard.gateway.auto_router import AutoRouter, resolve_thresholds, routing_text
 
 
 async def _route(router, request, quality=None, team=None, headroom_usd=None):

@@ -13,7 +13,7 @@ from switchyard.core.capabilities import needs
 from switchyard.core.prices import Price
 from switchyard.core.protocol import ChatCompletionRequest
 from switchyard.core.thresholds import ThresholdsFile
-from switchyard.proxy.routing import AutoRouter, resolve_thresholds, resolve_value_rule
+from switchyard.gateway.auto_router import AutoRouter, resolve_thresholds, resolve_value_rule
 from tests.unit.routing.test_auto_router import StubBackend
 
 TIERS = ["small", "large", "commercial"]

@@ -16,8 +16,8 @@ from switchyard.core.capabilities import Capabilities, needs
 from switchyard.core.errors import UnsupportedParameter
 from switchyard.core.prices import Price
 from switchyard.core.protocol import ChatCompletionRequest
-from switchyard.proxy.routing import AutoRouter
-from switchyard.proxy.saturation import SaturationGate
+from switchyard.gateway.auto_router import AutoRouter
+from switchyard.gateway.saturation import SaturationGate
 
 
 async def _route(router, request, quality=None, team=None, headroom_usd=None):

@@ -3,15 +3,13 @@
 The relay runs every request the same way (budgets, routing, cascade, retries, metering) and
 hands what the upstream answered to an `AnswerShape`: a chat completion's own bytes for
 `/v1/chat/completions` and `/v1/completions` (`PASS_THROUGH`), or a Responses API object for
-`/v1/responses` (`switchyard.proxy.responses_stream.ResponsesShape`, one per request: a stream's
+`/v1/responses` (`switchyard.gateway.responses_stream.ResponsesShape`, one per request: a stream's
 events are numbered).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-
-from starlette.responses import Response
 
 from switchyard.core.errors import SwitchyardError, error_body
 from switchyard.core.protocol import StreamChunk
@@ -39,13 +37,10 @@ class AnswerShape:
         """The stream's last bytes, whether it completed or failed."""
         return DONE_EVENT
 
-    def refusal(self, exc: SwitchyardError) -> Response:
-        """A request refused before its first byte: the OpenAI-shaped error with its status."""
-        return error_response(exc)
-
-
-def error_response(exc: SwitchyardError) -> Response:
-    return Response(error_body(exc), status_code=exc.status_code, headers=exc.headers(), media_type="application/json")
+    def refusal(self, exc: SwitchyardError) -> bytes:
+        """The body of a request refused before its first byte (sent with the error's status and
+        headers): the OpenAI-shaped error."""
+        return error_body(exc)
 
 
 PASS_THROUGH = AnswerShape()

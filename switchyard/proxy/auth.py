@@ -1,5 +1,5 @@
 """Who is calling and what they may ask: the key's principal, the admin key, and how the caller's
-requests meet a saturated backend (its priority tier, `switchyard.proxy.tiers`).
+requests meet a saturated backend (its priority tier, `switchyard.gateway.tiers`).
 
 A key is a bearer token (`Authorization: Bearer <key>`). The pages a browser opens (the reports)
 also take it as the password of HTTP Basic auth, any user name (`allow_basic`): only pages that
@@ -16,8 +16,8 @@ from starlette.requests import Request
 from switchyard.billing.directory import UnknownKey
 from switchyard.billing.teams import Principal, digest, same_digest
 from switchyard.core.errors import AuthenticationFailed
-from switchyard.proxy.services import Services
-from switchyard.proxy.tiers import priority_tier
+from switchyard.gateway.services import Services
+from switchyard.gateway.tiers import priority_tier
 
 
 def basic_password(authorization: str | None) -> str | None:

@@ -18,13 +18,12 @@ from collections.abc import Iterable
 from typing import Any
 
 import orjson
-from starlette.responses import Response
 
 from switchyard.core.errors import SwitchyardError
 from switchyard.core.protocol import ChatCompletionRequest, StreamChunk
 from switchyard.core.responses_wire import ResponsesRequest
-from switchyard.proxy.answer_shape import AnswerShape
-from switchyard.proxy.responses import (
+from switchyard.gateway.answer_shape import AnswerShape
+from switchyard.gateway.responses import (
     ResponseDraft,
     draft_for,
     function_call_item,
@@ -36,7 +35,7 @@ from switchyard.proxy.responses import (
     usage_of,
     whole_response,
 )
-from switchyard.proxy.services import Services
+from switchyard.gateway.services import Services
 
 
 class ResponsesShape(AnswerShape):
@@ -53,7 +52,7 @@ class ResponsesShape(AnswerShape):
         self._model: str | None = None
         self._is_started = self._has_failed = False
 
-    def refusal(self, exc: SwitchyardError) -> Response:
+    def refusal(self, exc: SwitchyardError) -> bytes:
         """Refused before the first byte: the parameter named as the client sent it (`text.format`,
         not `response_format`)."""
         exc.param = responses_param(exc.param)

@@ -15,9 +15,10 @@ batch's window ends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,20 +34,20 @@ from switchyard.billing.records import UsageRecord
 from switchyard.billing.store import StoreError
 from switchyard.billing.teams import Principal
 from switchyard.core.embeddings_wire import EmbeddingRequest
-from switchyard.core.errors import AuthenticationFailed, InvalidRequest, NotConfigured, SwitchyardError
+from switchyard.core.errors import AuthenticationFailed, InvalidRequest, NotConfigured, SwitchyardError, error_body
 from switchyard.core.prices import Price
 from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
 from switchyard.core.responses_wire import ResponsesRequest
 from switchyard.core.settings import Settings
 from switchyard.core.supervision import SupervisedTask
-from switchyard.proxy.answer_shape import PASS_THROUGH, error_response
-from switchyard.proxy.body import parse_request
-from switchyard.proxy.decide import Asked
-from switchyard.proxy.exchange import end_exchange
-from switchyard.proxy.relay import LineTerms, Origin, relay
-from switchyard.proxy.request_log import RequestLine
-from switchyard.proxy.responses_stream import as_chat_request
-from switchyard.proxy.services import Services, build_services
+from switchyard.gateway.answer_shape import PASS_THROUGH
+from switchyard.gateway.decide import Asked
+from switchyard.gateway.parsing import parse_request
+from switchyard.gateway.relay import LineTerms, Origin, relay
+from switchyard.gateway.request_end import end_exchange
+from switchyard.gateway.request_log import RequestLine
+from switchyard.gateway.responses_stream import as_chat_request
+from switchyard.gateway.services import Services, build_services
 
 logger = logging.getLogger("switchyard.batch")
 
@@ -351,7 +352,7 @@ class BatchRunner:
         except SwitchyardError as exc:
             record_line.requested_model = exc.requested_model
             end_exchange(services, record_line, None, exc.status_code, started_at, refused=exc)
-            return exc.status_code, bytes(error_response(exc).body).decode(), []
+            return exc.status_code, error_body(exc).decode(), []
         record_line.requested_model = wire.model
         collected = _Collected()
         terms = LineTerms(batch.id, self.prices, collected)
@@ -362,7 +363,7 @@ class BatchRunner:
             await self._write_usage(collected.records)
             raise
         end_exchange(services, record_line, relayed, relayed.status, started_at)
-        return relayed.status, bytes(relayed.response.body).decode(), collected.records
+        return relayed.status, relayed.body.decode(), collected.records
 
     def _principal(self, batch: Batch) -> Principal | None:
         directory = self.services.directory
@@ -420,12 +421,24 @@ class BatchRunner:
                 ledger.record(record)
 
 
-def start_batch_worker(services: Services, load: Callable[[], int]) -> SupervisedTask | None:
-    """The batch worker, started and shown among the background tasks (None: no batch tier)."""
-    if services.batch is None:
-        return None
-    runner = BatchRunner(services, services.batch, load)
-    task = SupervisedTask("batch-worker", runner.run_forever)
+@contextlib.asynccontextmanager
+async def open_batch_tier(services: Services) -> AsyncIterator[BatchTier | None]:
+    """The batch tier on these services, closed on exit (None: it needs `billing.redis_url` and a
+    database, and one of them is not set)."""
+    settings = services.settings
+    if services.database is None or not settings.billing.redis_url:
+        yield None
+        return
+    tier = BatchTier.open(settings.batch, services.database, settings.billing.redis_url)
+    try:
+        yield tier
+    finally:
+        await tier.aclose()
+
+
+def start_batch_worker(services: Services, tier: BatchTier, load: Callable[[], int]) -> SupervisedTask:
+    """The batch worker, started and shown among the background tasks."""
+    task = SupervisedTask("batch-worker", BatchRunner(services, tier, load).run_forever)
     services.background.append(task)
     task.start()
     return task
@@ -434,8 +447,8 @@ def start_batch_worker(services: Services, load: Callable[[], int]) -> Supervise
 async def run_worker(settings: Settings) -> None:
     """`switchyard worker`: the services of a proxy without its HTTP server, draining batches
     until cancelled (SIGTERM, SIGINT), then letting its running lines finish (bounded)."""
-    async with build_services(settings) as services:
-        if services.batch is None:
+    async with build_services(settings) as services, open_batch_tier(services) as tier:
+        if tier is None:
             raise NotConfigured("a batch worker needs billing.redis_url and a database (billing.database_url)")
-        logger.info("batch worker %s draining %s", services.batch.queue.consumer, services.batch.queue.stream)
-        await BatchRunner(services, services.batch).run_forever()
+        logger.info("batch worker %s draining %s", tier.queue.consumer, tier.queue.stream)
+        await BatchRunner(services, tier).run_forever()

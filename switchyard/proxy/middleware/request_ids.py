@@ -1,4 +1,5 @@
-"""Pure ASGI middleware (no BaseHTTPMiddleware: it would buffer streams and break cancellation)."""
+"""Every request's id (`x-request-id`), the requests in flight (for the drain at shutdown), and the
+last line of defence against an exception no handler caught."""
 
 from __future__ import annotations
 
@@ -13,8 +14,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from switchyard.core.errors import SwitchyardError, error_body
 
 logger = logging.getLogger("switchyard")
-
-PATH_AS_SENT = "switchyard.path_as_sent"  # in the scope, when the trailing slash was taken off
 
 # Request ids: 128 random bits from a generator seeded once from the OS (and again in a forked
 # child), not a system call per request as uuid4() makes (on some kernels and sandboxes it costs
@@ -49,21 +48,6 @@ class InFlight:
         _, late = await asyncio.wait(pending, timeout=timeout_s)
         if late:
             logger.warning("%d request(s) still running after the %.0f s drain", len(late), timeout_s)
-
-
-class TrailingSlashMiddleware:
-    """Serves `/v1/chat/completions/` as `/v1/chat/completions` (instead of a 307 redirect, which
-    SDKs do not follow with a POST body)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        if scope["type"] == "http" and len(path) > 1 and path.endswith("/"):
-            stripped = path.rstrip("/") or "/"
-            scope = {**scope, "path": stripped, "raw_path": stripped.encode(), PATH_AS_SENT: path}
-        await self.app(scope, receive, send)
 
 
 class RequestIdMiddleware:

@@ -18,7 +18,7 @@ from switchyard.billing.teams import Team
 from switchyard.core.capabilities import CAPABILITY_NAMES
 from switchyard.core.errors import ModelNotFound
 from switchyard.core.protocol import ModelCard
-from switchyard.proxy.routing import CASCADE_MODEL
+from switchyard.gateway.auto_router import CASCADE_MODEL
 
 
 def model_cards(services, team: Team | None) -> list[ModelCard]:

@@ -25,12 +25,10 @@ from pathlib import Path
 
 import aiohttp
 import numpy as np
-from starlette.requests import Request
 
 from switchyard.backends.base import Backend
 from switchyard.backends.registry import ModelRegistry, build_http_session, build_registry
 from switchyard.backends.resilience import ResiliencePolicy, ResilientExecutor
-from switchyard.batch.tier import BatchTier
 from switchyard.billing.budgets import Budgets, budget_scopes
 from switchyard.billing.directory import Directory
 from switchyard.billing.ledger import LedgerWriter
@@ -47,11 +45,11 @@ from switchyard.core.prices import Price
 from switchyard.core.settings import Settings
 from switchyard.core.supervision import SupervisedTask
 from switchyard.core.thresholds import ThresholdsError, ThresholdsFile, read_thresholds
-from switchyard.proxy.metrics import LiveGauges, SharedGauges
-from switchyard.proxy.routing import AutoRouter, resolve_thresholds, resolve_value_rule
-from switchyard.proxy.saturation import SaturationGate
-from switchyard.proxy.streams import LiveStreams
-from switchyard.proxy.tiers import TierSlots
+from switchyard.gateway.auto_router import AutoRouter, resolve_thresholds, resolve_value_rule
+from switchyard.gateway.gauges import LiveGauges, SharedGauges
+from switchyard.gateway.live_streams import LiveStreams
+from switchyard.gateway.saturation import SaturationGate
+from switchyard.gateway.tiers import TierSlots
 
 logger = logging.getLogger("switchyard")
 
@@ -127,19 +125,11 @@ class Services:
     metrics: Metrics = field(default_factory=Metrics)
     streams: LiveStreams = field(default_factory=LiveStreams)
     shared_gauges: SharedGauges | None = None  # one of several workers (proxy/metrics.py)
-    batch: BatchTier | None = None  # the batch tier: billing.redis_url and a database set
     background: list[SupervisedTask] = field(default_factory=list)
 
     def background_tasks(self) -> list[SupervisedTask]:
         """Every supervised long-running task: ours and the backends' (readiness shows them)."""
         return [*self.background, *(task for entry in self.registry for task in entry.backend.background_tasks())]
-
-
-def services_of(request: Request) -> Services:
-    """The running app's services: the one way a route or the relay reaches them."""
-    services = request.app.state.services
-    assert isinstance(services, Services)
-    return services
 
 
 @contextlib.asynccontextmanager
@@ -157,7 +147,7 @@ async def build_services(
     their own); `score_batch` replaces the classifier (texts -> scores in [0, 1]).
     `only_models` is an offline run (`eval collect`): just those models, each started before
     this returns, with no fallbacks, auto routing, cascade, ledger or teams. The batch tier is
-    built (not its worker: `switchyard.proxy.batch_runner`) when a database and Valkey are set.
+    opened on these services by its users (`switchyard.batch.runner.open_batch_tier`).
     """
     check = check if check is not None else check_startup(settings)
     is_offline = only_models is not None
@@ -207,9 +197,6 @@ async def build_services(
             cascade=cascade,
             metrics=metrics,
         )
-        if not is_offline and accounts.database is not None and settings.billing.redis_url:
-            services.batch = BatchTier.open(settings.batch, accounts.database, settings.billing.redis_url)
-            stack.push_async_callback(services.batch.aclose)
         if multiprocess_dir() is None or is_offline:
             metrics.registry.register(LiveGauges(services))
         else:

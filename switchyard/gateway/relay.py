@@ -1,21 +1,20 @@
 """Hands a parsed request to the backend that serves its model and relays the answer.
 
-`decide()` (switchyard.proxy.decide) finishes before the first byte; then the cascade's own entry
+`decide()` (switchyard.gateway.decide) finishes before the first byte; then the cascade's own entry
 point runs when it has a plan, else the resilient executor (retries, fallbacks), and the answer or
-the stream is relayed. What happened comes back as a `Relayed` value: the response, the meter of
-every attempt, the decision and the model and deployment that answered.
+the stream is relayed. What happened comes back as one `Relayed` value, free of any web framework:
+the status, the headers, the bytes of a whole answer (or of the error the client is told) or the
+events of a stream, the meter of every attempt, the decision and the model and deployment that
+answered. The HTTP layer (`switchyard.proxy.exchange`) and the batch tier (`switchyard.batch.runner`)
+each turn it into what they send.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
-
-from starlette.background import BackgroundTask
-from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field, replace
 
 from switchyard.backends.base import AnyRequest
 from switchyard.backends.registry import ModelEntry
@@ -33,15 +32,13 @@ from switchyard.core.prices import Price
 from switchyard.core.protocol import RawJSON, StreamChunk
 from switchyard.core.requests import GenerationRequest
 from switchyard.core.tracing import annotate_request
-from switchyard.proxy.answer_shape import PASS_THROUGH, AnswerShape
-from switchyard.proxy.decide import Asked, Decision, decide
-from switchyard.proxy.request_log import CLIENT_CLOSED_REQUEST
-from switchyard.proxy.services import Services
-from switchyard.proxy.streams import EventStreamResponse, LiveStreams, ShuttingDown, cancel_when_client_leaves
+from switchyard.gateway.answer_shape import PASS_THROUGH, AnswerShape
+from switchyard.gateway.decide import Asked, Decision, decide
+from switchyard.gateway.live_streams import LiveStreams, ShuttingDown
+from switchyard.gateway.request_log import CLIENT_CLOSED_REQUEST
+from switchyard.gateway.services import Services
 
 logger = logging.getLogger("switchyard")
-
-SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +52,18 @@ class Answered:
 
 @dataclass(frozen=True, slots=True)
 class Relayed:
-    """What the relay did with one request. A stream's response ends (and settles its budgets)
-    later: the request is over when its background has run."""
+    """What the relay did with one request: a whole answer (`body`, JSON), an error (`body`, the
+    error's shape; `error`), the client gone (status 499, no body), or a stream (`events`).
 
-    response: Response
+    A stream ends (and settles its budgets) later: whoever sends its events runs `settle` once they
+    are over, however they end, even if they never started; the request is over then."""
+
     status: int
     started_at: float  # event-loop time the relay took the request
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    events: AsyncIterator[bytes] | None = None  # a stream's server-sent events
+    settle: Callable[[], Awaitable[None]] | None = None  # with `events`: run once they are over
     meter: RequestMeter | None = None  # None: refused before metering began (a priority tier's cap)
     decision: Decision | None = None  # None: refused before routing
     answered: Answered | None = None  # None: refused, or every attempt failed
@@ -75,8 +78,8 @@ class Relayed:
 
     @property
     def is_whole(self) -> bool:
-        """Not a stream: the response was whole when the relay returned it."""
-        return not isinstance(self.response, StreamingResponse)
+        """Not a stream: the answer was whole when the relay returned it."""
+        return self.events is None
 
 
 def _answer_headers(answered: Answered) -> dict[str, str]:
@@ -109,12 +112,13 @@ class LineTerms:
 
 @dataclass(frozen=True, slots=True)
 class Origin:
-    """Where a request came from: its ids, and the HTTP request whose client may leave; a batch's
-    line (run by the batch tier) has no client but its terms."""
+    """Where a request came from: its ids, and, for a client that may leave, `client_left` (an
+    awaitable that completes when it has left); a batch's line (run by the batch tier) has no
+    client but its terms."""
 
     request_id: str
     client_request_id: str | None = None
-    request: Request | None = None
+    client_left: Callable[[], Awaitable[object]] | None = None
     terms: LineTerms | None = None
     received_at: float | None = None  # time.monotonic() when the proxy received it (None: no client, a batch's line)
 
@@ -143,7 +147,7 @@ async def relay(
     shape: AnswerShape = PASS_THROUGH,
 ) -> Relayed:
     """`shape` writes the answer (or a refusal) in the API the request came in by
-    (`switchyard.proxy.answer_shape`).
+    (`switchyard.gateway.answer_shape`).
 
     Everything before the first byte can be cancelled by the client leaving: the upstream calls
     stop, and the resilience layer meters them as cancelled. A watcher task cancels this one when
@@ -171,36 +175,44 @@ async def relay(
     annotate_request(requested_model=parsed.model, stream=bool(parsed.stream))
     ctx = RequestContext(meter.request_id, meter, principal)
     decision: Decision | None = None
-    response: Response | None = None
+    relayed: Relayed | None = None
     left: list[bool] = []
-    watcher = (
-        asyncio.ensure_future(cancel_when_client_leaves(origin.request.receive, this, left)) if origin.request else None
-    )
+    watcher = asyncio.ensure_future(_cancel_when(origin.client_left, this, left)) if origin.client_left else None
     try:
         decision = await decide(services, parsed, ctx, asked, needs(parsed))
         # the deadline, once: from the start, by the model that answers first
         ctx = replace(ctx, deadline=Deadline.after(started_at, services.executor.request_timeout_s(decision.entry)))
         meter.tags = _tags(origin, parsed, decision, principal)
-        response, answered = await _execute(services, decision, parsed, ctx, shape)
-        return Relayed(response, response.status_code, started_at, meter, decision, answered)
+        answer, answered = await _execute(services, decision, parsed, ctx, shape)
+        relayed = replace(answer, started_at=started_at, meter=meter, decision=decision, answered=answered)
+        return relayed
     except SwitchyardError as exc:
-        return Relayed(shape.refusal(exc), exc.status_code, started_at, meter, decision, error=exc)
+        return Relayed(
+            exc.status_code, started_at, shape.refusal(exc), exc.headers(), meter=meter, decision=decision, error=exc
+        )
     except asyncio.CancelledError:
         if not left or this.cancelling() > 1:
             raise
         this.uncancel()
         logger.info("the client left before the first byte; its request was cancelled")
-        return Relayed(Response(status_code=CLIENT_CLOSED_REQUEST), CLIENT_CLOSED_REQUEST, started_at, meter, decision)
+        return Relayed(CLIENT_CLOSED_REQUEST, started_at, meter=meter, decision=decision)
     finally:
         if watcher is not None:
             watcher.cancel()
-        if not isinstance(response, StreamingResponse):  # a stream settles when it ends
+        if relayed is None or relayed.events is None:  # a stream settles when it ends
             spending.settle()
+
+
+async def _cancel_when(client_left: Callable[[], Awaitable[object]], task: asyncio.Task, left: list[bool]) -> None:
+    """Cancel `task` (the relay's) when the client has left, saying so in `left`."""
+    await client_left()
+    left.append(True)
+    task.cancel()
 
 
 async def _execute(
     services: Services, decision: Decision, parsed: AnyRequest, ctx: RequestContext, shape: AnswerShape
-) -> tuple[Response, Answered]:
+) -> tuple[Relayed, Answered]:
     if decision.plan is not None and not isinstance(parsed, EmbeddingRequest):
         return await _relay_cascade(services, decision.plan, parsed, decision.headers, ctx, shape)
     meter = ctx.meter
@@ -210,15 +222,15 @@ async def _execute(
         opened = await services.executor.stream(decision.entry, parsed, ctx, decision.needed)
         answered = Answered(opened.entry, opened.deployment)
         headers = _answer_headers(answered) | _upstream_model_header(opened.first) | decision.headers
-        response = _sse_response(opened.first, opened.rest, parsed, meter, answered, headers, services.streams, shape)
-        return response, answered
+        relayed = _stream(opened.first, opened.rest, parsed, meter, answered, headers, services.streams, shape)
+        return relayed, answered
     answer = await services.executor.complete(decision.entry, parsed, ctx, decision.needed)
     answered = Answered(answer.entry, answer.deployment)
     usage = usage_of(answer.result)
     meter.finished(answer.entry, "completed", usage, meter.num_chunks, deployment=answer.deployment, sent="whole")
     body = shape.whole(answer.result.data)
     headers = _answer_headers(answered) | _upstream_model_header(answer.result) | decision.headers | _cost_header(meter)
-    return Response(body, media_type="application/json", headers=headers), answered
+    return _whole(body, headers), answered
 
 
 async def _relay_cascade(
@@ -228,7 +240,7 @@ async def _relay_cascade(
     route_headers: dict[str, str],
     ctx: RequestContext,
     shape: AnswerShape,
-) -> tuple[Response, Answered]:
+) -> tuple[Relayed, Answered]:
     """The cascade meters each rung's attempt itself, cancellations included; the answer's is finished here."""
     assert services.cascade is not None
     outcome = await services.cascade.run(plan, parsed, ctx)
@@ -247,12 +259,15 @@ async def _relay_cascade(
             outcome.entry, "completed", usage, num_chunks, deployment=outcome.deployment, sent="whole"
         )
         body = shape.whole(outcome.result.data)
-        return Response(body, media_type="application/json", headers=headers | _cost_header(ctx.meter)), answered
+        return _whole(body, headers | _cost_header(ctx.meter)), answered
     assert outcome.rest is not None
-    response = _sse_response(
-        outcome.first, outcome.rest, parsed, outcome.meter, answered, headers, services.streams, shape
-    )
-    return response, answered
+    relayed = _stream(outcome.first, outcome.rest, parsed, outcome.meter, answered, headers, services.streams, shape)
+    return relayed, answered
+
+
+def _whole(body: bytes, headers: dict[str, str]) -> Relayed:
+    """A whole answer (when it was relayed, its meter and decision are filled in by `relay`)."""
+    return Relayed(200, 0.0, body, headers)
 
 
 def _client_wants_usage(parsed: AnyRequest) -> bool:
@@ -275,7 +290,7 @@ def _with_cost(chunk: StreamChunk, meter: RequestMeter, entry: ModelEntry) -> St
     return StreamChunk.from_dict({**chunk.parsed, "usage": {**usage, "cost_usd": round(cost, 10)}})
 
 
-def _sse_response(
+def _stream(
     first: StreamChunk | None,
     rest: AsyncIterator[StreamChunk],
     parsed: AnyRequest,
@@ -284,7 +299,7 @@ def _sse_response(
     headers: dict[str, str],
     streams: LiveStreams,
     shape: AnswerShape,
-) -> StreamingResponse:
+) -> Relayed:
     include_usage = _client_wants_usage(parsed)
     body = _sse_body(
         first, rest, include_usage=include_usage, meter=meter, answered=answered, streams=streams, shape=shape
@@ -304,9 +319,7 @@ def _sse_response(
                 meter.spending.settle()
             await rest.aclose()  # type: ignore[attr-defined]
 
-    return EventStreamResponse(
-        body, media_type="text/event-stream", headers={**SSE_HEADERS, **headers}, background=BackgroundTask(settle)
-    )
+    return Relayed(200, 0.0, headers=headers, events=body, settle=settle)
 
 
 async def _sse_body(

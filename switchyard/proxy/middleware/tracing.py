@@ -13,7 +13,7 @@ import asyncio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from switchyard.core.tracing import Tracing, annotate_request, request_span
-from switchyard.proxy.request_log import CLIENT_CLOSED_REQUEST
+from switchyard.gateway.request_log import CLIENT_CLOSED_REQUEST
 
 _TRACED_PREFIX = "/v1/"
 _TRACE_CONTEXT = (b"traceparent", b"tracestate")

@@ -33,7 +33,7 @@ from prometheus_client.registry import Collector
 from switchyard.billing.limits import LimitsUnavailable
 from switchyard.core.file_locks import file_lock
 from switchyard.core.metrics import multiprocess_dir
-from switchyard.proxy.saturation import is_saturated
+from switchyard.gateway.saturation import is_saturated
 
 FOLDER_LOCK = "folder.lock"  # the multiprocess folder's lock file (not a `*.db`, which the collector would read)
 

@@ -6,7 +6,7 @@ embedded engine's waiting requests): decided before the first byte, by the reque
     standard     → goes ahead (the backend's own admission queues or refuses it)
     priority     → waits, in a bounded queue, up to `saturation_wait_s` for the saturation to clear
 
-The priority comes from the key's team (`switchyard.proxy.access.saturation_priority`), or from
+The priority comes from the key's team (`switchyard.proxy.auth.saturation_priority`), or from
 `x-switchyard-priority` when no teams are configured.
 """
 

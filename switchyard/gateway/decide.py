@@ -22,8 +22,8 @@ from switchyard.core.capabilities import unsupported
 from switchyard.core.embeddings_wire import EmbeddingRequest
 from switchyard.core.errors import InvalidRequest, ModelNotAllowed, wrong_kind
 from switchyard.core.estimates import worst_case_tokens
-from switchyard.proxy.routing import CASCADE_MODEL, auto_not_configured, cascade_not_configured
-from switchyard.proxy.services import Services
+from switchyard.gateway.auto_router import CASCADE_MODEL, auto_not_configured, cascade_not_configured
+from switchyard.gateway.services import Services
 
 
 @dataclass(frozen=True, slots=True)

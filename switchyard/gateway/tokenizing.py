@@ -24,9 +24,9 @@ from switchyard.core.tokenize_wire import (
     TokenizeRequest,
     TokenizeResponse,
 )
-from switchyard.proxy.decide import allowed, with_default_adapter
-from switchyard.proxy.routing import CASCADE_MODEL, auto_not_configured, cascade_not_configured
-from switchyard.proxy.services import Services
+from switchyard.gateway.auto_router import CASCADE_MODEL, auto_not_configured, cascade_not_configured
+from switchyard.gateway.decide import allowed, with_default_adapter
+from switchyard.gateway.services import Services
 
 CHAT_FIELDS = ("model", "messages", "max_tokens", "tools", "tool_choice")
 PROMPT_FIELDS = ("model", "prompt", "max_tokens")

@@ -3,7 +3,7 @@
 Stateless: nothing is stored, so `previous_response_id`, `store: true`, `background`,
 `conversation` and `prompt` are a 400 naming the parameter, as is any input item, content part or
 tool Switchyard cannot turn into a chat message (hosted tools, file inputs, item references). The
-stream's translation is `switchyard.proxy.responses_stream`.
+stream's translation is `switchyard.gateway.responses_stream`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from switchyard.core.body_limits import BodyLimits, check_body_limits
 from switchyard.core.errors import InvalidRequest, SwitchyardError, UnsupportedParameter
 from switchyard.core.protocol import ChatCompletionRequest
 from switchyard.core.responses_wire import ResponseObject, ResponsesRequest
-from switchyard.proxy.body import invalid_request
+from switchyard.gateway.parsing import invalid_request
 
 STATELESS = "Switchyard's /v1/responses is stateless: it stores no responses"
 # Top-level fields the chat request takes as they are; anything else unknown is forwarded too.
