@@ -19,9 +19,9 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
-from switchyard.billing.limits import BudgetScope, Limiter, LimitsUnavailable, RateScope, RateStatus
+from switchyard.billing.limits import BudgetScope, Limiter, RateScope, RateStatus
 from switchyard.billing.teams import Principal, Team
-from switchyard.core.errors import BudgetExceeded
+from switchyard.core.errors import BudgetExceeded, LimitsUnavailable
 
 logger = logging.getLogger("switchyard.budgets")
 SETTLE_RETRY_MAX_S = 64.0  # settling retries at 0.5, 1, 2, … s, up to this pause

@@ -34,7 +34,8 @@ never sends a stack trace.
 
 from __future__ import annotations
 
-from typing import Any, TypedDict, Unpack
+import math
+from typing import Any, Protocol, TypedDict, Unpack
 
 import orjson
 
@@ -222,10 +223,60 @@ class ServiceUnavailable(SwitchyardError):
     code = "service_unavailable"
 
 
+class LimitsUnavailable(SwitchyardError):
+    """Valkey (or Redis) unreachable while `billing.fail_open` is off: no request passes unchecked."""
+
+    status_code = 503
+    error_type = "server_error"
+    code = "limits_unavailable"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retry_after_s=1.0)
+
+
+class DatabaseUnavailable(SwitchyardError):
+    """The database behind usage, teams and keys is down or slow."""
+
+    status_code = 503
+    error_type = "server_error"
+    code = "database_unavailable"
+
+
+class ShuttingDown(SwitchyardError):
+    """The server is shutting down: a live stream ends with this error, then its end."""
+
+    status_code = 503
+    error_type = "server_error"
+    code = "server_shutting_down"
+
+
 class RateLimited(SwitchyardError):
     status_code = 429
     error_type = "rate_limit_error"
     code = "rate_limit_exceeded"
+
+
+class RateHeaders(Protocol):
+    """The state of the rate buckets a refusal read (`switchyard.billing.limits.RateStatus`)."""
+
+    def headers(self) -> dict[str, str]: ...
+
+
+class RateLimitExceeded(RateLimited):
+    """A key's or team's RPM or TPM is used up: `retry-after` and the `x-ratelimit-*` headers."""
+
+    def __init__(
+        self, message: str, *, status: RateHeaders, retry_after_s: float | None, limit: str = "requests"
+    ) -> None:
+        super().__init__(message, retry_after_s=retry_after_s)
+        self.status = status
+        self.limit = limit  # the bucket's kind that refused it: requests or tokens
+
+    def headers(self) -> dict[str, str]:
+        headers = self.status.headers()
+        if self.retry_after_s is not None:  # rounded up: a client retrying on time finds the room there
+            headers["retry-after"] = str(max(1, math.ceil(self.retry_after_s)))
+        return headers
 
 
 class BudgetExceeded(RateLimited):

@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from switchyard.backends.base import AnyRequest
 from switchyard.backends.registry import ModelEntry
 from switchyard.billing.context import RequestContext
-from switchyard.billing.limits.errors import RateLimitExceeded
 from switchyard.billing.teams import Team
 from switchyard.cascade.runtime import Plan
 from switchyard.core.capabilities import unsupported
 from switchyard.core.embeddings_wire import EmbeddingRequest
-from switchyard.core.errors import InvalidRequest, ModelNotAllowed, wrong_kind
+from switchyard.core.errors import InvalidRequest, ModelNotAllowed, RateLimitExceeded, wrong_kind
 from switchyard.core.estimates import worst_case_tokens
 from switchyard.gateway.auto_router import CASCADE_MODEL, auto_not_configured, cascade_not_configured
 from switchyard.gateway.services import Services

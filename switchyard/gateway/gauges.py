@@ -30,7 +30,7 @@ from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
-from switchyard.billing.limits import LimitsUnavailable
+from switchyard.core.errors import LimitsUnavailable
 from switchyard.core.file_locks import file_lock
 from switchyard.core.metrics import multiprocess_dir
 from switchyard.gateway.saturation import is_saturated

@@ -10,14 +10,6 @@ from __future__ import annotations
 
 import asyncio
 
-from switchyard.core.errors import SwitchyardError
-
-
-class ShuttingDown(SwitchyardError):
-    status_code = 503
-    error_type = "server_error"
-    code = "server_shutting_down"
-
 
 class LiveStreams:
     def __init__(self) -> None:

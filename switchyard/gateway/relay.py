@@ -25,7 +25,7 @@ from switchyard.billing.teams import Principal
 from switchyard.cascade.runtime import Plan
 from switchyard.core.capabilities import needs
 from switchyard.core.embeddings_wire import EmbeddingRequest
-from switchyard.core.errors import SwitchyardError
+from switchyard.core.errors import ShuttingDown, SwitchyardError
 from switchyard.core.estimates import estimated_prompt_tokens
 from switchyard.core.metrics import HistogramTally
 from switchyard.core.prices import Price
@@ -34,7 +34,7 @@ from switchyard.core.requests import GenerationRequest
 from switchyard.core.tracing import annotate_request
 from switchyard.gateway.answer_shape import PASS_THROUGH, AnswerShape
 from switchyard.gateway.decide import Asked, Decision, decide
-from switchyard.gateway.live_streams import LiveStreams, ShuttingDown
+from switchyard.gateway.live_streams import LiveStreams
 from switchyard.gateway.request_log import CLIENT_CLOSED_REQUEST
 from switchyard.gateway.services import Services
 

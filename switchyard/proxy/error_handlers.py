@@ -9,7 +9,14 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from switchyard.billing.store.errors import StoreConflict, StoreError, StoreNotFound, StoreUnavailable
-from switchyard.core.errors import Conflict, InvalidRequest, NotFound, RequestTooLarge, SwitchyardError
+from switchyard.core.errors import (
+    Conflict,
+    DatabaseUnavailable,
+    InvalidRequest,
+    NotFound,
+    RequestTooLarge,
+    SwitchyardError,
+)
 from switchyard.proxy.error_response import error_response
 from switchyard.proxy.exchange import not_routed
 from switchyard.proxy.middleware.trailing_slash import PATH_AS_SENT
@@ -55,12 +62,6 @@ async def _handle_http_exception(request: Request, exc: Exception) -> Response:
     response = error_response(error)
     response.headers.update(exc.headers or {})  # a 405's `Allow`
     return response
-
-
-class DatabaseUnavailable(SwitchyardError):
-    status_code = 503
-    error_type = "server_error"
-    code = "database_unavailable"
 
 
 async def _handle_store_error(_: Request, exc: Exception) -> Response:

@@ -17,7 +17,6 @@ request, gives an exact `Retry-After` ((cost - level) / refill rate) and `x-rate
 from __future__ import annotations
 
 from switchyard.billing.limits.base import Limiter
-from switchyard.billing.limits.errors import LimitsUnavailable, RateLimitExceeded
 from switchyard.billing.limits.local import LocalLimiter
 from switchyard.billing.limits.scopes import BudgetScope, RateScope, RateStatus, format_duration
 from switchyard.billing.limits.valkey import ValkeyLimiter
@@ -26,9 +25,7 @@ from switchyard.core.settings import BillingSettings
 __all__ = [
     "BudgetScope",
     "Limiter",
-    "LimitsUnavailable",
     "LocalLimiter",
-    "RateLimitExceeded",
     "RateScope",
     "RateStatus",
     "ValkeyLimiter",

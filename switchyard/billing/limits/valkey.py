@@ -28,7 +28,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from switchyard.billing.limits import lua
-from switchyard.billing.limits.errors import LimitsUnavailable, rate_refusal
+from switchyard.billing.limits.errors import rate_refusal
 from switchyard.billing.limits.local import rate_costs
 from switchyard.billing.limits.scopes import (
     BucketLevel,
@@ -39,6 +39,7 @@ from switchyard.billing.limits.scopes import (
     to_nano_usd,
     to_usd,
 )
+from switchyard.core.errors import LimitsUnavailable
 
 log = logging.getLogger(__name__)
 

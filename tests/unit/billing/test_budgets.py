@@ -10,8 +10,9 @@ import uuid
 import pytest
 
 from switchyard.billing.budgets import RETRY_AFTER_CAP_S, Budgets, budget_scopes, start_of_utc_day
-from switchyard.billing.limits import LimitsUnavailable, LocalLimiter, ValkeyLimiter
+from switchyard.billing.limits import LocalLimiter, ValkeyLimiter
 from switchyard.billing.teams import ApiKey, Principal, Team
+from switchyard.core.errors import LimitsUnavailable
 from tests.fakes.clock import ManualClock
 
 

@@ -16,10 +16,10 @@ from switchyard.billing.limits import (
     BudgetScope,
     Limiter,
     LocalLimiter,
-    RateLimitExceeded,
     RateScope,
     ValkeyLimiter,
 )
+from switchyard.core.errors import RateLimitExceeded
 from tests.servers.valkey import valkey_fixture, valkey_session_fixture  # noqa: F401
 
 NOON = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.UTC).timestamp()

@@ -6,9 +6,9 @@ import datetime as dt
 
 import pytest
 
-from switchyard.billing.limits import BudgetScope, LimitsUnavailable, RateLimitExceeded, RateStatus, format_duration
+from switchyard.billing.limits import BudgetScope, RateStatus, format_duration
 from switchyard.billing.limits.scopes import BucketLevel, tightest, to_nano_usd, to_usd
-from switchyard.core.errors import RateLimited, SwitchyardError, error_body
+from switchyard.core.errors import LimitsUnavailable, RateLimited, RateLimitExceeded, SwitchyardError, error_body
 
 
 def at(*parts: int) -> float:

@@ -16,14 +16,13 @@ import pytest
 
 from switchyard.billing.limits import (
     BudgetScope,
-    LimitsUnavailable,
     LocalLimiter,
-    RateLimitExceeded,
     RateScope,
     ValkeyLimiter,
     open_limiter,
 )
 from switchyard.billing.limits.valkey import display_url
+from switchyard.core.errors import LimitsUnavailable, RateLimitExceeded
 from switchyard.core.settings import BillingSettings
 from tests.servers.valkey import EmbeddedValkey, valkey_fixture, valkey_session_fixture  # noqa: F401
 
