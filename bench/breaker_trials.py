@@ -31,8 +31,8 @@ from pathlib import Path
 
 from results import RESULTS, write_section  # bench/ is on sys.path when run as a script
 
-from switchyard.backends.breaker import Breaker, BreakerPolicy, CircuitOpen, is_breaker_failure
-from switchyard.core.errors import BackendError, BackendRateLimited, BackendRejected, BackendUnavailable
+from switchyard.backends.breaker import Breaker, BreakerPolicy, is_breaker_failure
+from switchyard.core.errors import BackendError, BackendRateLimited, BackendRejected, BackendUnavailable, CircuitOpen
 
 try:
     from aiobreaker import CircuitBreaker, CircuitBreakerError

@@ -16,19 +16,24 @@ from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 from switchyard.backends.base import AnyRequest, Pick
-from switchyard.backends.breaker import AttemptTickets, Breaker, CircuitOpen, CoolingDown, DeadlinePassed
-from switchyard.backends.deadlines import FirstTokenTimeout
+from switchyard.backends.breaker import AttemptTickets, Breaker
 from switchyard.backends.policy import ResiliencePolicy
 from switchyard.backends.registry import ModelEntry
 from switchyard.billing.context import Deadline, RequestContext
 from switchyard.core.errors import (
+    AllAttemptsFailed,
+    Attempt,
     BackendError,
     BackendRateLimited,
     BackendRejected,
     BackendTimeout,
-    BackendUnavailable,
     BudgetExceeded,
+    CircuitOpen,
     ContextLengthExceeded,
+    CoolingDown,
+    DeadlinePassed,
+    FirstTokenTimeout,
+    Shed,
     SwitchyardError,
 )
 from switchyard.core.tracing import child_span
@@ -36,46 +41,6 @@ from switchyard.core.tracing import child_span
 T = TypeVar("T")
 
 _MIN_FIRST_TOKEN_S = 0.05  # what is left of the first-token budget below this starts no attempt
-
-
-@dataclass(slots=True)
-class Attempt:
-    model: str
-    error: SwitchyardError
-
-    def describe(self, *, for_log: bool = False) -> str:
-        text = self.error.log_message if for_log else self.error.message
-        return f"{self.model}: {self.error.status_code} {text}"
-
-
-class AllAttemptsFailed(BackendError):
-    """Every model in the chain failed; `attempts` keeps each failure in order."""
-
-    def __init__(self, attempts: list[Attempt]) -> None:
-        kinds = {type(a.error) for a in attempts if not isinstance(a.error, BudgetExceeded)}
-        limited = [a for a in attempts if isinstance(a.error, BackendRateLimited)]
-        if limited and all(issubclass(k, BackendRateLimited | CircuitOpen) for k in kinds):
-            # nothing answered only for rate limits (an open circuit aside): back when a cooldown ends
-            status, code = 429, "rate_limit_exceeded"
-        elif kinds and all(issubclass(k, BackendTimeout) for k in kinds):
-            status, code = 504, "upstream_timeout"
-        elif kinds and all(issubclass(k, BackendUnavailable | BackendTimeout) for k in kinds):
-            status, code = 503, "upstream_unavailable"
-        else:
-            status, code = 502, "upstream_error"
-        waits = limited if status == 429 else attempts
-        retry_after = [a.error.retry_after_s for a in waits if a.error.retry_after_s is not None]
-        heading = f"All {len(attempts)} attempts failed: "
-        message = heading + "; ".join(a.describe() for a in attempts)
-        detail = heading + "; ".join(a.describe(for_log=True) for a in attempts)
-        super().__init__(message, code=code, retry_after_s=min(retry_after) if retry_after else None, detail=detail)
-        self.status_code = status
-        self.error_type = "rate_limit_error" if status == 429 else "upstream_error"
-        self.attempts = attempts
-
-
-class Shed(BackendRateLimited):
-    code = "load_shed"
 
 
 @dataclass

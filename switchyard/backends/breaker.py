@@ -21,7 +21,6 @@ settled when the stream ends.
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -30,31 +29,13 @@ from switchyard.core.errors import (
     BackendError,
     BackendRateLimited,
     BackendRejected,
-    BackendTimeout,
-    BackendUnavailable,
+    CircuitOpen,
+    CoolingDown,
+    DeadlinePassed,
     SwitchyardError,
     UnsupportedParameter,
 )
 from switchyard.core.protocol import StreamChunk
-
-
-class CircuitOpen(BackendUnavailable):
-    code = "circuit_open"
-
-
-class CoolingDown(BackendRateLimited):
-    """Not called: the upstream answered 429 a moment ago and its `Retry-After` has not passed."""
-
-    code = "rate_limit_exceeded"
-
-    def __init__(self, message: str, *, remaining_s: float, **kwargs) -> None:
-        super().__init__(message, retry_after_s=max(1, math.ceil(remaining_s)), **kwargs)
-
-
-class DeadlinePassed(BackendTimeout):
-    """Our own deadline (the request's, or the attempt's) cut a call: the client's or the
-    configuration's limit, not the upstream's fault. Metered as a failed attempt; neutral for the
-    breakers (an upstream that stalls is caught by the first-token and stream idle timeouts)."""
 
 
 def is_breaker_failure(exc: BaseException) -> bool:

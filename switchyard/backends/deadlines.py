@@ -6,16 +6,12 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable
 from typing import TypeVar
 
-from switchyard.backends.breaker import AttemptTickets, DeadlinePassed
+from switchyard.backends.breaker import AttemptTickets
 from switchyard.billing.context import Deadline
-from switchyard.core.errors import BackendTimeout
+from switchyard.core.errors import BackendTimeout, DeadlinePassed, FirstTokenTimeout
 from switchyard.core.protocol import StreamChunk
 
 T = TypeVar("T")
-
-
-class FirstTokenTimeout(BackendTimeout):
-    """No first token in time: the model is not asked again within this request."""
 
 
 class DeadlineStream:

@@ -20,7 +20,7 @@ import orjson
 from switchyard.backends.assemble import AnswerAssembler
 from switchyard.backends.balancer import LeastOutstanding
 from switchyard.backends.base import AnyRequest, Backend, BackendHealth, Pick, StreamProgress
-from switchyard.backends.breaker import Breaker, CircuitOpen, CoolingDown
+from switchyard.backends.breaker import Breaker
 from switchyard.backends.sse import SSEDecodeError, SSEEvents, iter_sse_data
 from switchyard.core.embeddings_wire import EmbeddingRequest
 from switchyard.core.errors import (
@@ -29,7 +29,9 @@ from switchyard.core.errors import (
     BackendRejected,
     BackendTimeout,
     BackendUnavailable,
+    CircuitOpen,
     ContextLengthExceeded,
+    CoolingDown,
     SwitchyardError,
 )
 from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk

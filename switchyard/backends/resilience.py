@@ -40,16 +40,17 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from switchyard.backends.attempts import AllAttemptsFailed, Attempt, ChainRun, Guard
+from switchyard.backends.attempts import ChainRun, Guard
 from switchyard.backends.base import AnyRequest, Pick
 from switchyard.backends.breaker import Breaker, BreakerPolicy, SettlingStream
-from switchyard.backends.deadlines import DeadlineStream, FirstTokenTimeout, first_chunk, within
+from switchyard.backends.deadlines import DeadlineStream, first_chunk, within
 from switchyard.backends.policy import ResiliencePolicy
 from switchyard.backends.registry import ModelEntry, ModelRegistry
 from switchyard.backends.waiting import Held, WaitingTokens
 from switchyard.billing.context import Deadline, RequestContext
 from switchyard.billing.metering import RequestMeter
 from switchyard.core.embeddings_wire import EmbeddingRequest
+from switchyard.core.errors import AllAttemptsFailed, Attempt, FirstTokenTimeout
 from switchyard.core.estimates import worst_case_tokens
 from switchyard.core.protocol import CompletionResult, StreamChunk
 

@@ -32,7 +32,6 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
-from switchyard.backends.attempts import AllAttemptsFailed
 from switchyard.backends.registry import ModelEntry
 from switchyard.backends.resilience import ResilientExecutor
 from switchyard.billing.context import RequestContext
@@ -43,7 +42,7 @@ from switchyard.cascade.confidence import Scorer, score
 from switchyard.cascade.rungs import Outcome, RungTasks, Streams, WholeAnswers
 from switchyard.cascade.thrash import ThrashGuard
 from switchyard.core.capabilities import explain, unsupported_by_any
-from switchyard.core.errors import BackendError, BackendRejected, InvalidRequest
+from switchyard.core.errors import AllAttemptsFailed, BackendError, BackendRejected, InvalidRequest
 from switchyard.core.metrics import Metrics
 from switchyard.core.protocol import ChatCompletionRequest
 from switchyard.core.requests import GenerationRequest

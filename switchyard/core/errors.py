@@ -1,4 +1,4 @@
-"""Every error Switchyard reports, and how it reaches the client.
+"""Every error Switchyard reports, and how it reaches the client: one tree, all of it here.
 
     SwitchyardError                     500 server_error
     ├── InvalidRequest                  400 invalid_request_error
@@ -7,7 +7,9 @@
     │   ├── JSONTooDeep                 400 json_too_deep         (over server.max_json_depth)
     │   ├── ArrayTooLong                400 array_above_max_length (messages, prompt token ids)
     │   ├── PromptTooLong               400 string_above_max_length (over server.max_prompt_chars)
-    │   └── ContextLengthExceeded       400 context_length_exceeded
+    │   ├── ContextLengthExceeded       400 context_length_exceeded
+    │   ├── UnsupportedParameter        400 unsupported_parameter (the model lacks a capability asked for)
+    │   └── WrongModelKind              400 unsupported_model     (a chat model asked for embeddings, …)
     ├── AuthenticationFailed            401 invalid_api_key       (teams configured, key unknown)
     ├── ModelNotAllowed                 403 model_not_allowed     (not among the team's models)
     ├── Forbidden                       403 permission_denied     (another team's usage)
@@ -18,13 +20,35 @@
     ├── RequestTooLarge                 413 request_too_large
     ├── HeadersTooLarge                 431 request_header_fields_too_large
     ├── TooManyConnections              503 too_many_connections  (at server.max_connections, none idle)
+    ├── NotConfigured                   503 not_configured        (a feature the config leaves off)
+    ├── ServiceUnavailable              503 service_unavailable   (the batch queue's Valkey, …)
+    ├── LimitsUnavailable               503 limits_unavailable    (Valkey unreachable, billing.fail_open off)
+    ├── DatabaseUnavailable             503 database_unavailable  (usage, teams and keys' database)
+    ├── ShuttingDown                    503 server_shutting_down  (ends a live stream at shutdown)
     ├── RateLimited                     429 rate_limit_exceeded   (carries retry_after_s)
+    │   ├── RateLimitExceeded           429 rate_limit_exceeded   (a key's or team's RPM/TPM; x-ratelimit-*)
     │   └── BudgetExceeded              429 insufficient_quota    (a team's or key's budget is spent)
     └── BackendError                    502 upstream_error        (an upstream failed us)
         ├── BackendRejected             the upstream's own 4xx, status kept
         ├── BackendRateLimited          429 upstream_rate_limited (carries retry_after_s)
+        │   ├── Shed                    429 load_shed             (not called: in-flight cap reached)
+        │   └── CoolingDown             429 rate_limit_exceeded   (not called: a 429's Retry-After not over)
         ├── BackendUnavailable          503 upstream_unavailable  (refused, 5xx "overloaded")
-        └── BackendTimeout              504 upstream_timeout
+        │   └── CircuitOpen             503 circuit_open          (not called: its breaker is open)
+        ├── BackendTimeout              504 upstream_timeout
+        │   ├── DeadlinePassed          504                       (our deadline cut the call)
+        │   └── FirstTokenTimeout       504                       (no first token in time)
+        └── AllAttemptsFailed           429, 502, 503 or 504 by what failed (every model of the chain)
+
+Errors that never reach a client as such are their modules' own: a configuration that cannot be
+used (`core.settings.ConfigError`, `core.thresholds.ThresholdsError`,
+`classifier.model.ArtifactError`, `backends.embedded.models.ModelSourceError`,
+`backends.embedded.draft_model.DraftModelError`), a file that cannot be read
+(`core.traces.TraceFormatError`, `evals.collect.CollectError`, `evals.evaluate.EvalError`), the
+database's (`billing.store.errors.StoreError` and its `StoreUnavailable`, `StoreConflict`,
+`StoreNotFound`, which the HTTP layer answers as `DatabaseUnavailable`, `Conflict`, `NotFound`),
+and a few signals caught where they are raised (`billing.directory.UnknownKey`,
+`classifier.runtime.ScoreUnavailable`, `backends.sse.SSEDecodeError`, `batch.files.FileTooLarge`).
 
 Each class carries its status, OpenAI error `type` and `code`. `error_body()` renders OpenAI's
 shape ``{"error": {"message", "type", "param", "code"}}``. No web framework here: the HTTP layer's
@@ -35,6 +59,7 @@ never sends a stack trace.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Protocol, TypedDict, Unpack
 
 import orjson
@@ -348,6 +373,75 @@ class BackendUnavailable(BackendError):
 class BackendTimeout(BackendError):
     status_code = 504
     code = "upstream_timeout"
+
+
+class Shed(BackendRateLimited):
+    """Not called: the deployment's in-flight cap is reached (its load shed)."""
+
+    code = "load_shed"
+
+
+class CircuitOpen(BackendUnavailable):
+    """Not called: the deployment's breaker is open after its recent failures."""
+
+    code = "circuit_open"
+
+
+class CoolingDown(BackendRateLimited):
+    """Not called: the upstream answered 429 a moment ago and its `Retry-After` has not passed."""
+
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, remaining_s: float, backend: str | None = None) -> None:
+        super().__init__(message, retry_after_s=max(1, math.ceil(remaining_s)), backend=backend)
+
+
+class DeadlinePassed(BackendTimeout):
+    """Our own deadline (the request's, or the attempt's) cut a call: the client's or the
+    configuration's limit, not the upstream's fault. Metered as a failed attempt; neutral for the
+    breakers (an upstream that stalls is caught by the first-token and stream idle timeouts)."""
+
+
+class FirstTokenTimeout(BackendTimeout):
+    """No first token in time: the model is not asked again within this request."""
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One failed attempt at a model, kept by `AllAttemptsFailed`."""
+
+    model: str
+    error: SwitchyardError
+
+    def describe(self, *, for_log: bool = False) -> str:
+        text = self.error.log_message if for_log else self.error.message
+        return f"{self.model}: {self.error.status_code} {text}"
+
+
+class AllAttemptsFailed(BackendError):
+    """Every model in the chain failed; `attempts` keeps each failure in order."""
+
+    def __init__(self, attempts: list[Attempt]) -> None:
+        kinds = {type(a.error) for a in attempts if not isinstance(a.error, BudgetExceeded)}
+        limited = [a for a in attempts if isinstance(a.error, BackendRateLimited)]
+        if limited and all(issubclass(k, BackendRateLimited | CircuitOpen) for k in kinds):
+            # nothing answered only for rate limits (an open circuit aside): back when a cooldown ends
+            status, code = 429, "rate_limit_exceeded"
+        elif kinds and all(issubclass(k, BackendTimeout) for k in kinds):
+            status, code = 504, "upstream_timeout"
+        elif kinds and all(issubclass(k, BackendUnavailable | BackendTimeout) for k in kinds):
+            status, code = 503, "upstream_unavailable"
+        else:
+            status, code = 502, "upstream_error"
+        waits = limited if status == 429 else attempts
+        retry_after = [a.error.retry_after_s for a in waits if a.error.retry_after_s is not None]
+        heading = f"All {len(attempts)} attempts failed: "
+        message = heading + "; ".join(a.describe() for a in attempts)
+        detail = heading + "; ".join(a.describe(for_log=True) for a in attempts)
+        super().__init__(message, code=code, retry_after_s=min(retry_after) if retry_after else None, detail=detail)
+        self.status_code = status
+        self.error_type = "rate_limit_error" if status == 429 else "upstream_error"
+        self.attempts = attempts
 
 
 def error_body(exc: SwitchyardError) -> bytes:

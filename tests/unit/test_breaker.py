@@ -2,10 +2,10 @@ import asyncio
 
 import pytest
 
-from switchyard.backends.breaker import AttemptTickets, Breaker, BreakerPolicy, CircuitOpen, SettlingStream
+from switchyard.backends.breaker import AttemptTickets, Breaker, BreakerPolicy, SettlingStream
 from switchyard.backends.deadlines import DeadlineStream
 from switchyard.billing.context import Deadline
-from switchyard.core.errors import BackendError, BackendRateLimited, BackendRejected, BackendTimeout
+from switchyard.core.errors import BackendError, BackendRateLimited, BackendRejected, BackendTimeout, CircuitOpen
 from switchyard.core.protocol import StreamChunk
 
 
