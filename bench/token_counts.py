@@ -31,8 +31,8 @@ from results import write_section  # bench/ is on sys.path when run as a script
 
 from switchyard.backends.embedded import openai_format as fmt
 from switchyard.backends.token_counts import count_chat_format, offline_encoding
+from switchyard.core.chat_wire import ChatCompletionRequest
 from switchyard.core.estimates import estimated_prompt_tokens
-from switchyard.core.protocol import ChatCompletionRequest
 
 REQUEST_PATH_CPU_US = 487  # the default config's proxy CPU per non-stream request, c=16 (RESULTS.md, 2026-11-26)
 SYSTEM = (

@@ -15,8 +15,8 @@ from typing import Any
 
 import orjson
 
+from switchyard.core.chat_wire import CompletionResult, StreamChunk
 from switchyard.core.errors import BackendError
-from switchyard.core.protocol import CompletionResult, StreamChunk
 
 _CHOICE_KEYS = frozenset(("index", "delta", "text", "logprobs", "finish_reason"))
 _NOT_HEAD = ("choices", "usage", "object")

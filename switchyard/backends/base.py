@@ -11,9 +11,9 @@ from switchyard.backends.assemble import AnswerAssembler
 from switchyard.backends.breaker import Breaker, Ticket
 from switchyard.backends.token_counts import APPROXIMATION, TokenCount, approximate_count, run_counter
 from switchyard.core.capabilities import EVERYTHING, Capabilities
+from switchyard.core.chat_wire import CompletionResult, StreamChunk
 from switchyard.core.errors import InvalidRequest
 from switchyard.core.prices import Price
-from switchyard.core.protocol import CompletionResult, StreamChunk
 from switchyard.core.requests import AnyRequest, GenerationRequest
 from switchyard.core.supervision import SupervisedTask
 

@@ -25,6 +25,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+from switchyard.core.chat_wire import StreamChunk
 from switchyard.core.errors import (
     BackendError,
     BackendRateLimited,
@@ -35,7 +36,6 @@ from switchyard.core.errors import (
     SwitchyardError,
     UnsupportedParameter,
 )
-from switchyard.core.protocol import StreamChunk
 
 
 def is_breaker_failure(exc: BaseException) -> bool:

@@ -23,6 +23,7 @@ from switchyard.backends.litellm_params import litellm_arguments
 from switchyard.backends.litellm_tokens import count_openai, openai_tokenizer
 from switchyard.backends.token_counts import TokenCount, offline_encoding, run_counter
 from switchyard.core.capabilities import Capabilities
+from switchyard.core.chat_wire import ChatCompletionRequest, CompletionResult, StreamChunk
 from switchyard.core.embeddings_wire import EmbeddingRequest, as_base64
 from switchyard.core.errors import (
     BackendError,
@@ -35,7 +36,6 @@ from switchyard.core.errors import (
     UnsupportedParameter,
 )
 from switchyard.core.prices import Price
-from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
 from switchyard.core.requests import GenerationRequest
 from switchyard.core.tracing import traceparent_headers
 from switchyard.core.urls import replica_label

@@ -8,8 +8,8 @@ from typing import TypeVar
 
 from switchyard.backends.breaker import AttemptTickets
 from switchyard.billing.context import Deadline
+from switchyard.core.chat_wire import StreamChunk
 from switchyard.core.errors import BackendTimeout, DeadlinePassed, FirstTokenTimeout
-from switchyard.core.protocol import StreamChunk
 
 T = TypeVar("T")
 

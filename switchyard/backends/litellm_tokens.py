@@ -25,7 +25,7 @@ from switchyard.backends.token_counts import (
     count_prompt,
     offline_encoding,
 )
-from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
+from switchyard.core.chat_wire import ChatCompletionRequest, CompletionRequest
 from switchyard.core.requests import GenerationRequest
 
 OPENAI_PROVIDERS = frozenset({"openai", "azure", "text-completion-openai"})

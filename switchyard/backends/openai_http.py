@@ -22,6 +22,7 @@ from switchyard.backends.balancer import LeastOutstanding
 from switchyard.backends.base import AnyRequest, Backend, BackendHealth, Pick, StreamProgress
 from switchyard.backends.breaker import Breaker
 from switchyard.backends.sse import SSEDecodeError, SSEEvents, iter_sse_data
+from switchyard.core.chat_wire import ChatCompletionRequest, CompletionResult, StreamChunk
 from switchyard.core.embeddings_wire import EmbeddingRequest
 from switchyard.core.errors import (
     BackendError,
@@ -34,7 +35,6 @@ from switchyard.core.errors import (
     CoolingDown,
     SwitchyardError,
 )
-from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
 from switchyard.core.tracing import traceparent_headers
 from switchyard.core.urls import replica_label, split_credentials
 

@@ -49,10 +49,10 @@ from switchyard.backends.registry import ModelEntry, ModelRegistry
 from switchyard.backends.waiting import Held, WaitingTokens
 from switchyard.billing.context import Deadline, RequestContext
 from switchyard.billing.metering import RequestMeter
+from switchyard.core.chat_wire import CompletionResult, StreamChunk
 from switchyard.core.embeddings_wire import EmbeddingRequest
 from switchyard.core.errors import AllAttemptsFailed, Attempt, FirstTokenTimeout
 from switchyard.core.estimates import worst_case_tokens
-from switchyard.core.protocol import CompletionResult, StreamChunk
 
 __all__ = ["AllAttemptsFailed", "Answer", "Attempt", "OpenedStream", "ResiliencePolicy", "ResilientExecutor"]
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import orjson
 
-from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest, message_text
+from switchyard.core.chat_wire import ChatCompletionRequest, CompletionRequest, message_text
 from switchyard.core.requests import GenerationRequest
 
 if TYPE_CHECKING:

@@ -36,8 +36,8 @@ from switchyard.backends.breaker import Breaker
 from switchyard.backends.openai_http import OpenAIHTTPBackend, Replica
 from switchyard.backends.token_counts import TokenCount
 from switchyard.backends.vllm_adapters import LoRAAdapters, listed_adapters
+from switchyard.core.chat_wire import ChatCompletionRequest, CompletionResult, StreamChunk
 from switchyard.core.errors import BackendError, BackendRejected
-from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
 from switchyard.core.requests import GenerationRequest
 from switchyard.core.supervision import SupervisedTask
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 
+from switchyard.batch.batches_wire import is_answer, result_line
 from switchyard.batch.files import FileStore
 from switchyard.batch.jobs import Batch, BatchStore
-from switchyard.batch.wire import is_answer, result_line
 
 logger = logging.getLogger("switchyard.batch")
 

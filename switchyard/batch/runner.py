@@ -25,18 +25,18 @@ from typing import Any
 import orjson
 from redis.exceptions import RedisError
 
+from switchyard.batch.batches_wire import is_answer
 from switchyard.batch.jobs import Batch, Result, line_request_id
 from switchyard.batch.line_queue import Work
 from switchyard.batch.lines import LineError, check_lines
 from switchyard.batch.tier import BatchTier
-from switchyard.batch.wire import is_answer
 from switchyard.billing.records import UsageRecord
 from switchyard.billing.store import StoreError
 from switchyard.billing.teams import Principal
+from switchyard.core.chat_wire import ChatCompletionRequest, CompletionRequest
 from switchyard.core.embeddings_wire import EmbeddingRequest
 from switchyard.core.errors import AuthenticationFailed, InvalidRequest, NotConfigured, SwitchyardError, error_body
 from switchyard.core.prices import Price
-from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
 from switchyard.core.responses_wire import ResponsesRequest
 from switchyard.core.settings import Settings
 from switchyard.core.supervision import SupervisedTask

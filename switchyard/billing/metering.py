@@ -18,11 +18,11 @@ import orjson
 from switchyard.billing.budgets import Spending
 from switchyard.billing.ledger import Ledger
 from switchyard.billing.records import UsageRecord, escalation_outcome, is_answer
+from switchyard.core.chat_wire import CompletionResult
 from switchyard.core.errors import SwitchyardError
 from switchyard.core.metrics import Metrics
 from switchyard.core.model_settings import HOSTING_LABELS, SELF_HOSTED_BACKENDS
 from switchyard.core.prices import Price
-from switchyard.core.protocol import CompletionResult
 
 Sent = Literal["whole", "stream"]  # how the relay sent an attempt's answer to its client
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 
-from switchyard.cascade import wire
-from switchyard.core.protocol import StreamChunk
+from switchyard.cascade import logprobs
+from switchyard.core.chat_wire import StreamChunk
 
 
 async def cancel_and_wait(*futures: asyncio.Future) -> None:
@@ -23,7 +23,7 @@ class Buffered:
 
     def __init__(self, first: StreamChunk | None, rest: AsyncIterator[StreamChunk]) -> None:
         self.chunks: list[StreamChunk] = []
-        self.evidence = wire.EvidenceBuffer()
+        self.evidence = logprobs.EvidenceBuffer()
         self.rest = rest
         self.pending: asyncio.Future | None = None
         self.is_ended = False

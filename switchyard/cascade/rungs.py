@@ -14,11 +14,11 @@ from switchyard.backends.registry import ModelEntry
 from switchyard.backends.resilience import Answer, OpenedStream, ResilientExecutor
 from switchyard.billing.context import RequestContext
 from switchyard.billing.metering import RequestMeter
-from switchyard.cascade import wire
+from switchyard.cascade import logprobs
 from switchyard.cascade.buffer import Buffered, cancel_and_wait
 from switchyard.cascade.confidence import TokenEvidence
+from switchyard.core.chat_wire import CompletionResult, StreamChunk
 from switchyard.core.errors import BackendError, BudgetExceeded
-from switchyard.core.protocol import CompletionResult, StreamChunk
 from switchyard.core.tracing import child_span
 
 ForClient = Callable[[Any], Any]  # logprobs cut back to what the client asked for
@@ -62,7 +62,7 @@ class WholeCandidate:
         return self.answer.entry
 
     def evidence(self) -> TokenEvidence | None:
-        return wire.evidence_of(self.answer.result).evidence()
+        return logprobs.evidence_of(self.answer.result).evidence()
 
     def outcome(self, meter: RequestMeter, header: str, for_client: ForClient) -> Outcome:
         answer = self.answer

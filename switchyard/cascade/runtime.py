@@ -36,15 +36,15 @@ from switchyard.backends.registry import ModelEntry
 from switchyard.backends.resilience import ResilientExecutor
 from switchyard.billing.context import RequestContext
 from switchyard.billing.metering import RequestMeter
-from switchyard.cascade import wire
+from switchyard.cascade import logprobs
 from switchyard.cascade.buffer import cancel_and_wait
 from switchyard.cascade.confidence import Scorer, score
 from switchyard.cascade.rungs import Outcome, RungTasks, Streams, WholeAnswers
 from switchyard.cascade.thrash import ThrashGuard
 from switchyard.core.capabilities import explain, unsupported_by_any
+from switchyard.core.chat_wire import ChatCompletionRequest
 from switchyard.core.errors import AllAttemptsFailed, BackendError, BackendRejected, InvalidRequest
 from switchyard.core.metrics import Metrics
-from switchyard.core.protocol import ChatCompletionRequest
 from switchyard.core.requests import GenerationRequest
 
 __all__ = ["Cascade", "CascadePolicy", "Outcome", "Plan", "Rung"]
@@ -220,11 +220,11 @@ class Cascade:
         One loop for both: a rung is started (a hedge beside the first), its answer judged, and
         either handed to the relay or dropped for the next rung."""
         kind = Streams if request.stream else WholeAnswers
-        wanted = wire.client_top_logprobs(request)
+        wanted = logprobs.client_top_logprobs(request)
         rungs = RungTasks(
             [rung.entry for rung in plan.rungs],
             request,
-            wire.with_logprobs(request, self.policy.top_logprobs),
+            logprobs.with_logprobs(request, self.policy.top_logprobs),
             ctx,
             plan.needed,
             kind.call(self.executor),
@@ -286,7 +286,7 @@ class Cascade:
         """Logprobs the cascade asked for, cut back to what the client asked for."""
         if wanted is not None and wanted >= self.policy.top_logprobs:
             return obj
-        return wire.for_client(obj, wanted)
+        return logprobs.for_client(obj, wanted)
 
     def _header(self, plan: Plan) -> str:
         return "->".join(plan.steps) + "".join(plan.passed_over) + (";hedged" if plan.hedge else "")

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from switchyard.core.chat_wire import WireRequest
 from switchyard.core.errors import UnsupportedParameter
-from switchyard.core.protocol import WireRequest
 
 # The names used in the config, in /v1/models and in errors and route explanations.
 CAPABILITY_NAMES = ("tools", "parallel_tool_calls", "json_object", "json_schema", "vision", "logprobs", "n")

@@ -14,8 +14,8 @@ from typing import Literal, cast
 import numpy as np
 from pydantic import Field, StrictInt
 
+from switchyard.core.chat_wire import Prompt, WireRequest, _Open
 from switchyard.core.errors import InvalidRequest
-from switchyard.core.protocol import Prompt, WireRequest, _Open
 
 MAX_INPUTS = 2048  # OpenAI's limit on the inputs of one request
 

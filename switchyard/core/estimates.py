@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import cast
 
+from switchyard.core.chat_wire import ChatCompletionRequest, CompletionRequest, message_text
 from switchyard.core.embeddings_wire import EmbeddingRequest
 from switchyard.core.prices import Price, estimate_tokens
-from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest, message_text
 from switchyard.core.requests import AnyRequest
 
 ANSWER_TOKENS_FOR_COST = 256  # the answer length an estimate assumes when max_tokens is not set

@@ -3,8 +3,8 @@ for models of kind `chat`) and embeddings (kind `embedding`)."""
 
 from __future__ import annotations
 
+from switchyard.core.chat_wire import ChatCompletionRequest, CompletionRequest
 from switchyard.core.embeddings_wire import EmbeddingRequest
-from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
 
 AnyRequest = ChatCompletionRequest | CompletionRequest | EmbeddingRequest
 GenerationRequest = ChatCompletionRequest | CompletionRequest

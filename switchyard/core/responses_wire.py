@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
-from switchyard.core.protocol import WireRequest
+from switchyard.core.chat_wire import WireRequest
 
 
 class _Open(BaseModel):

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import orjson
 from pydantic import BaseModel, Field, StrictInt
 
-from switchyard.core.protocol import ChatMessage, WireRequest
+from switchyard.core.chat_wire import ChatMessage, WireRequest
 
 
 class TokenizeRequest(WireRequest):

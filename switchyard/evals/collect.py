@@ -25,9 +25,9 @@ from switchyard.backends.resilience import ResilientExecutor
 from switchyard.billing.context import Deadline, RequestContext
 from switchyard.billing.metering import RequestMeter
 from switchyard.core.capabilities import needs
+from switchyard.core.chat_wire import ChatCompletionRequest
 from switchyard.core.errors import SwitchyardError
 from switchyard.core.prices import Price
-from switchyard.core.protocol import ChatCompletionRequest
 from switchyard.core.traces import HEADER_KEY, TRACE_FORMAT_VERSION, ModelOutcome, Trace, TraceFormatError, read_traces
 from switchyard.evals.datasets import DATA_DIR, assign_splits
 from switchyard.evals.grading import GRADERS, grade, guess_grader

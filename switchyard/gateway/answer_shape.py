@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from switchyard.core.chat_wire import StreamChunk
 from switchyard.core.errors import SwitchyardError, error_body
-from switchyard.core.protocol import StreamChunk
 
 DONE_EVENT = b"data: [DONE]\n\n"
 

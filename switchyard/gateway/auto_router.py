@@ -38,11 +38,11 @@ from switchyard.billing.teams import Team
 from switchyard.classifier.by_value import DEFAULT_TOLERANCES, ValueRule, pick_by_value
 from switchyard.classifier.runtime import MicroBatcher, ScoreUnavailable
 from switchyard.core.capabilities import explain, unsupported_by_any
+from switchyard.core.chat_wire import ChatCompletionRequest, CompletionRequest
 from switchyard.core.errors import InvalidRequest, ModelNotAllowed, ModelNotFound
 from switchyard.core.estimates import estimated_cost_usd, estimated_tokens, routing_text
 from switchyard.core.metrics import Metrics
 from switchyard.core.prices import Price
-from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
 from switchyard.core.thresholds import ThresholdsFile
 from switchyard.core.tracing import child_span
 

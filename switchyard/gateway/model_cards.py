@@ -16,8 +16,8 @@ from typing import Any
 from switchyard.backends.registry import ModelEntry
 from switchyard.billing.teams import Team
 from switchyard.core.capabilities import CAPABILITY_NAMES
+from switchyard.core.chat_wire import ModelCard
 from switchyard.core.errors import ModelNotFound
-from switchyard.core.protocol import ModelCard
 from switchyard.gateway.auto_router import CASCADE_MODEL
 
 

@@ -24,12 +24,12 @@ from switchyard.billing.metering import RequestMeter, RequestTags, RequestTotals
 from switchyard.billing.teams import Principal
 from switchyard.cascade.runtime import Plan
 from switchyard.core.capabilities import needs
+from switchyard.core.chat_wire import RawJSON, StreamChunk
 from switchyard.core.embeddings_wire import EmbeddingRequest
 from switchyard.core.errors import ShuttingDown, SwitchyardError
 from switchyard.core.estimates import estimated_prompt_tokens
 from switchyard.core.metrics import HistogramTally
 from switchyard.core.prices import Price
-from switchyard.core.protocol import RawJSON, StreamChunk
 from switchyard.core.requests import GenerationRequest
 from switchyard.core.tracing import annotate_request
 from switchyard.gateway.answer_shape import PASS_THROUGH, AnswerShape

@@ -17,8 +17,8 @@ import orjson
 from pydantic import ValidationError
 
 from switchyard.core.body_limits import BodyLimits, check_body_limits
+from switchyard.core.chat_wire import ChatCompletionRequest
 from switchyard.core.errors import InvalidRequest, SwitchyardError, UnsupportedParameter
-from switchyard.core.protocol import ChatCompletionRequest
 from switchyard.core.responses_wire import ResponseObject, ResponsesRequest
 from switchyard.gateway.parsing import invalid_request
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import orjson
 
+from switchyard.core.chat_wire import ChatCompletionRequest, StreamChunk
 from switchyard.core.errors import SwitchyardError
-from switchyard.core.protocol import ChatCompletionRequest, StreamChunk
 from switchyard.core.responses_wire import ResponsesRequest
 from switchyard.gateway.answer_shape import AnswerShape
 from switchyard.gateway.responses import (

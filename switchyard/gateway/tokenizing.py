@@ -13,9 +13,9 @@ from __future__ import annotations
 from switchyard.backends.registry import ModelEntry
 from switchyard.billing.teams import Principal
 from switchyard.core.capabilities import needs
+from switchyard.core.chat_wire import ChatCompletionRequest, CompletionRequest
 from switchyard.core.errors import ArrayTooLong, BudgetExceeded, InvalidRequest
 from switchyard.core.estimates import cost_range_usd
-from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
 from switchyard.core.requests import GenerationRequest
 from switchyard.core.tokenize_wire import (
     CostRange,

@@ -24,9 +24,9 @@ from starlette.responses import Response
 from switchyard.backends.base import AnyRequest
 from switchyard.billing.directory import UnknownKey
 from switchyard.billing.teams import Principal
+from switchyard.core.chat_wire import ChatCompletionRequest, CompletionRequest
 from switchyard.core.embeddings_wire import EmbeddingRequest
 from switchyard.core.errors import SwitchyardError
-from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
 from switchyard.core.responses_wire import ResponsesRequest
 from switchyard.core.tracing import annotate_request
 from switchyard.gateway.answer_shape import PASS_THROUGH, AnswerShape

@@ -8,8 +8,8 @@ import aiohttp
 import pytest
 
 from switchyard.backends.openai_http import OpenAIHTTPBackend, Replica
+from switchyard.core.chat_wire import ChatCompletionRequest
 from switchyard.core.errors import BackendUnavailable
-from switchyard.core.protocol import ChatCompletionRequest
 
 ANSWER = (
     b'{"id":"x","object":"chat.completion","model":"m",'

@@ -11,7 +11,7 @@ import pytest
 
 from switchyard.backends.base import Backend
 from switchyard.backends.openai_http import OpenAIHTTPBackend, Replica
-from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
+from switchyard.core.chat_wire import ChatCompletionRequest, CompletionRequest
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
 

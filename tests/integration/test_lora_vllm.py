@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from switchyard.backends.vllm import VLLMBackend, VLLMReplica
-from switchyard.core.protocol import ChatCompletionRequest
+from switchyard.core.chat_wire import ChatCompletionRequest
 from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
 from tests.fakes.openai_upstream import FakeBehaviour, FakeState

@@ -16,8 +16,8 @@ import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
+from switchyard.core.chat_wire import ChatCompletionRequest
 from switchyard.core.estimates import worst_case_tokens
-from switchyard.core.protocol import ChatCompletionRequest
 from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState

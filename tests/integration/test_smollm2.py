@@ -107,7 +107,7 @@ def test_streams_token_by_token(proxy):
 )
 async def test_gemma_answers_a_chat_through_the_plain_transcript():
     from switchyard.backends.embedded.backend import EmbeddedBackend
-    from switchyard.core.protocol import ChatCompletionRequest
+    from switchyard.core.chat_wire import ChatCompletionRequest
 
     backend = EmbeddedBackend("local-large", "gemma3-270m")
     await backend.start()

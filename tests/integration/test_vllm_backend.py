@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 
 from switchyard.backends.vllm import SaturationLimits, VLLMBackend, VLLMReplica, parse_prometheus
-from switchyard.core.protocol import ChatCompletionRequest
+from switchyard.core.chat_wire import ChatCompletionRequest
 from tests.fakes.openai_upstream import FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
 from tests.fakes.vllm_upstream import METRICS_TEMPLATE, FakeVLLMUpstream, VLLMLoad

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import httpx
 
 from switchyard.backends.base import Backend, BackendHealth
-from switchyard.core.protocol import StreamChunk
+from switchyard.core.chat_wire import StreamChunk
 from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
 from tests.fakes.server import serve_in_thread

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from switchyard.backends.assemble import AnswerAssembler
+from switchyard.core.chat_wire import StreamChunk
 from switchyard.core.errors import BackendError
-from switchyard.core.protocol import StreamChunk
 
 HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7, "model": "m", "system_fingerprint": "fp"}
 

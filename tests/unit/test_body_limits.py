@@ -12,8 +12,8 @@ from pydantic import ValidationError, model_validator
 from starlette.requests import Request
 
 from switchyard.core.body_limits import BodyLimits, check_body_limits
+from switchyard.core.chat_wire import ChatCompletionRequest, CompletionRequest
 from switchyard.core.errors import ArrayTooLong, InvalidRequest, InvalidType, JSONTooDeep, PromptTooLong
-from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
 from switchyard.core.settings import ServerSettings, Settings
 from switchyard.gateway.parsing import OFF_LOOP_BYTES, _CollectorPause, parse_request
 from switchyard.proxy.body import read_request

@@ -5,8 +5,8 @@ import pytest
 from switchyard.backends.breaker import AttemptTickets, Breaker, BreakerPolicy, SettlingStream
 from switchyard.backends.deadlines import DeadlineStream
 from switchyard.billing.context import Deadline
+from switchyard.core.chat_wire import StreamChunk
 from switchyard.core.errors import BackendError, BackendRateLimited, BackendRejected, BackendTimeout, CircuitOpen
-from switchyard.core.protocol import StreamChunk
 
 
 class Clock:

@@ -1,5 +1,5 @@
 from switchyard.core.capabilities import Capabilities, needs
-from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
+from switchyard.core.chat_wire import ChatCompletionRequest, CompletionRequest
 
 
 def _chat(**fields) -> ChatCompletionRequest:

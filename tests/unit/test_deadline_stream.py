@@ -10,8 +10,8 @@ import pytest
 from switchyard.backends.breaker import AttemptTickets, Breaker, BreakerPolicy
 from switchyard.backends.deadlines import DeadlineStream
 from switchyard.billing.context import Deadline
+from switchyard.core.chat_wire import StreamChunk
 from switchyard.core.errors import BackendTimeout
-from switchyard.core.protocol import StreamChunk
 
 
 class Upstream:

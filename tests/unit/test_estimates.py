@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from switchyard.core.chat_wire import ChatCompletionRequest, CompletionRequest
 from switchyard.core.estimates import (
     ANSWER_TOKENS_FOR_COST,
     estimated_cost_usd,
@@ -9,7 +10,6 @@ from switchyard.core.estimates import (
     worst_case_tokens,
 )
 from switchyard.core.prices import Price
-from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest
 
 PER_TOKEN = Price(1e6, 1e6)  # $1 a token, in and out: costs read as token counts
 

@@ -4,7 +4,7 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
+from switchyard.core.chat_wire import ChatCompletionRequest, CompletionResult, StreamChunk
 
 
 def test_wire_payload_is_what_the_client_sent_unknown_fields_included():

@@ -6,8 +6,8 @@ import orjson
 import pytest
 
 from switchyard.core.body_limits import BodyLimits
+from switchyard.core.chat_wire import StreamChunk
 from switchyard.core.errors import ArrayTooLong, InvalidRequest, UnsupportedParameter
-from switchyard.core.protocol import StreamChunk
 from switchyard.core.responses_wire import ResponsesRequest
 from switchyard.gateway.responses import draft_for, message_item, responses_param, to_chat_request
 from switchyard.gateway.responses_stream import ResponsesShape

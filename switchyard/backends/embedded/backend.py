@@ -19,9 +19,9 @@ from switchyard.backends.embedded.engine import EmbeddedEngine, EngineLimits
 from switchyard.backends.embedded.prefix_cache import PrefixCacheCounts, PrefixCacheStats
 from switchyard.backends.token_counts import OFF_LOOP_TOKEN_IDS, TokenCount, run_counter
 from switchyard.core.capabilities import Capabilities, needs, unsupported
+from switchyard.core.chat_wire import ChatCompletionRequest, CompletionResult, StreamChunk
 from switchyard.core.embeddings_wire import EmbeddingRequest
 from switchyard.core.errors import BackendUnavailable, InvalidRequest, wrong_kind
-from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
 from switchyard.core.requests import GenerationRequest
 from switchyard.core.urls import replica_label
 

@@ -23,9 +23,9 @@ from switchyard.backends.base import AnyRequest, Backend, BackendHealth, Pick
 from switchyard.backends.embedded.minilm import EMBEDDING_DIM, MAX_TOKENS, shared_minilm
 from switchyard.backends.token_counts import TokenCount, run_counter
 from switchyard.core.capabilities import Capabilities
+from switchyard.core.chat_wire import ChatCompletionRequest, CompletionResult, StreamChunk
 from switchyard.core.embeddings_wire import EmbeddingRequest, embedding_list
 from switchyard.core.errors import BackendUnavailable, ContextLengthExceeded, InvalidRequest, wrong_kind
-from switchyard.core.protocol import ChatCompletionRequest, CompletionResult, StreamChunk
 from switchyard.core.requests import GenerationRequest
 from switchyard.core.urls import replica_label
 

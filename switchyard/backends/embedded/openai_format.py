@@ -8,8 +8,8 @@ from typing import Any
 
 from switchyard.backends.embedded import tool_calls
 from switchyard.backends.embedded.sampler import MAX_TOP_LOGPROBS, SamplingParams
+from switchyard.core.chat_wire import ChatCompletionRequest, CompletionRequest, message_text
 from switchyard.core.errors import InvalidRequest
-from switchyard.core.protocol import ChatCompletionRequest, CompletionRequest, message_text
 
 FALLBACK_TURN_STOP = "\nUser:"
 FALLBACK_TEMPLATE_ROLES = {"system": "System", "developer": "System", "user": "User", "assistant": "Assistant"}

@@ -14,8 +14,8 @@ import re
 import uuid
 from typing import Any
 
+from switchyard.core.chat_wire import ChatCompletionRequest, message_text
 from switchyard.core.errors import InvalidRequest
-from switchyard.core.protocol import ChatCompletionRequest, message_text
 
 _TAGGED = re.compile(r"^\s*<tool_call>(.*?)</tool_call>\s*$", re.DOTALL)
 

@@ -10,10 +10,10 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
+from switchyard.batch.batches_wire import CreateBatch, batch_object, list_object
 from switchyard.batch.jobs import Batch
 from switchyard.batch.line_queue import Work
 from switchyard.batch.lines import LineError
-from switchyard.batch.wire import CreateBatch, batch_object, list_object
 from switchyard.core.errors import Conflict, InvalidRequest, NotFound, ServiceUnavailable
 from switchyard.gateway.parsing import invalid_request
 from switchyard.proxy.app_state import services_of

@@ -1,7 +1,7 @@
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from switchyard.core.protocol import Completion, CompletionRequest
+from switchyard.core.chat_wire import Completion, CompletionRequest
 from switchyard.proxy.exchange import serve_model_request
 from switchyard.proxy.openapi import answers, json_body
 from switchyard.proxy.routes.plain import PlainRoute

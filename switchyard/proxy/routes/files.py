@@ -6,8 +6,8 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
+from switchyard.batch.batches_wire import FILE_PURPOSES, file_object, list_object
 from switchyard.batch.files import FileTooLarge, StoredFile
-from switchyard.batch.wire import FILE_PURPOSES, file_object, list_object
 from switchyard.core.errors import InvalidRequest, NotFound, RequestTooLarge
 from switchyard.proxy.app_state import services_of
 from switchyard.proxy.exchange import LoggedRoute

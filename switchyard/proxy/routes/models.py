@@ -1,7 +1,7 @@
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from switchyard.core.protocol import ModelCard, ModelList
+from switchyard.core.chat_wire import ModelCard, ModelList
 from switchyard.gateway.model_cards import model_card, model_cards
 from switchyard.proxy.app_state import services_of
 from switchyard.proxy.auth import authenticate

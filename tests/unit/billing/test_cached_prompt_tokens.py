@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import pytest
 
 from switchyard.billing.metering import RequestMeter, cached_prompt_tokens, usage_of
+from switchyard.core.chat_wire import CompletionResult
 from switchyard.core.model_settings import PriceSettings
 from switchyard.core.prices import Price
-from switchyard.core.protocol import CompletionResult
 
 PRICE = Price(input_usd_per_mtok=2.0, output_usd_per_mtok=8.0, cached_input_usd_per_mtok=0.5)
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 100, "prompt_tokens_details": {"cached_tokens": 600}}

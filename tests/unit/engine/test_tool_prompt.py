@@ -8,8 +8,8 @@ import pytest
 
 from switchyard.backends.embedded import openai_format as fmt
 from switchyard.backends.embedded import tool_calls
+from switchyard.core.chat_wire import ChatCompletionRequest
 from switchyard.core.errors import InvalidRequest
-from switchyard.core.protocol import ChatCompletionRequest
 from tests.tiny_model import TOOLS_CHAT_TEMPLATE
 
 WEATHER = {

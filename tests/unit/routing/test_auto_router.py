@@ -9,9 +9,9 @@ from switchyard.backends.base import BackendHealth
 from switchyard.backends.registry import ModelEntry, ModelRegistry
 from switchyard.classifier.runtime import MicroBatcher
 from switchyard.core.capabilities import Capabilities, needs
+from switchyard.core.chat_wire import ChatCompletionRequest
 from switchyard.core.errors import InvalidRequest
 from switchyard.core.prices import Price
-from switchyard.core.protocol import ChatCompletionRequest
 from switchyard.core.thresholds import ThresholdsFile
 from switchyard.gateway.auto_router import AutoRouter, resolve_thresholds, routing_text
 

@@ -10,8 +10,8 @@ from switchyard.billing.teams import Team
 from switchyard.classifier.by_value import DEFAULT_TOLERANCES, ValueRule, pick_by_value
 from switchyard.classifier.runtime import MicroBatcher
 from switchyard.core.capabilities import needs
+from switchyard.core.chat_wire import ChatCompletionRequest
 from switchyard.core.prices import Price
-from switchyard.core.protocol import ChatCompletionRequest
 from switchyard.core.thresholds import ThresholdsFile
 from switchyard.gateway.auto_router import AutoRouter, resolve_thresholds, resolve_value_rule
 from tests.unit.routing.test_auto_router import StubBackend

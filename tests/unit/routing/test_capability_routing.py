@@ -13,9 +13,9 @@ from switchyard.cascade.runtime import Cascade, CascadePolicy, Plan, Rung
 from switchyard.cascade.thrash import ThrashGuard, ThrashPolicy
 from switchyard.classifier.runtime import MicroBatcher
 from switchyard.core.capabilities import Capabilities, needs
+from switchyard.core.chat_wire import ChatCompletionRequest
 from switchyard.core.errors import UnsupportedParameter
 from switchyard.core.prices import Price
-from switchyard.core.protocol import ChatCompletionRequest
 from switchyard.gateway.auto_router import AutoRouter
 from switchyard.gateway.saturation import SaturationGate
 

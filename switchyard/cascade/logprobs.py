@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from switchyard.cascade.confidence import TokenEvidence
-from switchyard.core.protocol import ChatCompletionRequest, RawJSON
+from switchyard.core.chat_wire import ChatCompletionRequest, RawJSON
 from switchyard.core.requests import GenerationRequest
 
 
