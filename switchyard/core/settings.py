@@ -278,81 +278,18 @@ class Settings(BaseSettings):
     teams: dict[str, TeamSettings] = Field(default_factory=dict)  # empty: any key, every model
 
     @model_validator(mode="after")
-    def _unique_names(self) -> Settings:
+    def _check_across_sections(self) -> Settings:
+        """What no section can check alone: the names that models, adapters, fallbacks, the cascade
+        and the teams give each other, in this order (the first problem is the one reported)."""
         if (refusal := workers_refusal(self.server.workers, self.billing.redis_url, "server.workers:")) is not None:
             raise ValueError(refusal)
-        seen: set[str] = set()
-        for name in (m.name for m in self.models):
-            if name in RESERVED_MODEL_NAMES:
-                raise ValueError(f"model name '{name}' is reserved: it asks Switchyard to choose")
-            if name in seen:
-                raise ValueError(f"model name '{name}' is listed twice")
-            seen.add(name)
-        adapters = {a.name: (m, a) for m in self.models for a in getattr(m, "adapters", ())}
-        for model in self.models:
-            for adapter in getattr(model, "adapters", ()):
-                if adapter.name in RESERVED_MODEL_NAMES or adapter.name in seen:
-                    raise ValueError(f"model '{model.name}': adapter name '{adapter.name}' is taken (names are shared)")
-                seen.add(adapter.name)
-                for team_name in adapter.teams or ():
-                    if team_name not in self.teams:
-                        raise ValueError(f"adapter '{adapter.name}' names team '{team_name}', which is not configured")
+        adapters = _check_model_names(self.models, self.teams)
         by_name = {model.name: model for model in self.models}
-        for model in self.models:
-            if model.degrade_to is not None and (model.degrade_to not in by_name or model.degrade_to == model.name):
-                raise ValueError(f"model '{model.name}' degrades to '{model.degrade_to}', which is not another model")
-            for fallback in model.fallbacks:
-                if fallback not in by_name or fallback == model.name:
-                    raise ValueError(f"model '{model.name}' falls back to '{fallback}', which is not another model")
-            for other in (*model.fallbacks, *([model.degrade_to] if model.degrade_to else [])):
-                if by_name[other].kind != model.kind:
-                    raise ValueError(
-                        f"model '{model.name}' ({model.kind}) falls back or degrades to '{other}' "
-                        f"({by_name[other].kind}): both must be of one kind"
-                    )
-            if model.kind == "embedding" and model.tier is not None:
-                raise ValueError(f"model '{model.name}' embeds: it has no tier ('auto' routes chat models)")
-        for name in self.cascade.ladder:
-            if name not in by_name:
-                raise ValueError(f"cascade.ladder names '{name}', which is not a configured model")
-            if by_name[name].kind != "chat":
-                raise ValueError(f"cascade.ladder names '{name}', an embedding model")
-        team_of_key: dict[str, str] = {}
+        _check_model_links(self.models, by_name)
+        _check_ladder_models(self.cascade.ladder, by_name)
         priorities = ("interactive", "batch", *self.billing.priority_tiers)
-        for team_name, team in self.teams.items():
-            if team.priority not in priorities:
-                raise ValueError(
-                    f"team '{team_name}' has priority '{team.priority}', which is not one of {', '.join(priorities)} "
-                    "(name more in billing.priority_tiers)"
-                )
-            for model_name in team.models or ():
-                if model_name not in by_name and model_name not in adapters:
-                    raise ValueError(f"team '{team_name}' may use '{model_name}', which is not a configured model")
-            parents: set[str] = set()
-            for adapter_name in team.default_adapters:
-                if adapter_name not in adapters:
-                    raise ValueError(
-                        f"team '{team_name}' has default adapter '{adapter_name}', which is not configured"
-                    )
-                base, adapter = adapters[adapter_name]
-                if adapter.teams is not None and team_name not in adapter.teams:
-                    raise ValueError(f"team '{team_name}' has default adapter '{adapter_name}', which it may not use")
-                if base.name in parents:
-                    raise ValueError(f"team '{team_name}' has two default adapters on model '{base.name}'")
-                parents.add(base.name)
-            for key in (k.get_secret_value() for k in team.api_keys):
-                if key in team_of_key:
-                    raise ValueError(
-                        f"team '{team_name}': an API key is listed twice (also under '{team_of_key[key]}'); "
-                        "each key names one team"
-                    )
-                team_of_key[key] = team_name
-        for name in self.cascade.ladder[:-1]:
-            if not by_name[name].has_logprobs:
-                raise ValueError(
-                    f"cascade.ladder: '{name}' returns no token logprobs, so it cannot be judged; "
-                    "such a model can only be the last rung (or set its 'logprobs: true')"
-                )
+        _check_teams(self.teams, by_name, adapters, priorities)
+        _check_ladder_logprobs(self.cascade.ladder, by_name)
         return self
 
     @classmethod
@@ -428,3 +365,107 @@ def read_settings_file(path: str | Path) -> Settings:
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping at the top level")
     return parse_settings(data, str(path))
+
+
+Adapters = dict[str, tuple[ModelSettings, Any]]  # an adapter's name -> its base model and its settings
+
+
+def _check_model_names(models: list[ModelSettings], teams: dict[str, TeamSettings]) -> Adapters:
+    """Model and adapter names: none reserved, none twice (they share one namespace); an adapter's
+    teams configured. Returns the adapters by name."""
+    seen: set[str] = set()
+    for name in (m.name for m in models):
+        if name in RESERVED_MODEL_NAMES:
+            raise ValueError(f"model name '{name}' is reserved: it asks Switchyard to choose")
+        if name in seen:
+            raise ValueError(f"model name '{name}' is listed twice")
+        seen.add(name)
+    adapters = {a.name: (m, a) for m in models for a in getattr(m, "adapters", ())}
+    for model in models:
+        for adapter in getattr(model, "adapters", ()):
+            if adapter.name in RESERVED_MODEL_NAMES or adapter.name in seen:
+                raise ValueError(f"model '{model.name}': adapter name '{adapter.name}' is taken (names are shared)")
+            seen.add(adapter.name)
+            for team_name in adapter.teams or ():
+                if team_name not in teams:
+                    raise ValueError(f"adapter '{adapter.name}' names team '{team_name}', which is not configured")
+    return adapters
+
+
+def _check_model_links(models: list[ModelSettings], by_name: dict[str, ModelSettings]) -> None:
+    """Fallbacks and `degrade_to` name other models of the same kind; an embedding model has no tier."""
+    for model in models:
+        if model.degrade_to is not None and (model.degrade_to not in by_name or model.degrade_to == model.name):
+            raise ValueError(f"model '{model.name}' degrades to '{model.degrade_to}', which is not another model")
+        for fallback in model.fallbacks:
+            if fallback not in by_name or fallback == model.name:
+                raise ValueError(f"model '{model.name}' falls back to '{fallback}', which is not another model")
+        for other in (*model.fallbacks, *([model.degrade_to] if model.degrade_to else [])):
+            if by_name[other].kind != model.kind:
+                raise ValueError(
+                    f"model '{model.name}' ({model.kind}) falls back or degrades to '{other}' "
+                    f"({by_name[other].kind}): both must be of one kind"
+                )
+        if model.kind == "embedding" and model.tier is not None:
+            raise ValueError(f"model '{model.name}' embeds: it has no tier ('auto' routes chat models)")
+
+
+def _check_ladder_models(ladder: list[str], by_name: dict[str, ModelSettings]) -> None:
+    """The cascade's rungs are configured chat models."""
+    for name in ladder:
+        if name not in by_name:
+            raise ValueError(f"cascade.ladder names '{name}', which is not a configured model")
+        if by_name[name].kind != "chat":
+            raise ValueError(f"cascade.ladder names '{name}', an embedding model")
+
+
+def _check_ladder_logprobs(ladder: list[str], by_name: dict[str, ModelSettings]) -> None:
+    """Every rung but the last is judged on its token logprobs, so it must return them."""
+    for name in ladder[:-1]:
+        if not by_name[name].has_logprobs:
+            raise ValueError(
+                f"cascade.ladder: '{name}' returns no token logprobs, so it cannot be judged; "
+                "such a model can only be the last rung (or set its 'logprobs: true')"
+            )
+
+
+def _check_teams(
+    teams: dict[str, TeamSettings],
+    by_name: dict[str, ModelSettings],
+    adapters: Adapters,
+    priorities: tuple[str, ...],
+) -> None:
+    """Each team's priority is a tier, its models and default adapters are configured, and no API
+    key names two teams."""
+    team_of_key: dict[str, str] = {}
+    for team_name, team in teams.items():
+        if team.priority not in priorities:
+            raise ValueError(
+                f"team '{team_name}' has priority '{team.priority}', which is not one of {', '.join(priorities)} "
+                "(name more in billing.priority_tiers)"
+            )
+        for model_name in team.models or ():
+            if model_name not in by_name and model_name not in adapters:
+                raise ValueError(f"team '{team_name}' may use '{model_name}', which is not a configured model")
+        _check_default_adapters(team_name, team, adapters)
+        for key in (k.get_secret_value() for k in team.api_keys):
+            if key in team_of_key:
+                raise ValueError(
+                    f"team '{team_name}': an API key is listed twice (also under '{team_of_key[key]}'); "
+                    "each key names one team"
+                )
+            team_of_key[key] = team_name
+
+
+def _check_default_adapters(team_name: str, team: TeamSettings, adapters: Adapters) -> None:
+    """A team's default adapters are configured, open to it, and at most one per base model."""
+    parents: set[str] = set()
+    for adapter_name in team.default_adapters:
+        if adapter_name not in adapters:
+            raise ValueError(f"team '{team_name}' has default adapter '{adapter_name}', which is not configured")
+        base, adapter = adapters[adapter_name]
+        if adapter.teams is not None and team_name not in adapter.teams:
+            raise ValueError(f"team '{team_name}' has default adapter '{adapter_name}', which it may not use")
+        if base.name in parents:
+            raise ValueError(f"team '{team_name}' has two default adapters on model '{base.name}'")
+        parents.add(base.name)
