@@ -19,7 +19,6 @@ from switchyard.backends.base import AnyRequest, Pick
 from switchyard.backends.breaker import AttemptTickets, Breaker
 from switchyard.backends.policy import ResiliencePolicy
 from switchyard.backends.registry import ModelEntry
-from switchyard.billing.context import Deadline, RequestContext
 from switchyard.core.errors import (
     AllAttemptsFailed,
     Attempt,
@@ -36,6 +35,7 @@ from switchyard.core.errors import (
     Shed,
     SwitchyardError,
 )
+from switchyard.core.request_context import AnyContext, Deadline
 from switchyard.core.tracing import child_span
 
 T = TypeVar("T")
@@ -93,16 +93,22 @@ class Called(Generic[T]):
     result: T
     tickets: AttemptTickets
     failures: tuple[Attempt, ...]  # the attempts that failed before it, in order
+    num_chunks: int = 0  # of a whole answer assembled from a stream (its tokens, without the upstream's usage)
 
 
-@dataclass(frozen=True, slots=True)
-class _InFlight:
+@dataclass(slots=True)
+class InFlight:
+    """One attempt, while it is called: where it went, and the chunks of a whole answer assembled
+    so far (`num_chunks`, the call counts them): an attempt that fails is metered with them."""
+
     entry: ModelEntry
     deployment: str | None
+    num_chunks: int = 0
 
 
-# What one attempt does at a model: (the model, the deployment picked, the first-token timeout) -> answer.
-Call = Callable[[ModelEntry, Pick, "float | None"], Awaitable[T]]
+# What one attempt does at a model: (the model, the deployment picked, the first-token timeout, the
+# attempt in flight) -> answer.
+Call = Callable[[ModelEntry, Pick, "float | None", InFlight], Awaitable[T]]
 
 
 class Planner(Protocol):
@@ -110,7 +116,7 @@ class Planner(Protocol):
 
     policy: ResiliencePolicy
 
-    def chain(self, first: ModelEntry, ctx: RequestContext | None, needed: dict[str, str]) -> list[ModelEntry]: ...
+    def chain(self, first: ModelEntry, ctx: AnyContext | None, needed: dict[str, str]) -> list[ModelEntry]: ...
 
     def guard(self, entry: ModelEntry) -> Guard: ...
 
@@ -128,7 +134,7 @@ class ChainRun(Generic[T]):
         executor: Planner,
         first: ModelEntry,
         request: AnyRequest,
-        ctx: RequestContext,
+        ctx: AnyContext,
         needed: dict[str, str],
         call: Call[T],
         *,
@@ -138,8 +144,8 @@ class ChainRun(Generic[T]):
         self.first, self.request, self.ctx, self.needed, self.call = first, request, ctx, needed, call
         self.is_stream = is_stream
         self.attempts: list[Attempt] = []
-        self.in_flight: _InFlight | None = None  # the attempt being called right now
-        self.last_called: _InFlight | None = None
+        self.in_flight: InFlight | None = None  # the attempt being called right now
+        self.last_called: InFlight | None = None
         self.clock = asyncio.get_running_loop().time
         budget_s = self.policy.first_token_budget_s
         self.budget_ends = self.clock() + budget_s if budget_s is not None else None
@@ -170,20 +176,29 @@ class ChainRun(Generic[T]):
         """The request's deadline passed: mid-call, a failed attempt, metered (the breakers heard a
         cancellation); between attempts (a backoff, a Retry-After), nothing was called."""
         if self.in_flight is not None:
-            entry = self.in_flight.entry
-            self._fail(entry, DeadlinePassed(deadline.reason, backend=entry.name), self.in_flight.deployment)
+            cut = self.in_flight
+            error = DeadlinePassed(deadline.reason, backend=cut.entry.name)
+            self._fail(cut.entry, error, cut.deployment, cut.num_chunks)
         else:
             self.attempts.append(Attempt(self.first.name, DeadlinePassed(deadline.reason)))
         return AllAttemptsFailed(self.attempts)
 
-    def _fail(self, entry: ModelEntry, error: SwitchyardError, deployment: str | None = None) -> None:
+    def _fail(
+        self, entry: ModelEntry, error: SwitchyardError, deployment: str | None = None, num_chunks: int = 0
+    ) -> None:
         self.attempts.append(Attempt(entry.name, error))
-        self.ctx.meter.failed(entry, error, deployment=deployment)
+        self.ctx.meter.failed(entry, error, deployment=deployment, num_chunks=num_chunks)
+
+    def _fail_called(self, error: SwitchyardError) -> None:
+        """The attempt just called failed: metered with what it went to and assembled."""
+        called = self.last_called
+        assert called is not None
+        self._fail(called.entry, error, called.deployment, called.num_chunks)
 
     async def _along_chain(self) -> Called[T]:
         chain = self.executor.chain(self.first, self.ctx, self.needed)
         for position, entry in enumerate(chain):
-            if not await self.ctx.reserve_for(entry.name, self.request):
+            if not await self.ctx.meter.reserve_for(entry.name, self.request):
                 # the caller's budgets hold the first model's worst case, not this one's: not tried
                 self.attempts.append(Attempt(entry.name, BudgetExceeded("its worst-case cost does not fit the budget")))
                 continue
@@ -212,17 +227,17 @@ class ChainRun(Generic[T]):
             try:
                 return await self._attempt(entry, guard, tickets, pick, number, first_token_s)
             except ContextLengthExceeded as exc:  # a model with a larger window may hold it
-                self._fail(entry, exc, pick.label)
+                self._fail_called(exc)
                 return None
             except BackendRejected as exc:
-                self._fail(entry, exc, pick.label)
+                self._fail_called(exc)
                 if len(self.attempts) == 1:
                     raise  # the client's own mistake: its status and message, as they were
                 raise AllAttemptsFailed(self.attempts) from exc
             except BackendRateLimited as exc:
                 if exc.retry_after_s is None and guard.cooldown_left_s() > 0:
                     exc.retry_after_s = math.ceil(guard.cooldown_left_s())  # the default cooldown's
-                self._fail(entry, exc, pick.label)
+                self._fail_called(exc)
                 if number + 1 == self.policy.max_attempts:
                     return None
                 if guard.replicas and guard.cooldown_left_s() == 0:
@@ -233,7 +248,7 @@ class ChainRun(Generic[T]):
                 await asyncio.sleep(pause_s)  # nowhere else to go: wait the Retry-After out, once
                 has_waited = True
             except BackendError as exc:
-                self._fail(entry, exc, pick.label)
+                self._fail_called(exc)
                 if isinstance(exc, FirstTokenTimeout):
                     return None  # a hung upstream stays hung: not asked again
                 if number + 1 < self.policy.max_attempts:
@@ -301,10 +316,10 @@ class ChainRun(Generic[T]):
         guard.num_in_flight += 1
         self.ctx.meter.begin_attempt()
         try:
-            self.in_flight = self.last_called = _InFlight(entry, pick.label)
+            attempt = self.in_flight = self.last_called = InFlight(entry, pick.label)
             try:
                 with child_span("backend attempt", model=entry.name, attempt=number + 1):
-                    result = await self.call(entry, pick, first_token_s)
+                    result = await self.call(entry, pick, first_token_s, attempt)
             except BaseException as exc:
                 tickets.settle(exc)  # the deadline's cancellation: neutral for the breakers
                 if not isinstance(exc, asyncio.CancelledError):
@@ -313,7 +328,8 @@ class ChainRun(Generic[T]):
             self.in_flight = None
             if not self.is_stream:
                 tickets.settle(None)
-            return Called(entry, pick.label or entry.backend_kind, result, tickets, tuple(self.attempts))
+            deployment = pick.label or entry.backend_kind
+            return Called(entry, deployment, result, tickets, tuple(self.attempts), attempt.num_chunks)
         finally:
             guard.num_in_flight -= 1
 

@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import TypeVar
 
 from switchyard.backends.breaker import AttemptTickets
-from switchyard.billing.context import Deadline
 from switchyard.core.chat_wire import StreamChunk
 from switchyard.core.errors import BackendTimeout, DeadlinePassed, FirstTokenTimeout
+from switchyard.core.request_context import Deadline
 
 T = TypeVar("T")
 

@@ -10,10 +10,10 @@ import aiohttp
 
 from switchyard.backends.base import Backend
 from switchyard.backends.openai_http import OpenAIHTTPBackend, Replica
-from switchyard.billing.teams import Team
 from switchyard.core.capabilities import Capabilities
 from switchyard.core.errors import ModelNotFound
 from switchyard.core.model_settings import AnyModelSettings, EmbeddedModel, LiteLLMModel, OpenAIModel, VLLMModel
+from switchyard.core.request_context import Team
 from switchyard.core.settings import Settings, UpstreamSettings
 
 

@@ -40,19 +40,19 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from switchyard.backends.attempts import ChainRun, Guard
+from switchyard.backends.attempts import ChainRun, Guard, InFlight
 from switchyard.backends.base import AnyRequest, Pick
 from switchyard.backends.breaker import Breaker, BreakerPolicy, SettlingStream
 from switchyard.backends.deadlines import DeadlineStream, first_chunk, within
 from switchyard.backends.policy import ResiliencePolicy
 from switchyard.backends.registry import ModelEntry, ModelRegistry
 from switchyard.backends.waiting import Held, WaitingTokens
-from switchyard.billing.context import Deadline, RequestContext
-from switchyard.billing.metering import RequestMeter
 from switchyard.core.chat_wire import CompletionResult, StreamChunk
 from switchyard.core.embeddings_wire import EmbeddingRequest
 from switchyard.core.errors import AllAttemptsFailed, Attempt, FirstTokenTimeout
 from switchyard.core.estimates import worst_case_tokens
+from switchyard.core.metering import AttemptMeter
+from switchyard.core.request_context import AnyContext, Deadline
 
 __all__ = ["AllAttemptsFailed", "Answer", "Attempt", "OpenedStream", "ResiliencePolicy", "ResilientExecutor"]
 
@@ -65,6 +65,9 @@ class Answer:
     deployment: str  # the deployment that answered (`openai#1`; never its address)
     result: CompletionResult
     failures: tuple[Attempt, ...] = ()  # the attempts that failed before it, in order
+    # chunks it was assembled from (0: asked whole): whoever meters it estimates its tokens from
+    # them when the upstream sent no usage
+    num_chunks: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +102,7 @@ class ResilientExecutor:
             guard = self.guards[entry.name] = Guard(entry, Breaker(self.breaker_policy), replicas)
         return guard
 
-    def chain(self, first: ModelEntry, ctx: RequestContext | None, needed: dict[str, str]) -> list[ModelEntry]:
+    def chain(self, first: ModelEntry, ctx: AnyContext | None, needed: dict[str, str]) -> list[ModelEntry]:
         """The model, then its fallbacks that the calling team may use (any, without `ctx`) and that
         can serve a request needing `needed` (the first model was chosen able to)."""
         names = [name for name in self.fallbacks.get(first.name, ()) if ctx is None or ctx.may_use(name)]
@@ -120,23 +123,23 @@ class ResilientExecutor:
 
     # -- the two entry points ------------------------------------------------------------------
 
-    async def complete(
-        self, first: ModelEntry, request: AnyRequest, ctx: RequestContext, needed: dict[str, str]
-    ) -> Answer:
+    async def complete(self, first: ModelEntry, request: AnyRequest, ctx: AnyContext, needed: dict[str, str]) -> Answer:
         """A whole answer from `first` or a fallback that can serve what the client's request
         `needed` (the cascade asks a judged rung for logprobs the client did not: not a need)."""
         num_tokens = worst_case_tokens(request)
 
-        async def call(entry: ModelEntry, pick: Pick, first_token_s: float | None) -> CompletionResult:
+        async def call(
+            entry: ModelEntry, pick: Pick, first_token_s: float | None, attempt: InFlight
+        ) -> CompletionResult:
             with self.waiting.hold(entry.name, num_tokens) as held:
                 if entry.assemble_from_stream and _can_stream(request):
-                    answer = self._assembled(entry, request, pick, first_token_s, ctx.meter, held)
+                    answer = self._assembled(entry, request, pick, first_token_s, ctx.meter, attempt, held)
                 else:
                     answer = entry.backend.complete(request, pick)
                 return await within(answer, self.policy.attempt_timeout_s, entry.name, "answer")
 
         called = await ChainRun(self, first, request, ctx, needed, call, is_stream=False).run()
-        return Answer(called.entry, called.deployment, called.result, called.failures)
+        return Answer(called.entry, called.deployment, called.result, called.failures, called.num_chunks)
 
     async def _assembled(
         self,
@@ -144,14 +147,15 @@ class ResilientExecutor:
         request: AnyRequest,
         pick: Pick,
         first_token_s: float | None,
-        meter: RequestMeter,
+        meter: AttemptMeter,
+        attempt: InFlight,
         held: Held,
     ) -> CompletionResult:
         """One timer bounds the wait for the first event and is lifted when it comes; the meter
-        notes that time (a whole answer assembled has a time to first token) and counts the events
-        (an answer without usage, or cut short, is estimated from them)."""
+        notes that time (a whole answer assembled has a time to first token), and the attempt counts
+        the events (an answer without usage, or cut short, is metered from them)."""
         timeout = asyncio.timeout(first_token_s)
-        progress = _Progress(timeout, meter, held)
+        progress = _Progress(timeout, meter, attempt, held)
         try:
             async with timeout:
                 return await entry.backend.complete_from_stream(request, pick, progress)
@@ -162,7 +166,7 @@ class ResilientExecutor:
             raise FirstTokenTimeout(message, backend=entry.name) from None
 
     async def stream(
-        self, first: ModelEntry, request: AnyRequest, ctx: RequestContext, needed: dict[str, str]
+        self, first: ModelEntry, request: AnyRequest, ctx: AnyContext, needed: dict[str, str]
     ) -> OpenedStream:
         """Open a stream and wait for its first chunk: everything before that byte may be retried.
         The breakers hear how the stream ends: a failure after the first byte counts too.
@@ -170,7 +174,7 @@ class ResilientExecutor:
         num_tokens = worst_case_tokens(request)
 
         async def call(
-            entry: ModelEntry, pick: Pick, first_token_s: float | None
+            entry: ModelEntry, pick: Pick, first_token_s: float | None, attempt: InFlight
         ) -> tuple[StreamChunk | None, AsyncIterator[StreamChunk]]:
             chunks = entry.backend.stream(request, pick)
             try:
@@ -225,12 +229,13 @@ class ResilientExecutor:
 
 
 class _Progress:
-    """A whole answer's progress, as its backend reads it (`StreamProgress`)."""
+    """A whole answer's progress, as its backend reads it (`StreamProgress`): the first event lifts
+    the first-token timer and is the meter's first token; the events are counted in the attempt."""
 
-    __slots__ = ("timeout", "meter", "held")
+    __slots__ = ("timeout", "meter", "attempt", "held")
 
-    def __init__(self, timeout: asyncio.Timeout, meter: RequestMeter, held: Held) -> None:
-        self.timeout, self.meter, self.held = timeout, meter, held
+    def __init__(self, timeout: asyncio.Timeout, meter: AttemptMeter, attempt: InFlight, held: Held) -> None:
+        self.timeout, self.meter, self.attempt, self.held = timeout, meter, attempt, held
 
     def first_event(self) -> None:
         self.timeout.reschedule(None)
@@ -238,7 +243,7 @@ class _Progress:
         self.meter.first_token()
 
     def num_events(self, num_events: int) -> None:
-        self.meter.num_chunks = num_events
+        self.attempt.num_chunks = num_events
 
 
 def _can_stream(request: AnyRequest) -> bool:

@@ -172,7 +172,7 @@ class Budgets:
     def open(self, principal: Principal | None, request_id: str, started_at: float | None = None) -> Spending:
         """One request's spending: reserve before each call, settle once at the end."""
         now = started_at if started_at is not None else time.time()
-        return Spending(self, budget_scopes(principal), now, request_id)
+        return Spending(self, budget_scopes(principal), now, request_id, principal)
 
     async def seed(
         self, spend_since: Callable[[float], Awaitable[dict[tuple[str, str], float]]], scopes: Sequence[BudgetScope]
@@ -208,8 +208,16 @@ class Budgets:
 class Spending:
     """One request against its budgets: what it holds in reserve, and what it really cost."""
 
-    def __init__(self, budgets: Budgets, scopes: list[BudgetScope], started_at: float, reservation_id: str) -> None:
+    def __init__(
+        self,
+        budgets: Budgets,
+        scopes: list[BudgetScope],
+        started_at: float,
+        reservation_id: str,
+        principal: Principal | None = None,
+    ) -> None:
         self.budgets = budgets
+        self.principal = principal  # whose budgets (None: no teams configured)
         self.scopes = scopes
         self.started_at = started_at
         self.reservation_id = reservation_id  # unique per request: the request's own id
@@ -231,6 +239,13 @@ class Spending:
             return False
         self.reserved_for.add(model)
         return True
+
+    async def refusal_for(self, model: str, amount_usd: float) -> BudgetExceeded | None:
+        """Why a call to `model` costing `amount_usd` at worst does not fit, and when to retry
+        (None: no caller, so no budgets)."""
+        if self.principal is None:
+            return None
+        return await self.budgets.refusal(self.principal, (amount_usd, model))
 
     async def reserve(self, amount_usd: float) -> bool:
         """Hold `amount_usd` more in every budget; False (and nothing held) if it does not fit."""

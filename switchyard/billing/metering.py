@@ -1,8 +1,10 @@
 """Metering: every attempt at a backend becomes one ledger record, linked by the request id.
 
-Completed, cancelled (the client left) and failed attempts are all recorded, exactly once each:
-failed attempts by the resilience loop as they fail, the answering attempt by the relay when the
-answer is sent or the stream ends, however it ends.
+`RequestMeter` implements the protocol the backends and the cascade report attempts through
+(`switchyard.core.metering.AttemptMeter`), and is the one owner of the ledger's rows. Completed,
+cancelled (the client left) and failed attempts are all recorded, exactly once each: failed
+attempts by the resilience loop as they fail, the answering attempt by the relay when the answer
+is sent or the stream ends, however it ends.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import orjson
 
@@ -19,24 +21,18 @@ from switchyard.billing.budgets import Spending
 from switchyard.billing.ledger import Ledger
 from switchyard.billing.records import UsageRecord, escalation_outcome, is_answer
 from switchyard.core.chat_wire import CompletionResult
-from switchyard.core.errors import SwitchyardError
+from switchyard.core.errors import BudgetExceeded, SwitchyardError
+from switchyard.core.estimates import estimated_cost_usd
+from switchyard.core.metering import MeteredModel
 from switchyard.core.metrics import Metrics
 from switchyard.core.model_settings import HOSTING_LABELS, SELF_HOSTED_BACKENDS
 from switchyard.core.prices import Price
+from switchyard.core.requests import AnyRequest
 
 Sent = Literal["whole", "stream"]  # how the relay sent an attempt's answer to its client
 
 
-class ModelEntry(Protocol):
-    """What metering needs of a model entry (`switchyard.backends.registry.ModelEntry`)."""
-
-    name: str
-    backend_kind: str
-    tier: str | None
-    hosting: str | None  # the model's `hosting:` as the ledger records it; None: by backend_kind
-
-
-def hosting_of(entry: ModelEntry) -> str:
+def hosting_of(entry: MeteredModel) -> str:
     if entry.hosting is not None:
         return entry.hosting
     return HOSTING_LABELS["self" if entry.backend_kind in SELF_HOSTED_BACKENDS else "commercial"]
@@ -137,9 +133,6 @@ class RequestMeter:
     escalated_from: str | None = None  # this fork's rung climbed from that model
     is_hedge: bool = False
     first_token_at: float | None = None  # unix seconds, when a stream's first chunk arrived (assembled too)
-    # chunks of this attempt's answer assembled so far (backends/assemble.py): without the
-    # upstream's usage, its tokens are estimated from them, as a stream's are
-    num_chunks: int = 0
     is_closed: bool = False
     totals: RequestTotals = field(default_factory=RequestTotals)  # shared by forks
     metrics: Metrics | None = None  # the app's Prometheus metrics: tokens, cost, time to first token
@@ -174,10 +167,31 @@ class RequestMeter:
             metrics=self.metrics,
         )
 
+    # -- the caller's budgets, held for its attempts -----------------------------------------
+
+    def worst_case_cost_usd(self, model: str, request: AnyRequest) -> float:
+        return estimated_cost_usd(request, self.prices.get(model))
+
+    async def reserve_for(self, model: str, request: AnyRequest) -> bool:
+        """Hold the worst-case cost of calls to `model` in the caller's budgets, once per model and
+        request however often it is asked (True: it fits, or is held already)."""
+        spending = self.spending
+        if spending is None:
+            return True
+        return await spending.reserve_for(model, self.worst_case_cost_usd(model, request))
+
+    async def refusal_for(self, model: str, request: AnyRequest) -> BudgetExceeded | None:
+        """Why `model`'s worst case does not fit the caller's budgets, and when to retry (None: no budgets)."""
+        spending = self.spending
+        if spending is None:
+            return None
+        return await spending.refusal_for(model, self.worst_case_cost_usd(model, request))
+
+    # -- the attempts ------------------------------------------------------------------------
+
     def begin_attempt(self) -> None:
         self.attempt_started_at = time.time()
         self.first_token_at = None
-        self.num_chunks = 0
         self.confidence, self.threshold = None, None
 
     def judged(self, confidence: float | None, threshold: float) -> None:
@@ -193,14 +207,16 @@ class RequestMeter:
         if self.first_token_at is None:
             self.first_token_at = time.time()
 
-    def failed(self, entry: ModelEntry, error: SwitchyardError, *, deployment: str | None = None) -> None:
-        """An attempt that failed (`deployment`: where it went, if it was called)."""
-        num_chunks, self.num_chunks = self.num_chunks, 0  # a refusal that follows was not called
+    def failed(
+        self, entry: MeteredModel, error: SwitchyardError, *, deployment: str | None = None, num_chunks: int = 0
+    ) -> None:
+        """An attempt that failed (`deployment`: where it went, if it was called; `num_chunks`: of
+        an answer assembled before it failed, its tokens estimated from them)."""
         self._write(entry, "failed", None, num_chunks, error=error.message, deployment=deployment)
 
     def escalated(
         self,
-        entry: ModelEntry,
+        entry: MeteredModel,
         usage: dict[str, Any] | None,
         num_tokens: int,
         reason: str,
@@ -212,7 +228,7 @@ class RequestMeter:
 
     def finished(
         self,
-        entry: ModelEntry,
+        entry: MeteredModel,
         status: str,
         usage: dict[str, Any] | None,
         num_chunks: int = 0,
@@ -245,7 +261,7 @@ class RequestMeter:
 
     def _write(
         self,
-        entry: ModelEntry,
+        entry: MeteredModel,
         status: str,
         usage: dict[str, Any] | None,
         num_chunks: int,

@@ -7,35 +7,38 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from switchyard.backends.base import AnyRequest
 from switchyard.backends.registry import ModelEntry
 from switchyard.backends.resilience import Answer, OpenedStream, ResilientExecutor
-from switchyard.billing.context import RequestContext
-from switchyard.billing.metering import RequestMeter
 from switchyard.cascade import logprobs
 from switchyard.cascade.buffer import Buffered, cancel_and_wait
 from switchyard.cascade.confidence import TokenEvidence
 from switchyard.core.chat_wire import CompletionResult, StreamChunk
 from switchyard.core.errors import BackendError, BudgetExceeded
+from switchyard.core.metering import AttemptMeter
+from switchyard.core.request_context import Caller, RequestContext, Team
 from switchyard.core.tracing import child_span
 
 ForClient = Callable[[Any], Any]  # logprobs cut back to what the client asked for
+M = TypeVar("M", bound=AttemptMeter)  # the request's meter, whatever its kind: forks are of the same
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(Generic[M]):
     """What the cascade answered: the model and deployment, the fork of the meter that metered it
-    (the relay finishes it), `x-switchyard-cascade`, and the answer (`result`) or the stream."""
+    (the relay finishes it), `x-switchyard-cascade`, and the answer (`result`, with the chunks it
+    was assembled from) or the stream."""
 
     entry: ModelEntry
     deployment: str
-    meter: RequestMeter
+    meter: M
     header: str
     result: CompletionResult | None = None
     first: StreamChunk | None = None
     rest: AsyncIterator[StreamChunk] | None = None
+    num_chunks: int = 0
 
 
 class Candidate(Protocol):
@@ -47,10 +50,10 @@ class Candidate(Protocol):
     def evidence(self) -> TokenEvidence | None:
         """None: the answer carried no logprobs."""
 
-    def outcome(self, meter: RequestMeter, header: str, for_client: ForClient) -> Outcome: ...
+    def outcome(self, meter: M, header: str, for_client: ForClient) -> Outcome[M]: ...
 
-    async def drop(self, meter: RequestMeter) -> None:
-        """Not sent: metered as escalated (its tokens counted)."""
+    async def drop(self, meter: AttemptMeter, reason: str) -> None:
+        """Not sent: metered as escalated (its tokens counted), for `reason` (the verdict)."""
 
 
 @dataclass(slots=True)
@@ -64,14 +67,15 @@ class WholeCandidate:
     def evidence(self) -> TokenEvidence | None:
         return logprobs.evidence_of(self.answer.result).evidence()
 
-    def outcome(self, meter: RequestMeter, header: str, for_client: ForClient) -> Outcome:
+    def outcome(self, meter: M, header: str, for_client: ForClient) -> Outcome[M]:
         answer = self.answer
-        return Outcome(answer.entry, answer.deployment, meter, header, result=for_client(answer.result))
+        result = for_client(answer.result)
+        return Outcome(answer.entry, answer.deployment, meter, header, result=result, num_chunks=answer.num_chunks)
 
-    async def drop(self, meter: RequestMeter) -> None:
+    async def drop(self, meter: AttemptMeter, reason: str) -> None:
         answer = self.answer
         usage = answer.result.parsed.get("usage")
-        meter.escalated(answer.entry, usage, meter.num_chunks, _why_dropped(meter), deployment=answer.deployment)
+        meter.escalated(answer.entry, usage, answer.num_chunks, reason, deployment=answer.deployment)
 
 
 @dataclass(slots=True)
@@ -86,21 +90,14 @@ class StreamCandidate:
     def evidence(self) -> TokenEvidence | None:
         return self.buffered.evidence.evidence()
 
-    def outcome(self, meter: RequestMeter, header: str, for_client: ForClient) -> Outcome:
+    def outcome(self, meter: M, header: str, for_client: ForClient) -> Outcome[M]:
         first, rest = self.buffered.replay(for_client)
         return Outcome(self.opened.entry, self.opened.deployment, meter, header, first=first, rest=rest)
 
-    async def drop(self, meter: RequestMeter) -> None:
+    async def drop(self, meter: AttemptMeter, reason: str) -> None:
         await self.buffered.aclose()
         opened, buffered = self.opened, self.buffered
-        meter.escalated(
-            opened.entry, buffered.usage, buffered.num_tokens, _why_dropped(meter), deployment=opened.deployment
-        )
-
-
-def _why_dropped(meter: RequestMeter) -> str:
-    """The verdict on a judged answer that was dropped, as its record's reason (and the metrics')."""
-    return "no-logprobs" if meter.threshold is not None and meter.confidence is None else "low-confidence"
+        meter.escalated(opened.entry, buffered.usage, buffered.num_tokens, reason, deployment=opened.deployment)
 
 
 class WholeAnswers:
@@ -113,18 +110,20 @@ class WholeAnswers:
         return executor.complete
 
     @staticmethod
-    async def judged(answer: Answer, meter: RequestMeter, tokens: int, budget_s: float) -> Candidate:
+    async def judged(answer: Answer, meter: AttemptMeter, tokens: int, budget_s: float) -> Candidate:
         return WholeCandidate(answer)
 
     @staticmethod
-    def last(answer: Answer, meter: RequestMeter, header: str) -> Outcome:
-        return Outcome(answer.entry, answer.deployment, meter, header, result=answer.result)
+    def last(answer: Answer, meter: M, header: str) -> Outcome[M]:
+        return Outcome(
+            answer.entry, answer.deployment, meter, header, result=answer.result, num_chunks=answer.num_chunks
+        )
 
     @staticmethod
-    async def abandon(answer: Answer, meter: RequestMeter) -> None:
+    async def abandon(answer: Answer, meter: AttemptMeter) -> None:
         """An answer that came and was not used (a hedge that lost the verdict's race)."""
         usage = answer.result.parsed.get("usage")
-        meter.finished(answer.entry, "cancelled", usage, meter.num_chunks, deployment=answer.deployment)
+        meter.finished(answer.entry, "cancelled", usage, answer.num_chunks, deployment=answer.deployment)
 
 
 class Streams:
@@ -138,7 +137,7 @@ class Streams:
         return executor.stream
 
     @staticmethod
-    async def judged(opened: OpenedStream, meter: RequestMeter, tokens: int, budget_s: float) -> Candidate:
+    async def judged(opened: OpenedStream, meter: AttemptMeter, tokens: int, budget_s: float) -> Candidate:
         buffered = Buffered(opened.first, opened.rest)
         try:
             await buffered.fill(tokens, budget_s)
@@ -153,22 +152,21 @@ class Streams:
         return StreamCandidate(opened, buffered)
 
     @staticmethod
-    def last(opened: OpenedStream, meter: RequestMeter, header: str) -> Outcome:
+    def last(opened: OpenedStream, meter: M, header: str) -> Outcome[M]:
         return Outcome(opened.entry, opened.deployment, meter, header, first=opened.first, rest=opened.rest)
 
     @staticmethod
-    async def abandon(opened: OpenedStream, meter: RequestMeter) -> None:
-        """An opened stream nobody will read."""
+    async def abandon(opened: OpenedStream, meter: AttemptMeter) -> None:
+        """An opened stream nobody will read (metered once: unless its attempt was metered already)."""
         await opened.rest.aclose()  # type: ignore[attr-defined]
-        if not meter.is_closed:
-            num_chunks = 1 if opened.first is not None else 0
-            meter.finished(opened.entry, "cancelled", None, num_chunks, deployment=opened.deployment)
+        num_chunks = 1 if opened.first is not None else 0
+        meter.finished(opened.entry, "cancelled", None, num_chunks, deployment=opened.deployment)
 
 
 Kind = type[WholeAnswers] | type[Streams]
 
 
-class RungTasks:
+class RungTasks(Generic[M]):
     """One task per rung, each metered by its own fork of the request's meter. Judged rungs get the
     request with logprobs; the last rung gets the client's request as it came."""
 
@@ -177,7 +175,7 @@ class RungTasks:
         rungs: list[ModelEntry],
         request: AnyRequest,
         judged_request: AnyRequest,
-        ctx: RequestContext,
+        ctx: RequestContext[Caller[Team], M],
         needed: dict[str, str],
         call: Callable[..., Awaitable[Any]],
         *,
@@ -186,7 +184,7 @@ class RungTasks:
         self.rungs, self.request, self.judged_request, self.ctx = rungs, request, judged_request, ctx
         self.needed, self.call, self.hedge = needed, call, hedge
         self.tasks: dict[int, asyncio.Task] = {}
-        self.meters: dict[int, RequestMeter] = {}
+        self.meters: dict[int, M] = {}
         self.handed_over: set[int] = set()
 
     def request_of(self, i: int) -> AnyRequest:
@@ -194,14 +192,14 @@ class RungTasks:
 
     async def reserve(self, i: int) -> bool:
         """Hold rung i's worst-case cost in the caller's budgets before starting it (True: it fits)."""
-        return await self.ctx.reserve_for(self.rungs[i].name, self.request_of(i))
+        return await self.ctx.meter.reserve_for(self.rungs[i].name, self.request_of(i))
 
     async def reserve_or_refuse(self, i: int) -> None:
         """Rung i is the only way to an answer (the first, or the one above a failed rung), if the
         budget allows it."""
         if not await self.reserve(i):
             why = f"The cascade's {self.rungs[i - 1].name} failed, and w" if i > 0 else "W"
-            refusal = await self.ctx.refusal_for(self.rungs[i].name, self.request_of(i))
+            refusal = await self.ctx.meter.refusal_for(self.rungs[i].name, self.request_of(i))
             raise BudgetExceeded(
                 f"{why}hat is left of the budget does not cover {self.rungs[i].name}"
                 + (f": {refusal.message}" if refusal is not None else "."),
@@ -217,13 +215,13 @@ class RungTasks:
             self.tasks[i] = asyncio.ensure_future(self._rung(self.rungs[i], self.request_of(i), rung_ctx))
         return self.tasks[i]
 
-    async def _rung(self, entry: ModelEntry, request: AnyRequest, ctx: RequestContext) -> Any:
+    async def _rung(self, entry: ModelEntry, request: AnyRequest, ctx: RequestContext[Caller[Team], M]) -> Any:
         """One rung through the resilience layer (which meters a cancellation), in its own task.
         Its fallbacks must serve what the client's request needs, whatever the rung is asked."""
         with child_span("cascade rung", rung=entry.name):
             return await self.call(entry, request, ctx, self.needed)
 
-    def hand_over(self, i: int, outcome: Outcome) -> Outcome:
+    def hand_over(self, i: int, outcome: Outcome[M]) -> Outcome[M]:
         self.handed_over.add(i)
         return outcome
 

@@ -20,8 +20,9 @@ rungs; the last rung it may reach is never judged.
   e.g. `small(0.42<0.60)->top(large lacks json_schema)`. The logprobs the cascade asks a judged
   rung for are its own need, not the client's: they never pass a rung over.
 
-Metering: every attempt is one ledger record (`RequestMeter.fork()` per rung, shared numbering):
-the judged-and-dropped answer as `escalated` (its tokens counted), a hedge's loser as `cancelled`.
+Metering: every attempt is one ledger record (a `fork()` of the request's meter per rung, shared
+numbering; `core.metering.AttemptMeter`): the judged-and-dropped answer as `escalated` (its tokens
+counted), a hedge's loser as `cancelled`.
 `x-switchyard-cascade` says what happened, e.g. `local-small(0.42<0.60)->local-large`.
 """
 
@@ -34,17 +35,17 @@ from dataclasses import dataclass, field
 
 from switchyard.backends.registry import ModelEntry
 from switchyard.backends.resilience import ResilientExecutor
-from switchyard.billing.context import RequestContext
-from switchyard.billing.metering import RequestMeter
 from switchyard.cascade import logprobs
 from switchyard.cascade.buffer import cancel_and_wait
 from switchyard.cascade.confidence import Scorer, score
-from switchyard.cascade.rungs import Outcome, RungTasks, Streams, WholeAnswers
+from switchyard.cascade.rungs import M, Outcome, RungTasks, Streams, WholeAnswers
 from switchyard.cascade.thrash import ThrashGuard
 from switchyard.core.capabilities import explain, unsupported_by_any
 from switchyard.core.chat_wire import ChatCompletionRequest
 from switchyard.core.errors import AllAttemptsFailed, BackendError, BackendRejected, InvalidRequest
+from switchyard.core.metering import AttemptMeter
 from switchyard.core.metrics import Metrics
+from switchyard.core.request_context import AnyContext, Caller, RequestContext, Team
 from switchyard.core.requests import GenerationRequest
 
 __all__ = ["Cascade", "CascadePolicy", "Outcome", "Plan", "Rung"]
@@ -115,7 +116,7 @@ class Cascade:
         request: GenerationRequest,
         mode: str | None,
         near_threshold: bool = False,
-        ctx: RequestContext | None = None,
+        ctx: AnyContext | None = None,
         *,
         needed: dict[str, str],
     ) -> Plan | str | None:
@@ -174,8 +175,9 @@ class Cascade:
         raise unsupported_by_any("the cascade", lacking)
 
     def _judge(
-        self, plan: Plan, rung: Rung, answered: ModelEntry, evidence, is_first: bool, meter: RequestMeter
-    ) -> bool:
+        self, plan: Plan, rung: Rung, answered: ModelEntry, evidence, is_first: bool, meter: AttemptMeter
+    ) -> str | None:
+        """Why `answered` is not the answer (low-confidence, no-logprobs); None: it is."""
         confidence = score(rung.scorer, evidence)
         meter.judged(confidence, rung.threshold)  # the attempt's record keeps both
         if confidence is None:
@@ -187,12 +189,13 @@ class Cascade:
             sign = ">=" if accepted else "<"
             step = f"{answered.name}({confidence:.2f}{sign}{rung.threshold:.2f})"
         self.judged[(answered.name, verdict)] += 1
-        if not accepted:
-            self._count_escalation(plan, rung, "low-confidence" if verdict == "escalated" else verdict)
+        reason = None if accepted else "low-confidence" if verdict == "escalated" else verdict
+        if reason is not None:
+            self._count_escalation(plan, rung, reason)
         plan.steps.append(step)
         if is_first and not plan.is_moved_up:
             self.guard.record(plan.route, escalated=not accepted)
-        return accepted
+        return reason
 
     def _count_escalation(self, plan: Plan, rung: Rung, reason: str) -> None:
         index = plan.rungs.index(rung)
@@ -215,7 +218,7 @@ class Cascade:
 
     # -- the entry point ---------------------------------------------------------------------------
 
-    async def run(self, plan: Plan, request: GenerationRequest, ctx: RequestContext) -> Outcome:
+    async def run(self, plan: Plan, request: GenerationRequest, ctx: RequestContext[Caller[Team], M]) -> Outcome[M]:
         """Answer `request` along `plan`: a whole answer, or a stream decided before its first byte.
         One loop for both: a rung is started (a hedge beside the first), its answer judged, and
         either handed to the relay or dropped for the next rung."""
@@ -254,16 +257,16 @@ class Cascade:
                     self._climb_past(plan, rung, exc, i, is_last)
                     await rungs.reserve_or_refuse(i + 1)
                     continue
-                accepted = self._judge(plan, rung, candidate.entry, candidate.evidence(), i == 0, meter)
-                if accepted and hedge is not None:
+                dropped_for = self._judge(plan, rung, candidate.entry, candidate.evidence(), i == 0, meter)
+                if dropped_for is None and hedge is not None:
                     self._hedge_won(candidate.entry.name, plan.rungs[i + 1].entry.name)
-                if not accepted and not await rungs.reserve(i + 1):
+                if dropped_for is not None and not await rungs.reserve(i + 1):
                     plan.steps.append("over-budget")  # no budget to climb: this answer is the best there is
-                    accepted = True
-                if accepted:
+                    dropped_for = None
+                if dropped_for is None:
                     for_client = lambda obj: self._for_client(obj, wanted)  # noqa: E731
                     return rungs.hand_over(i, candidate.outcome(meter, self._header(plan), for_client))
-                await candidate.drop(meter)
+                await candidate.drop(meter, dropped_for)
             raise AssertionError("the last rung always answers or raises")
         finally:
             await rungs.close(kind)

@@ -22,12 +22,12 @@ import orjson
 
 from switchyard.backends.registry import ModelEntry
 from switchyard.backends.resilience import ResilientExecutor
-from switchyard.billing.context import Deadline, RequestContext
 from switchyard.billing.metering import RequestMeter
 from switchyard.core.capabilities import needs
 from switchyard.core.chat_wire import ChatCompletionRequest
 from switchyard.core.errors import SwitchyardError
 from switchyard.core.prices import Price
+from switchyard.core.request_context import AnyContext, Deadline, RequestContext
 from switchyard.core.traces import HEADER_KEY, TRACE_FORMAT_VERSION, ModelOutcome, Trace, TraceFormatError, read_traces
 from switchyard.evals.datasets import DATA_DIR, assign_splits
 from switchyard.evals.grading import GRADERS, grade, guess_grader
@@ -168,7 +168,8 @@ class Collector:
         request = ChatCompletionRequest.from_payload(payload)
         started_at = asyncio.get_running_loop().time()
         deadline = Deadline.after(started_at, self.executor.request_timeout_s(entry))
-        ctx = RequestContext(f"collect-{item.id}", RequestMeter(None, {}, f"collect-{item.id}"), deadline=deadline)
+        meter = RequestMeter(None, {}, f"collect-{item.id}")
+        ctx: AnyContext = RequestContext(meter.request_id, meter, deadline=deadline)
         answer = await self.executor.complete(entry, request, ctx, needs(request))
         return _outcome(item, answer.result.parsed, self.prices.get(entry.name))
 

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 
 from switchyard.backends.base import AnyRequest
 from switchyard.backends.registry import ModelEntry
-from switchyard.billing.context import RequestContext
 from switchyard.billing.teams import Team
 from switchyard.cascade.runtime import Plan
 from switchyard.core.capabilities import unsupported
 from switchyard.core.embeddings_wire import EmbeddingRequest
 from switchyard.core.errors import InvalidRequest, ModelNotAllowed, RateLimitExceeded, wrong_kind
 from switchyard.core.estimates import worst_case_tokens
+from switchyard.core.request_context import RequestContext
 from switchyard.gateway.auto_router import CASCADE_MODEL, auto_not_configured, cascade_not_configured
 from switchyard.gateway.services import Services
 
@@ -156,6 +156,6 @@ async def _rate_headers(services: Services, ctx: RequestContext, parsed: AnyRequ
 
 async def _reserve(services: Services, ctx: RequestContext, entry: ModelEntry, parsed: AnyRequest) -> None:
     """The request's worst case reserved in the caller's budgets (a 429 when it does not fit)."""
-    if not await ctx.reserve_for(entry.name, parsed):
-        cost = ctx.worst_case_cost_usd(entry.name, parsed)
+    if not await ctx.meter.reserve_for(entry.name, parsed):
+        cost = ctx.meter.worst_case_cost_usd(entry.name, parsed)
         raise await services.budgets.refusal(ctx.principal, (cost, entry.name))

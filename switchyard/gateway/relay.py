@@ -18,7 +18,6 @@ from dataclasses import dataclass, field, replace
 
 from switchyard.backends.base import AnyRequest
 from switchyard.backends.registry import ModelEntry
-from switchyard.billing.context import Deadline, RequestContext
 from switchyard.billing.ledger import Ledger
 from switchyard.billing.metering import RequestMeter, RequestTags, RequestTotals, cached_prompt_tokens, usage_of
 from switchyard.billing.teams import Principal
@@ -30,6 +29,7 @@ from switchyard.core.errors import ShuttingDown, SwitchyardError
 from switchyard.core.estimates import estimated_prompt_tokens
 from switchyard.core.metrics import HistogramTally
 from switchyard.core.prices import Price
+from switchyard.core.request_context import Deadline, RequestContext
 from switchyard.core.requests import GenerationRequest
 from switchyard.core.tracing import annotate_request
 from switchyard.gateway.answer_shape import PASS_THROUGH, AnswerShape
@@ -227,7 +227,7 @@ async def _execute(
     answer = await services.executor.complete(decision.entry, parsed, ctx, decision.needed)
     answered = Answered(answer.entry, answer.deployment)
     usage = usage_of(answer.result)
-    meter.finished(answer.entry, "completed", usage, meter.num_chunks, deployment=answer.deployment, sent="whole")
+    meter.finished(answer.entry, "completed", usage, answer.num_chunks, deployment=answer.deployment, sent="whole")
     body = shape.whole(answer.result.data)
     headers = _answer_headers(answered) | _upstream_model_header(answer.result) | decision.headers | _cost_header(meter)
     return _whole(body, headers), answered
@@ -253,7 +253,7 @@ async def _relay_cascade(
     )
     if not parsed.stream:
         assert outcome.result is not None
-        num_chunks = outcome.meter.num_chunks
+        num_chunks = outcome.num_chunks
         usage = usage_of(outcome.result)
         outcome.meter.finished(
             outcome.entry, "completed", usage, num_chunks, deployment=outcome.deployment, sent="whole"

@@ -16,8 +16,8 @@ import asyncio
 from dataclasses import dataclass
 
 from switchyard.backends.registry import ModelEntry, ModelRegistry
-from switchyard.billing.context import RequestContext
 from switchyard.core.errors import BackendUnavailable, InvalidRequest, RateLimited
+from switchyard.core.request_context import RequestContext
 
 PRIORITIES = ("best-effort", "standard", "priority")
 

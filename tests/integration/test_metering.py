@@ -175,3 +175,24 @@ def test_an_answer_cut_by_the_request_deadline_is_metered_as_failed_with_its_chu
         [record] = _records(app, response.headers["x-request-id"], 1)
     assert (record.status, record.completion_tokens, record.is_estimated) == ("failed", 3, True)
     assert "request deadline of 3 s" in record.error and record.cost_usd > 0
+
+
+def test_an_answer_cut_by_the_attempt_timeout_is_metered_as_failed_with_its_chunks(tmp_path):
+    """The attempt's own timeout, as the request's deadline: the assembled answer's chunks are metered."""
+    state = FakeState(behaviour=FakeBehaviour(failure="stall", drop_after=3))
+    with ExitStack() as stack:
+        url = stack.enter_context(serve_in_thread(FakeOpenAIUpstream(state))) + "/v1"
+        price = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}
+        settings = Settings(
+            models=[{"name": "a", "base_url": url, "price": price}],
+            resilience={"first_token_timeout_s": 30, "attempt_timeout_s": 3.0, "max_attempts": 1},
+            upstream={"read_timeout_s": 30},
+            billing={"ledger_path": tmp_path / "usage.db"},
+        )
+        app = create_app(settings)
+        base = stack.enter_context(serve_in_thread(app))
+        response = httpx.post(base + "/v1/chat/completions", json={"model": "a", "messages": HI}, timeout=60)
+        assert response.status_code == 504
+        [record] = _records(app, response.headers["x-request-id"], 1)
+    assert (record.status, record.completion_tokens, record.is_estimated) == ("failed", 3, True)
+    assert "no answer within 3 s" in record.error and record.cost_usd > 0

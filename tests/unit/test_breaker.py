@@ -4,9 +4,9 @@ import pytest
 
 from switchyard.backends.breaker import AttemptTickets, Breaker, BreakerPolicy, SettlingStream
 from switchyard.backends.deadlines import DeadlineStream
-from switchyard.billing.context import Deadline
 from switchyard.core.chat_wire import StreamChunk
 from switchyard.core.errors import BackendError, BackendRateLimited, BackendRejected, BackendTimeout, CircuitOpen
+from switchyard.core.request_context import Deadline
 
 
 class Clock:
