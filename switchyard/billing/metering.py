@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import orjson
@@ -144,6 +144,10 @@ class RequestMeter:
     @property
     def num_attempts(self) -> int:
         return self.totals.num_attempts
+
+    def routed(self, route: str | None, score: float | None, ceiling_model: str | None) -> None:
+        """How the request was routed, once decided (before its first attempt): its records say so."""
+        self.tags = replace(self.tags, route=route, score=score, ceiling_model=ceiling_model)
 
     @property
     def total_cost_usd(self) -> float:

@@ -123,19 +123,22 @@ class Origin:
     received_at: float | None = None  # time.monotonic() when the proxy received it (None: no client, a batch's line)
 
 
-def _tags(origin: Origin, parsed: AnyRequest, decision: Decision, principal: Principal | None) -> RequestTags:
-    route = decision.headers.get("x-switchyard-route")
-    if "x-switchyard-degraded" in decision.headers:
-        route = (route or "") + ";degraded"
+def _tags(origin: Origin, parsed: AnyRequest, principal: Principal | None) -> RequestTags:
+    """Who asked for what: the meter's tags from its start (how it was routed comes with `routed`)."""
     return RequestTags(
         client_request_id=origin.client_request_id,
         key_id=principal.key.id if principal is not None else None,
         requested_model=parsed.model,
-        route=route,
-        score=decision.score,
-        ceiling_model=decision.ceiling,
         batch_id=origin.terms.batch_id if origin.terms is not None else None,
     )
+
+
+def _route_of(decision: Decision) -> str | None:
+    """The route the ledger records: `x-switchyard-route`, plus ";degraded"."""
+    route = decision.headers.get("x-switchyard-route")
+    if "x-switchyard-degraded" in decision.headers:
+        route = (route or "") + ";degraded"
+    return route
 
 
 async def relay(
@@ -171,6 +174,7 @@ async def relay(
         spending=spending,
         metrics=services.metrics,
         totals=RequestTotals(received_at=origin.received_at),
+        tags=_tags(origin, parsed, principal),
     )
     annotate_request(requested_model=parsed.model, stream=bool(parsed.stream))
     ctx = RequestContext(meter.request_id, meter, principal)
@@ -182,7 +186,7 @@ async def relay(
         decision = await decide(services, parsed, ctx, asked, needs(parsed))
         # the deadline, once: from the start, by the model that answers first
         ctx = replace(ctx, deadline=Deadline.after(started_at, services.executor.request_timeout_s(decision.entry)))
-        meter.tags = _tags(origin, parsed, decision, principal)
+        meter.routed(_route_of(decision), decision.score, decision.ceiling)
         answer, answered = await _execute(services, decision, parsed, ctx, shape)
         relayed = replace(answer, started_at=started_at, meter=meter, decision=decision, answered=answered)
         return relayed
