@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 
+from switchyard.backends.answered import Answered
 from switchyard.backends.attempts import ChainRun, Guard, InFlight
 from switchyard.backends.base import AnyRequest, Pick
 from switchyard.backends.breaker import Breaker, BreakerPolicy, SettlingStream
@@ -54,32 +54,7 @@ from switchyard.core.estimates import worst_case_tokens
 from switchyard.core.metering import AttemptMeter
 from switchyard.core.request_context import AnyContext, Deadline
 
-__all__ = ["AllAttemptsFailed", "Answer", "Attempt", "OpenedStream", "ResiliencePolicy", "ResilientExecutor"]
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """A whole answer, and where it came from."""
-
-    entry: ModelEntry  # the model that answered: the one asked for, or one of its fallbacks
-    deployment: str  # the deployment that answered (`openai#1`; never its address)
-    result: CompletionResult
-    failures: tuple[Attempt, ...] = ()  # the attempts that failed before it, in order
-    # chunks it was assembled from (0: asked whole): whoever meters it estimates its tokens from
-    # them when the upstream sent no usage
-    num_chunks: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class OpenedStream:
-    """A stream whose first chunk has arrived (None: it ended empty): from here on, only in-band
-    errors remain. Its breaker tickets are settled when `rest` ends."""
-
-    entry: ModelEntry
-    deployment: str
-    first: StreamChunk | None
-    rest: AsyncIterator[StreamChunk]
-    failures: tuple[Attempt, ...] = ()
+__all__ = ["AllAttemptsFailed", "Answered", "Attempt", "ResiliencePolicy", "ResilientExecutor"]
 
 
 class ResilientExecutor:
@@ -123,7 +98,9 @@ class ResilientExecutor:
 
     # -- the two entry points ------------------------------------------------------------------
 
-    async def complete(self, first: ModelEntry, request: AnyRequest, ctx: AnyContext, needed: dict[str, str]) -> Answer:
+    async def complete(
+        self, first: ModelEntry, request: AnyRequest, ctx: AnyContext, needed: dict[str, str]
+    ) -> Answered:
         """A whole answer from `first` or a fallback that can serve what the client's request
         `needed` (the cascade asks a judged rung for logprobs the client did not: not a need)."""
         num_tokens = worst_case_tokens(request)
@@ -139,7 +116,9 @@ class ResilientExecutor:
                 return await within(answer, self.policy.attempt_timeout_s, entry.name, "answer")
 
         called = await ChainRun(self, first, request, ctx, needed, call, is_stream=False).run()
-        return Answer(called.entry, called.deployment, called.result, called.failures, called.num_chunks)
+        return Answered(
+            called.entry, called.deployment, called.result, num_chunks=called.num_chunks, failures=called.failures
+        )
 
     async def _assembled(
         self,
@@ -165,9 +144,7 @@ class ResilientExecutor:
             message = f"{entry.name}: no first token within {first_token_s:.3g} s"
             raise FirstTokenTimeout(message, backend=entry.name) from None
 
-    async def stream(
-        self, first: ModelEntry, request: AnyRequest, ctx: AnyContext, needed: dict[str, str]
-    ) -> OpenedStream:
+    async def stream(self, first: ModelEntry, request: AnyRequest, ctx: AnyContext, needed: dict[str, str]) -> Answered:
         """Open a stream and wait for its first chunk: everything before that byte may be retried.
         The breakers hear how the stream ends: a failure after the first byte counts too.
         `needed`: as for `complete()`."""
@@ -203,7 +180,7 @@ class ResilientExecutor:
             if deadline is not None
             else SettlingStream(rest, called.tickets)
         )
-        return OpenedStream(called.entry, called.deployment, chunk, settling, called.failures)
+        return Answered(called.entry, called.deployment, first=chunk, rest=settling, failures=called.failures)
 
     # -- state, for /metrics and readiness -----------------------------------------------------
 

@@ -5,17 +5,17 @@ for non-stream and stream requests alike (`WHOLE`, `STREAMS`)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar
 
+from switchyard.backends.answered import Answered
 from switchyard.backends.base import AnyRequest
 from switchyard.backends.registry import ModelEntry
-from switchyard.backends.resilience import Answer, OpenedStream, ResilientExecutor
+from switchyard.backends.resilience import ResilientExecutor
 from switchyard.cascade import logprobs
 from switchyard.cascade.buffer import Buffered, cancel_and_wait
 from switchyard.cascade.confidence import TokenEvidence
-from switchyard.core.chat_wire import CompletionResult, StreamChunk
 from switchyard.core.errors import BackendError, BudgetExceeded
 from switchyard.core.metering import AttemptMeter
 from switchyard.core.request_context import Caller, RequestContext, Team
@@ -25,20 +25,9 @@ ForClient = Callable[[Any], Any]  # logprobs cut back to what the client asked f
 M = TypeVar("M", bound=AttemptMeter)  # the request's meter, whatever its kind: forks are of the same
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome(Generic[M]):
-    """What the cascade answered: the model and deployment, the fork of the meter that metered it
-    (the relay finishes it), `x-switchyard-cascade`, and the answer (`result`, with the chunks it
-    was assembled from) or the stream."""
-
-    entry: ModelEntry
-    deployment: str
-    meter: M
-    header: str
-    result: CompletionResult | None = None
-    first: StreamChunk | None = None
-    rest: AsyncIterator[StreamChunk] | None = None
-    num_chunks: int = 0
+# What the cascade answered: the rung's answer (saying what the cascade did, `Answered.cascade`), and
+# the fork of the request's meter that metered it (the relay finishes it).
+Outcome = tuple[Answered, M]
 
 
 class Candidate(Protocol):
@@ -58,29 +47,27 @@ class Candidate(Protocol):
 
 @dataclass(slots=True)
 class WholeCandidate:
-    answer: Answer
+    answer: Answered
 
     @property
     def entry(self) -> ModelEntry:
         return self.answer.entry
 
     def evidence(self) -> TokenEvidence | None:
-        return logprobs.evidence_of(self.answer.result).evidence()
+        return logprobs.evidence_of(self.answer.whole).evidence()
 
     def outcome(self, meter: M, header: str, for_client: ForClient) -> Outcome[M]:
-        answer = self.answer
-        result = for_client(answer.result)
-        return Outcome(answer.entry, answer.deployment, meter, header, result=result, num_chunks=answer.num_chunks)
+        return replace(self.answer, result=for_client(self.answer.whole), cascade=header), meter
 
     async def drop(self, meter: AttemptMeter, reason: str) -> None:
         answer = self.answer
-        usage = answer.result.parsed.get("usage")
+        usage = answer.whole.parsed.get("usage")
         meter.escalated(answer.entry, usage, answer.num_chunks, reason, deployment=answer.deployment)
 
 
 @dataclass(slots=True)
 class StreamCandidate:
-    opened: OpenedStream
+    opened: Answered
     buffered: Buffered
 
     @property
@@ -92,7 +79,7 @@ class StreamCandidate:
 
     def outcome(self, meter: M, header: str, for_client: ForClient) -> Outcome[M]:
         first, rest = self.buffered.replay(for_client)
-        return Outcome(self.opened.entry, self.opened.deployment, meter, header, first=first, rest=rest)
+        return replace(self.opened, first=first, rest=rest, cascade=header), meter
 
     async def drop(self, meter: AttemptMeter, reason: str) -> None:
         await self.buffered.aclose()
@@ -106,23 +93,21 @@ class WholeAnswers:
     races_hedge = True
 
     @staticmethod
-    def call(executor: ResilientExecutor) -> Callable[..., Awaitable[Answer]]:
+    def call(executor: ResilientExecutor) -> Callable[..., Awaitable[Answered]]:
         return executor.complete
 
     @staticmethod
-    async def judged(answer: Answer, meter: AttemptMeter, tokens: int, budget_s: float) -> Candidate:
+    async def judged(answer: Answered, meter: AttemptMeter, tokens: int, budget_s: float) -> Candidate:
         return WholeCandidate(answer)
 
     @staticmethod
-    def last(answer: Answer, meter: M, header: str) -> Outcome[M]:
-        return Outcome(
-            answer.entry, answer.deployment, meter, header, result=answer.result, num_chunks=answer.num_chunks
-        )
+    def last(answer: Answered, meter: M, header: str) -> Outcome[M]:
+        return replace(answer, cascade=header), meter
 
     @staticmethod
-    async def abandon(answer: Answer, meter: AttemptMeter) -> None:
+    async def abandon(answer: Answered, meter: AttemptMeter) -> None:
         """An answer that came and was not used (a hedge that lost the verdict's race)."""
-        usage = answer.result.parsed.get("usage")
+        usage = answer.whole.parsed.get("usage")
         meter.finished(answer.entry, "cancelled", usage, answer.num_chunks, deployment=answer.deployment)
 
 
@@ -133,12 +118,12 @@ class Streams:
     races_hedge = False
 
     @staticmethod
-    def call(executor: ResilientExecutor) -> Callable[..., Awaitable[OpenedStream]]:
+    def call(executor: ResilientExecutor) -> Callable[..., Awaitable[Answered]]:
         return executor.stream
 
     @staticmethod
-    async def judged(opened: OpenedStream, meter: AttemptMeter, tokens: int, budget_s: float) -> Candidate:
-        buffered = Buffered(opened.first, opened.rest)
+    async def judged(opened: Answered, meter: AttemptMeter, tokens: int, budget_s: float) -> Candidate:
+        buffered = Buffered(opened.first, opened.chunks)
         try:
             await buffered.fill(tokens, budget_s)
         except BackendError as exc:  # broke after its first byte: a failed attempt
@@ -152,13 +137,13 @@ class Streams:
         return StreamCandidate(opened, buffered)
 
     @staticmethod
-    def last(opened: OpenedStream, meter: M, header: str) -> Outcome[M]:
-        return Outcome(opened.entry, opened.deployment, meter, header, first=opened.first, rest=opened.rest)
+    def last(opened: Answered, meter: M, header: str) -> Outcome[M]:
+        return replace(opened, cascade=header), meter
 
     @staticmethod
-    async def abandon(opened: OpenedStream, meter: AttemptMeter) -> None:
+    async def abandon(opened: Answered, meter: AttemptMeter) -> None:
         """An opened stream nobody will read (metered once: unless its attempt was metered already)."""
-        await opened.rest.aclose()  # type: ignore[attr-defined]
+        await opened.chunks.aclose()  # type: ignore[attr-defined]
         num_chunks = 1 if opened.first is not None else 0
         meter.finished(opened.entry, "cancelled", None, num_chunks, deployment=opened.deployment)
 

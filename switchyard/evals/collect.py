@@ -171,7 +171,7 @@ class Collector:
         meter = RequestMeter(None, {}, f"collect-{item.id}")
         ctx: AnyContext = RequestContext(meter.request_id, meter, deadline=deadline)
         answer = await self.executor.complete(entry, request, ctx, needs(request))
-        return _outcome(item, answer.result.parsed, self.prices.get(entry.name))
+        return _outcome(item, answer.whole.parsed, self.prices.get(entry.name))
 
     async def run(
         self,

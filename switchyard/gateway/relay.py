@@ -16,6 +16,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
+from switchyard.backends.answered import Answered
 from switchyard.backends.base import AnyRequest
 from switchyard.backends.registry import ModelEntry
 from switchyard.billing.ledger import Ledger
@@ -39,15 +40,6 @@ from switchyard.gateway.request_log import CLIENT_CLOSED_REQUEST
 from switchyard.gateway.services import Services
 
 logger = logging.getLogger("switchyard")
-
-
-@dataclass(frozen=True, slots=True)
-class Answered:
-    """The model and deployment that answered (before the first byte, for a stream)."""
-
-    entry: ModelEntry
-    deployment: str
-    cascade: str | None = None  # what the cascade did (`x-switchyard-cascade`), when it answered
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,17 +216,16 @@ async def _execute(
         # Decide before the first byte: retries, fallbacks and errors up to the first chunk are real
         # HTTP outcomes; after it, only in-band errors remain.
         opened = await services.executor.stream(decision.entry, parsed, ctx, decision.needed)
-        answered = Answered(opened.entry, opened.deployment)
-        headers = _answer_headers(answered) | _upstream_model_header(opened.first) | decision.headers
-        relayed = _stream(opened.first, opened.rest, parsed, meter, answered, headers, services.streams, shape)
-        return relayed, answered
+        headers = _answer_headers(opened) | _upstream_model_header(opened.first) | decision.headers
+        return _stream(opened, parsed, meter, headers, services.streams, shape), opened
     answer = await services.executor.complete(decision.entry, parsed, ctx, decision.needed)
-    answered = Answered(answer.entry, answer.deployment)
-    usage = usage_of(answer.result)
-    meter.finished(answer.entry, "completed", usage, answer.num_chunks, deployment=answer.deployment, sent="whole")
-    body = shape.whole(answer.result.data)
-    headers = _answer_headers(answered) | _upstream_model_header(answer.result) | decision.headers | _cost_header(meter)
-    return _whole(body, headers), answered
+    result = answer.whole
+    meter.finished(
+        answer.entry, "completed", usage_of(result), answer.num_chunks, deployment=answer.deployment, sent="whole"
+    )
+    body = shape.whole(result.data)
+    headers = _answer_headers(answer) | _upstream_model_header(result) | decision.headers | _cost_header(meter)
+    return _whole(body, headers), answer
 
 
 async def _relay_cascade(
@@ -247,26 +238,23 @@ async def _relay_cascade(
 ) -> tuple[Relayed, Answered]:
     """The cascade meters each rung's attempt itself, cancellations included; the answer's is finished here."""
     assert services.cascade is not None
-    outcome = await services.cascade.run(plan, parsed, ctx)
-    answered = Answered(outcome.entry, outcome.deployment, outcome.header)
+    answered, meter = await services.cascade.run(plan, parsed, ctx)
+    assert answered.cascade is not None
     headers = (
         _answer_headers(answered)
-        | _upstream_model_header(outcome.result if not parsed.stream else outcome.first)
+        | _upstream_model_header(answered.result if not parsed.stream else answered.first)
         | route_headers
-        | {"x-switchyard-cascade": outcome.header}
+        | {"x-switchyard-cascade": answered.cascade}
     )
-    if not parsed.stream:
-        assert outcome.result is not None
-        num_chunks = outcome.num_chunks
-        usage = usage_of(outcome.result)
-        outcome.meter.finished(
-            outcome.entry, "completed", usage, num_chunks, deployment=outcome.deployment, sent="whole"
-        )
-        body = shape.whole(outcome.result.data)
-        return _whole(body, headers | _cost_header(ctx.meter)), answered
-    assert outcome.rest is not None
-    relayed = _stream(outcome.first, outcome.rest, parsed, outcome.meter, answered, headers, services.streams, shape)
-    return relayed, answered
+    if parsed.stream:
+        return _stream(answered, parsed, meter, headers, services.streams, shape), answered
+    result = answered.whole
+    usage = usage_of(result)
+    meter.finished(
+        answered.entry, "completed", usage, answered.num_chunks, deployment=answered.deployment, sent="whole"
+    )
+    body = shape.whole(result.data)
+    return _whole(body, headers | _cost_header(ctx.meter)), answered
 
 
 def _whole(body: bytes, headers: dict[str, str]) -> Relayed:
@@ -295,15 +283,14 @@ def _with_cost(chunk: StreamChunk, meter: RequestMeter, entry: ModelEntry) -> St
 
 
 def _stream(
-    first: StreamChunk | None,
-    rest: AsyncIterator[StreamChunk],
+    answered: Answered,
     parsed: AnyRequest,
     meter: RequestMeter,
-    answered: Answered,
     headers: dict[str, str],
     streams: LiveStreams,
     shape: AnswerShape,
 ) -> Relayed:
+    first, rest = answered.first, answered.chunks
     include_usage = _client_wants_usage(parsed)
     body = _sse_body(
         first, rest, include_usage=include_usage, meter=meter, answered=answered, streams=streams, shape=shape
