@@ -108,6 +108,26 @@ def pick_tolerance(data: TierData, predicted: np.ndarray, costs: np.ndarray, qua
     return float(TOLERANCES[reached[-1]]) if len(reached) else 0.0
 
 
+def tune_modes(
+    tuning: TierData,
+    tuning_predicted: np.ndarray,
+    test: TierData,
+    test_predicted: np.ndarray,
+    tier_names: Sequence[str],
+) -> dict[str, dict]:
+    """Each quality mode's tolerance, picked on `tuning`, with its operating point on both splits."""
+    modes = {}
+    for mode, fraction in MODE_TARGETS.items():
+        tolerance = pick_tolerance(tuning, tuning_predicted, tuning.cost, fraction)
+        modes[mode] = {
+            "tolerance": tolerance,
+            "target": {"quality_fraction": fraction},
+            "tuning": operating_point(tuning, route_by_value(tuning_predicted, tuning.cost, tolerance), tier_names),
+            "test": operating_point(test, route_by_value(test_predicted, test.cost, tolerance), tier_names),
+        }
+    return modes
+
+
 def write_plot(
     path, title: str, data: TierData, sweep_points: tuple[np.ndarray, np.ndarray], tier_names, modes: dict
 ) -> None:

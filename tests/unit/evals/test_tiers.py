@@ -49,6 +49,20 @@ def test_the_tolerance_picked_is_the_cheapest_that_reaches_the_target():
     assert tiers.pick_tolerance(_data([[0, 1]] * 4, cost), hopeless, np.array(cost, dtype=float), 1.01) == 0.0
 
 
+def test_each_mode_is_tuned_on_one_split_and_reported_on_the_other():
+    quality, cost = [[1, 1], [0, 1], [1, 1], [0, 1]], [[1, 10]] * 4
+    tuning, test = _data(quality, cost), _data(quality, cost)
+    tuning_predicted = np.array([[0.875, 1.0], [0.25, 1.0], [0.75, 1.0], [0.5, 1.0]])
+    test_predicted = np.array([[0.9, 1.0]] * 4)  # on the test split every gap is small: all go cheap
+    modes = tiers.tune_modes(tuning, tuning_predicted, test, test_predicted, ["a", "b"])
+    assert list(modes) == ["economy", "balanced", "max"]
+    # four prompts: 90%, 95% and 99% of the best tier's quality all need every prompt right
+    assert [mode["tolerance"] for mode in modes.values()] == [pytest.approx(0.4975)] * 3
+    assert modes["economy"]["target"] == {"quality_fraction": 0.90}
+    assert modes["balanced"]["tuning"] == {"quality": 1.0, "cost_usd_per_1k": 5500.0, "share": {"a": 0.5, "b": 0.5}}
+    assert modes["balanced"]["test"] == {"quality": 0.5, "cost_usd_per_1k": 1000.0, "share": {"a": 1.0, "b": 0.0}}
+
+
 def test_an_artifact_that_saw_the_train_split_is_tuned_on_held_out_prompts():
     traces = [Trace(str(i), f"prompt {i}", "unit", "train" if i < 50 else "test", {}) for i in range(100)]
     tuning, test, where = tiers.tuning_and_test(traces, artifact_saw_train=False)
