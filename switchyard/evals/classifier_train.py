@@ -111,62 +111,12 @@ def train(
     `pairs`: a dataset's own (weak, strong) models, where it is not `weak` and `strong` (its
     labels then say whether its strong model beat its weak one)."""
     pair_of = {name: (pairs or {}).get(name, (weak, strong)) for name in datasets}
-    datasets = {
-        name: [t for t in traces if t.split == "train" and all(m in t.models for m in pair_of[name])]
-        for name, traces in datasets.items()
-    }
-    train_traces = [t for traces in datasets.values() for t in traces]
-    dataset_of = np.array([name for name, traces in datasets.items() for t in traces])
-    embeddings = encode([t.prompt for t in train_traces])
-    is_val = np.array([is_validation(t) for t in train_traces])
-    fit_rows = ~is_val
-    outcomes = pooled_outcomes(datasets, pair_of)
-    x = design_matrix(embeddings, [t.prompt for t in train_traces])
-
-    subject_names = sorted({t.category for t in train_traces})
-    subject_index = {name: i for i, name in enumerate(subject_names)}
-    subjects = np.array([subject_index[t.category] for t in train_traces])
-    # The subject prior for choosing on validation: out-of-fold on the fitting rows, and from a
-    # classifier fitted on those rows for the validation rows.
-    fit_oof = SubjectPrior(subject_names, seed=seed).out_of_fold(embeddings[fit_rows], subjects[fit_rows])
-    val_probabilities = (
-        SubjectPrior(subject_names, seed=seed)
-        .fit_classifier(embeddings[fit_rows], subjects[fit_rows])
-        .probabilities(embeddings[is_val])
-    )
-
-    scores_by_choice: dict[str, float] = {}
-    choices: dict[str, tuple[str, float, bool]] = {}
-    for kind in TARGETS:
-        y = target(outcomes, kind)
-        prior = np.zeros(len(train_traces))
-        prior[fit_rows] = fit_oof.prior(y[fit_rows])
-        prior[is_val] = val_probabilities @ subject_rates(subjects[fit_rows], y[fit_rows], len(subject_names), 10.0)
-        for use_prior in (False, True):
-            xx = np.column_stack([x, prior]) if use_prior else x
-            for c in REGULARISATION:
-                head = fit_head(xx[fit_rows], y[fit_rows], c, seed)
-                per_dataset = []
-                for name in datasets:
-                    rows = np.flatnonzero(is_val & (dataset_of == name))
-                    if len(rows) < 10:
-                        continue
-                    val = Outcomes.of([train_traces[i] for i in rows], *pair_of[name])
-                    per_dataset.append(_apgr(val, head.predict_proba(xx[rows])[:, 1]))
-                label = f"{kind} C={c}" + (" +subject-prior" if use_prior else "")
-                scores_by_choice[label] = float(np.mean(per_dataset))
-                choices[label] = (kind, c, use_prior)
+    datasets = with_pairs(datasets, pair_of, "train")
+    rows = _TrainRows.of(datasets, pair_of, encode)
+    scores_by_choice, choices = _choose(rows, datasets, pair_of, seed)
     best = max(scores_by_choice, key=lambda label: scores_by_choice[label])
     kind, c, use_prior = choices[best]
-    y = target(outcomes, kind)
-    subject_prior = None
-    if use_prior:
-        subject_prior = SubjectPrior(subject_names, seed=seed)
-        oof_prior = subject_prior.out_of_fold(embeddings, subjects).prior(y)
-        subject_prior.fit_classifier(embeddings, subjects).fit_rates(subjects, y)
-        x = np.column_stack([x, oof_prior])
-    head = fit_head(x, y, c, seed)
-
+    head, subject_prior = _fit_chosen(rows, kind, c, use_prior, seed)
     metadata = {
         "target": kind,
         "regularisation_c": c,
@@ -181,7 +131,7 @@ def train(
         ],
         "weak_model": weak,
         "strong_model": strong,
-        "data": {"datasets": sorted(datasets), "sha256": data_sha256, "num_train": len(train_traces)},
+        "data": {"datasets": sorted(datasets), "sha256": data_sha256, "num_train": len(rows.traces)},
         **({"pairs": {name: list(pair) for name, pair in pair_of.items()}} if pairs else {}),
         "validation_apgr": scores_by_choice,
         "seed": seed,
@@ -193,6 +143,104 @@ def train(
         ComplexityClassifier(head=head, metadata=metadata, subject_prior=subject_prior, embedder=embedder),
         scores_by_choice,
     )
+
+
+def with_pairs(
+    datasets: Mapping[str, Sequence[Trace]], pair_of: Mapping[str, tuple[str, str]], split_name: str
+) -> dict[str, list[Trace]]:
+    """Each dataset's `split_name` split, only the traces with an outcome for both models of its pair."""
+    return {
+        name: [t for t in traces if t.split == split_name and all(m in t.models for m in pair_of[name])]
+        for name, traces in datasets.items()
+    }
+
+
+@dataclass
+class _TrainRows:
+    """The pooled train split of several datasets, row by row: what choosing and fitting read."""
+
+    traces: list[Trace]
+    dataset_of: np.ndarray  # each row's dataset
+    embeddings: np.ndarray
+    x: np.ndarray  # the design matrix
+    is_val: np.ndarray  # the validation slice; the other rows fit
+    outcomes: Outcomes
+    subject_names: list[str]
+    subjects: np.ndarray  # each row's index into subject_names
+
+    @classmethod
+    def of(cls, datasets: Mapping[str, Sequence[Trace]], pair_of: Mapping[str, tuple[str, str]], encode) -> _TrainRows:
+        traces = [t for ts in datasets.values() for t in ts]
+        embeddings = encode([t.prompt for t in traces])
+        subject_names = sorted({t.category for t in traces})
+        subject_index = {name: i for i, name in enumerate(subject_names)}
+        return cls(
+            traces=traces,
+            dataset_of=np.array([name for name, ts in datasets.items() for t in ts]),
+            embeddings=embeddings,
+            x=design_matrix(embeddings, [t.prompt for t in traces]),
+            is_val=np.array([is_validation(t) for t in traces]),
+            outcomes=pooled_outcomes(datasets, pair_of),
+            subject_names=subject_names,
+            subjects=np.array([subject_index[t.category] for t in traces]),
+        )
+
+
+def _choose(
+    rows: _TrainRows, datasets: Mapping[str, Sequence[Trace]], pair_of: Mapping[str, tuple[str, str]], seed: int
+) -> tuple[dict[str, float], dict[str, tuple[str, float, bool]]]:
+    """Every (target, C, subject prior or not) fitted on the fitting rows: its mean validation APGR
+    over the datasets, and what each label stands for."""
+    fit_rows, is_val = ~rows.is_val, rows.is_val
+    embeddings, subjects, subject_names = rows.embeddings, rows.subjects, rows.subject_names
+    # The subject prior for choosing on validation: out-of-fold on the fitting rows, and from a
+    # classifier fitted on those rows for the validation rows.
+    fit_oof = SubjectPrior(subject_names, seed=seed).out_of_fold(embeddings[fit_rows], subjects[fit_rows])
+    val_probabilities = (
+        SubjectPrior(subject_names, seed=seed)
+        .fit_classifier(embeddings[fit_rows], subjects[fit_rows])
+        .probabilities(embeddings[is_val])
+    )
+    scores_by_choice: dict[str, float] = {}
+    choices: dict[str, tuple[str, float, bool]] = {}
+    for kind in TARGETS:
+        y = target(rows.outcomes, kind)
+        prior = np.zeros(len(rows.traces))
+        prior[fit_rows] = fit_oof.prior(y[fit_rows])
+        prior[is_val] = val_probabilities @ subject_rates(subjects[fit_rows], y[fit_rows], len(subject_names), 10.0)
+        for use_prior in (False, True):
+            xx = np.column_stack([rows.x, prior]) if use_prior else rows.x
+            for c in REGULARISATION:
+                head = fit_head(xx[fit_rows], y[fit_rows], c, seed)
+                label = f"{kind} C={c}" + (" +subject-prior" if use_prior else "")
+                scores_by_choice[label] = _validation_apgr(rows, head, xx, datasets, pair_of)
+                choices[label] = (kind, c, use_prior)
+    return scores_by_choice, choices
+
+
+def _validation_apgr(rows: _TrainRows, head, xx: np.ndarray, datasets, pair_of) -> float:
+    """`head`'s APGR on each dataset's validation rows (those with at least 10), averaged."""
+    per_dataset = []
+    for name in datasets:
+        chosen = np.flatnonzero(rows.is_val & (rows.dataset_of == name))
+        if len(chosen) < 10:
+            continue
+        val = Outcomes.of([rows.traces[i] for i in chosen], *pair_of[name])
+        per_dataset.append(_apgr(val, head.predict_proba(xx[chosen])[:, 1]))
+    return float(np.mean(per_dataset))
+
+
+def _fit_chosen(rows: _TrainRows, kind: str, c: float, use_prior: bool, seed: int):
+    """The chosen head fitted on the whole train split, and its subject prior (None without one)."""
+    y = target(rows.outcomes, kind)
+    x = rows.x
+    subject_prior = None
+    if use_prior:
+        subject_prior = SubjectPrior(rows.subject_names, seed=seed)
+        oof_prior = subject_prior.out_of_fold(rows.embeddings, rows.subjects).prior(y)
+        subject_prior.fit_classifier(rows.embeddings, rows.subjects).fit_rates(rows.subjects, y)
+        x = np.column_stack([x, oof_prior])
+    return fit_head(x, y, c, seed), subject_prior
 
 
 def train_head(
@@ -210,10 +258,7 @@ def train_head(
     is reported, not used to choose."""
     from switchyard.classifier.heads import build_training_rows, make_head
 
-    train_by_source = {
-        name: [t for t in traces if t.split == "train" and all(m in t.models for m in pairs[name])]
-        for name, traces in datasets.items()
-    }
+    train_by_source = with_pairs(datasets, pairs, "train")
 
     def design(prompts: list[str]) -> np.ndarray:
         return design_matrix(encode(prompts), prompts)
