@@ -57,40 +57,63 @@ def train(
     ] = "logreg",
 ) -> None:
     """Train on the train split; print held-out APGR / CPT against the baselines; write the artifact."""
-    import numpy as np
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from switchyard.backends.embedded.models import default_cache_dir
-    from switchyard.classifier.embedder import EMBEDDER_CHOICES, embedder_for
-    from switchyard.classifier.router import ClassifierRouter
+    from switchyard.classifier.embedder import EMBEDDER_CHOICES
     from switchyard.core.traces import traces_digest
-    from switchyard.evals import report
-    from switchyard.evals.classifier_train import EmbeddingCache, train_head
-    from switchyard.evals.classifier_train import train as fit
-    from switchyard.evals.datasets import assign_splits
-    from switchyard.evals.evaluate import Outcomes, evaluate_router, split
-    from switchyard.evals.routers import make_router
+    from switchyard.evals.classifier_evaluate import held_out_metrics, write_thresholds
 
     console = Console()
     if head != "logreg":
-        from switchyard.classifier.heads import make_head
-
-        try:
-            make_head(head)
-        except ValueError as exc:
-            raise cli_error(str(exc)) from exc
+        _check_head(head)
     names = dataset or list(DEFAULT_DATASETS)
-    loaded, pairs = _load_sources(names, pair or [])
+    datasets, pairs = _prepare(console, names, pair or [], limit, seed)
+    if embedder not in EMBEDDER_CHOICES:
+        raise cli_error(f"unknown embedder {embedder!r}; known: {', '.join(EMBEDDER_CHOICES)}")
+    embedding_model = EMBEDDER_CHOICES[embedder]
+    encode = _embed(console, datasets, embedding_model, cache_dir)
+    digest = traces_digest([t for traces in datasets.values() for t in traces])
+    classifier = _fit(console, datasets, pairs, names[0], encode, head, seed, digest, embedding_model)
+    classifier.metadata["test"] = held_out_metrics(console, datasets, pairs, classifier, encode)
+    classifier.metadata["target_chosen_on"] = "validation slice of the train split"
+    classifier.save(out)
+    write_thresholds(out / "thresholds.yaml", classifier, datasets, encode, digest, pairs)
+    console.print(f"wrote {out}/model.joblib, metadata.json and thresholds.yaml")
+
+
+def _check_head(head: str) -> None:
+    from switchyard.classifier.heads import make_head
+
+    try:
+        make_head(head)
+    except ValueError as exc:
+        raise cli_error(str(exc)) from exc
+
+
+def _prepare(console, names: list[str], pair_options: list[str], limit: int | None, seed: int):
+    """Each dataset's traces (sampled to `limit`, split 80/20 where the file has no split) and pair."""
+    from switchyard.evals.datasets import assign_splits
+
+    loaded, pairs = _load_sources(names, pair_options)
     datasets = {name: _sample(traces, limit, seed) for name, traces in loaded.items()}
     for name, traces in datasets.items():
         if {t.split for t in traces} != {"train", "test"}:
             assign_splits(traces)
             console.print(f"{name}: no train/test split in the file; split 80/20 by prompt hash")
+    return datasets, pairs
+
+
+def _embed(console, datasets: dict, embedding_model: str, cache_dir: Path | None):
+    """Embed every prompt once (cached on disk, with a progress bar): a function from prompts to
+    their embeddings."""
+    import numpy as np
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from switchyard.backends.embedded.models import default_cache_dir
+    from switchyard.classifier.embedder import embedder_for
+    from switchyard.evals.classifier_train import EmbeddingCache
+
     texts = sorted({t.prompt for traces in datasets.values() for t in traces})
-    if embedder not in EMBEDDER_CHOICES:
-        raise cli_error(f"unknown embedder {embedder!r}; known: {', '.join(EMBEDDER_CHOICES)}")
-    embedding_model = EMBEDDER_CHOICES[embedder]
     cache = EmbeddingCache(embedder_for(embedding_model), cache_dir or default_cache_dir().parent / "embeddings")
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=console
@@ -102,74 +125,30 @@ def train(
     def encode(batch: list[str]) -> np.ndarray:
         return matrix[[row_of[t] for t in batch]]
 
-    digest = traces_digest([t for traces in datasets.values() for t in traces])
+    return encode
+
+
+def _fit(console, datasets: dict, pairs: dict, first: str, encode, head: str, seed: int, digest: str, model: str):
+    """The classifier fitted on the train splits (`logreg`: `classifier_train.train`, else the named
+    head), its validation APGR printed."""
+    from switchyard.evals.classifier_train import train as fit
+    from switchyard.evals.classifier_train import train_head
+
     with console.status("fitting the head (target and regularisation chosen on a validation slice of train)"):
-        weak, strong = pairs[names[0]]
+        weak, strong = pairs[first]
         if head == "logreg":
             result = fit(
-                datasets,
-                weak,
-                strong,
-                encode,
-                seed=seed,
-                data_sha256=digest,
-                embedding_model=embedding_model,
-                pairs=pairs,
+                datasets, weak, strong, encode, seed=seed, data_sha256=digest, embedding_model=model, pairs=pairs
             )
         else:
-            result = train_head(
-                datasets, pairs, encode, head, seed=seed, data_sha256=digest, embedding_model=embedding_model
-            )
-    classifier = result.classifier
+            result = train_head(datasets, pairs, encode, head, seed=seed, data_sha256=digest, embedding_model=model)
     console.print(
         "validation APGR (train split only): "
         + ", ".join(f"{k} {v:.3f}" for k, v in sorted(result.validation_apgr.items(), key=lambda kv: -kv[1]))
     )
-
-    test_metrics = {}
-    for name, traces in datasets.items():
-        weak, strong = pairs[name]
-        test = Outcomes.of(split(traces, "test"), weak, strong)
-        train_split = split(traces, "train")
-        routers = []
-        for baseline in ("random", "length", "category-prior"):
-            router = make_router(baseline)
-            router.fit(train_split, weak, strong)
-            routers.append(router)
-        prompts = [t.prompt for t in test.traces]
-
-        class _Precomputed(ClassifierRouter):
-            def score(self, traces, prompts=prompts):  # the test embeddings are already computed
-                return self.classifier.score_embedded(encode(prompts), prompts)
-
-        results = [evaluate_router(r, test) for r in routers] + [
-            evaluate_router(_Precomputed(classifier=classifier), test)
-        ]
-        console.print(report.rich_table(f"held-out {name}", results))
-        by_name = {r.name: r for r in results}
-        apgr, length = by_name["classifier"].apgr, by_name["length"].apgr
-        test_metrics[name] = {  # nan (a share never reached) is not JSON: null
-            key: None if np.isnan(value) else round(value, 4)
-            for key, value in (
-                ("apgr", apgr),
-                ("cpt50", by_name["classifier"].cpt50),
-                ("cpt80", by_name["classifier"].cpt80),
-                ("length_apgr", length),
-            )
-        }
-        verdict = "meets" if apgr >= 0.65 and apgr >= length + 0.10 else "misses"
-        console.print(
-            f"{name}: classifier APGR {apgr:.3f} vs length {length:.3f} — {verdict} the target "
-            "(≥ 0.65 and ≥ length + 0.10)"
-        )
-    classifier.metadata["test"] = test_metrics
-    classifier.metadata["target_chosen_on"] = "validation slice of the train split"
-    classifier.save(out)
-    _write_thresholds(out / "thresholds.yaml", classifier, datasets, encode, digest, pairs)
-    console.print(f"wrote {out}/model.joblib, metadata.json and thresholds.yaml")
+    return result.classifier
 
 
-QUALITY_TARGETS = {"economy": 0.90, "balanced": 0.95, "max": 0.99}
 DEFAULT_DATASETS = ("mmlu", "gsm8k", "llmrouter", "arena")
 
 
@@ -201,62 +180,6 @@ def _load_sources(names: list[str], pair_options: list[str]) -> tuple[dict, dict
                 raise cli_error(f"{name}: no trace has an outcome for {model!r}")
         loaded[name] = [t for t in traces if all(model in t.models for model in pairs[name])]
     return loaded, pairs
-
-
-def _write_thresholds(
-    path: Path, classifier, datasets: dict, encode, digest: str, pairs: dict[str, tuple[str, str]] | None = None
-) -> None:
-    """Thresholds for the three quality modes, picked on the pooled train split (each dataset's rows
-    read with its own weak/strong pair)."""
-    from switchyard.core.thresholds import write_section
-    from switchyard.evals.classifier_train import pooled_outcomes
-    from switchyard.evals.datasets import STRONG_MODEL, WEAK_MODEL
-    from switchyard.evals.thresholds import operating_point, pick_threshold
-
-    pair_of = {name: (pairs or {}).get(name, (WEAK_MODEL, STRONG_MODEL)) for name in datasets}
-
-    def scored(split_name: str):
-        chosen = {
-            name: [t for t in ts if t.split == split_name and all(m in t.models for m in pair_of[name])]
-            for name, ts in datasets.items()
-        }
-        outcomes = pooled_outcomes(chosen, pair_of)
-        prompts = [t.prompt for t in outcomes.traces]
-        return outcomes, classifier.score_embedded(encode(prompts), prompts)
-
-    (train, train_scores), (test, test_scores) = scored("train"), scored("test")
-    modes = {}
-    for mode, fraction in QUALITY_TARGETS.items():
-        value = pick_threshold(train, train_scores, quality_fraction=fraction)
-        modes[mode] = {
-            "threshold": value,
-            "target": {"quality_fraction": fraction},
-            "train": operating_point(train, train_scores, value),
-            "test": operating_point(test, test_scores, value),
-        }
-    balanced = modes["balanced"]
-    write_section(
-        path,
-        "routing",
-        {
-            "router": "classifier",
-            "threshold": balanced["threshold"],
-            "weak_model": pair_of[next(iter(datasets))][0],
-            "strong_model": pair_of[next(iter(datasets))][1],
-            "target": balanced["target"],
-            "data": {
-                "source": " + ".join(sorted(datasets)),
-                **({"pairs": {name: list(p) for name, p in pair_of.items()}} if pairs else {}),
-                "sha256": digest,
-                "num_train": len(train.traces),
-                "num_test": len(test.traces),
-            },
-            "train": balanced["train"],
-            "test": balanced["test"],
-            "modes": {mode: modes[mode] for mode in ("economy", "max")},
-        },
-        keep=("by_value",),
-    )
 
 
 @app.command()
