@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import ExitStack
+from typing import Any
 
 import httpx
 import openai
@@ -153,17 +154,16 @@ def test_an_answer_assembled_without_usage_is_estimated_as_its_stream_would_be(m
     )
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_an_answer_cut_by_the_request_deadline_is_metered_as_failed_with_its_chunks(tmp_path, stream):
-    """A non-stream answer (assembled) cut mid-way costs what its stream would: the chunks that came."""
+def _cut_answer(tmp_path, resilience: dict, stream: bool) -> tuple[int, Any]:
+    """An upstream that sends 3 chunks then stalls, cut by `resilience`'s limit: the status the
+    client got and the request's one ledger record."""
     state = FakeState(behaviour=FakeBehaviour(failure="stall", drop_after=3))
     with ExitStack() as stack:
         url = stack.enter_context(serve_in_thread(FakeOpenAIUpstream(state))) + "/v1"
         price = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}
         settings = Settings(
             models=[{"name": "a", "base_url": url, "price": price}],
-            # the deadline cuts the stalled answer; the first chunks come well within it on any machine
-            resilience={"first_token_timeout_s": 30, "request_timeout_s": 3.0},
+            resilience={"first_token_timeout_s": 30, **resilience},
             upstream={"read_timeout_s": 30},
             billing={"ledger_path": tmp_path / "usage.db"},
         )
@@ -171,28 +171,23 @@ def test_an_answer_cut_by_the_request_deadline_is_metered_as_failed_with_its_chu
         base = stack.enter_context(serve_in_thread(app))
         body = {"model": "a", "messages": HI, "stream": stream}
         response = httpx.post(base + "/v1/chat/completions", json=body, timeout=60)
-        assert response.status_code == (200 if stream else 504)
         [record] = _records(app, response.headers["x-request-id"], 1)
+    return response.status_code, record
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_cut_by_the_request_deadline_is_metered_as_failed_with_its_chunks(tmp_path, stream):
+    """A non-stream answer (assembled) cut mid-way costs what its stream would: the chunks that came."""
+    # the deadline cuts the stalled answer; the first chunks come well within it on any machine
+    status, record = _cut_answer(tmp_path, {"request_timeout_s": 3.0}, stream)
+    assert status == (200 if stream else 504)
     assert (record.status, record.completion_tokens, record.is_estimated) == ("failed", 3, True)
     assert "request deadline of 3 s" in record.error and record.cost_usd > 0
 
 
 def test_an_answer_cut_by_the_attempt_timeout_is_metered_as_failed_with_its_chunks(tmp_path):
     """The attempt's own timeout, as the request's deadline: the assembled answer's chunks are metered."""
-    state = FakeState(behaviour=FakeBehaviour(failure="stall", drop_after=3))
-    with ExitStack() as stack:
-        url = stack.enter_context(serve_in_thread(FakeOpenAIUpstream(state))) + "/v1"
-        price = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}
-        settings = Settings(
-            models=[{"name": "a", "base_url": url, "price": price}],
-            resilience={"first_token_timeout_s": 30, "attempt_timeout_s": 3.0, "max_attempts": 1},
-            upstream={"read_timeout_s": 30},
-            billing={"ledger_path": tmp_path / "usage.db"},
-        )
-        app = create_app(settings)
-        base = stack.enter_context(serve_in_thread(app))
-        response = httpx.post(base + "/v1/chat/completions", json={"model": "a", "messages": HI}, timeout=60)
-        assert response.status_code == 504
-        [record] = _records(app, response.headers["x-request-id"], 1)
+    status, record = _cut_answer(tmp_path, {"attempt_timeout_s": 3.0, "max_attempts": 1}, stream=False)
+    assert status == 504
     assert (record.status, record.completion_tokens, record.is_estimated) == ("failed", 3, True)
     assert "no answer within 3 s" in record.error and record.cost_usd > 0
