@@ -31,9 +31,10 @@ serve: $(STAMP)
 	$(BIN)/switchyard serve $(if $(CONFIG),--config $(CONFIG))
 
 # The whole suite, after the checks that fail fastest: ruff, then the import-layer contracts.
-# Three workers (pytest-xdist) on a 2-core machine, a test file per worker at a time: most tests wait
-# on servers, not CPU (measured on 2 cores: 7:15 with three, 8:35 with two); the files with slow
-# tests go first (tests/conftest.py).
+# Four workers (pytest-xdist) on a 2-core machine, a test file per worker at a time: many tests wait
+# on servers and timeouts, not CPU (measured on 2 cores, same order: 6:08 with four, using 89% of
+# both cores, against 6:59 with three; 8:35 with two); the files with slow tests go first
+# (tests/conftest.py).
 # Beside them, each in a process of its own: the tests marked serial (the schemathesis fuzzing,
 # whose subtests xdist would drop) and the instructor and llama-index tests, which need openai 2.x
 # and run in an env of their own (below); their output goes to .pytest_cache/side-*.log and is
@@ -45,7 +46,7 @@ serve: $(STAMP)
 # three runs (and the proxies they start as processes); it ends with the total, by package and for
 # the least-covered modules, and fails under the floor in pyproject.toml. Tracing nearly doubles the
 # suite's CPU time, so `make test` leaves it out; CI runs both.
-PYTEST_WORKERS ?= 3
+PYTEST_WORKERS ?= 4
 TEST_SKIPS := .pytest_cache/switchyard-skips.jsonl
 OWN_ENV_TESTS := tests/clients/test_instructor.py tests/clients/test_llama_index.py
 COV ?=

@@ -8,10 +8,37 @@ own label.
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
+
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.cluster import KMeans
 from sklearn.model_selection import KFold
+
+_MAX_REMEMBERED = 64
+_remembered: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+_remembered_lock = threading.Lock()
+
+
+def _kmeans(embeddings: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Centres and labels of k-means on `embeddings`. Training fits a head for every choice of target
+    and regularisation on the same folds, so the same rows are clustered again and again; the
+    clusters depend on the rows alone, so the last few results are kept by a hash of the rows."""
+    rows = np.ascontiguousarray(embeddings)
+    key = (hashlib.blake2b(rows.tobytes(), digest_size=16).digest(), rows.shape, str(rows.dtype), k, seed)
+    with _remembered_lock:
+        if (found := _remembered.get(key)) is not None:
+            _remembered.move_to_end(key)
+            return found
+    kmeans = KMeans(n_clusters=k, n_init=1, max_iter=100, random_state=seed).fit(rows)
+    result = (kmeans.cluster_centers_.astype(np.float32), kmeans.labels_)
+    with _remembered_lock:
+        _remembered[key] = result
+        while len(_remembered) > _MAX_REMEMBERED:
+            _remembered.popitem(last=False)
+    return result
 
 
 class ClusterPrior(TransformerMixin, BaseEstimator):
@@ -31,12 +58,12 @@ class ClusterPrior(TransformerMixin, BaseEstimator):
 
     def _fit_rates(self, embeddings: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         k = min(self.num_clusters, len(embeddings))
-        kmeans = KMeans(n_clusters=k, n_init=1, max_iter=100, random_state=self.seed).fit(embeddings)
+        centres, labels = _kmeans(embeddings, k, self.seed)
         overall = float(y.mean()) if len(y) else 0.5
-        counts = np.bincount(kmeans.labels_, minlength=k)
-        positives = np.bincount(kmeans.labels_, weights=y, minlength=k)
+        counts = np.bincount(labels, minlength=k)
+        positives = np.bincount(labels, weights=y, minlength=k)
         rates = (positives + self.smoothing * overall) / (counts + self.smoothing)
-        return kmeans.cluster_centers_.astype(np.float32), rates
+        return centres, rates
 
     def _features(self, embeddings: np.ndarray, centres: np.ndarray, rates: np.ndarray) -> np.ndarray:
         similarity = embeddings @ centres.T  # embeddings are unit length
