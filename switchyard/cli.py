@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from switchyard.backends.defaults import load_settings
+from switchyard.billing.private_valkey import PrivateValkey, PrivateValkeyError, private_valkey_folder
 from switchyard.cli_billing import keys_app, teams_app
 from switchyard.cli_report import report
 from switchyard.core.settings import DEFAULT_CONFIG_NAME, ConfigError, workers_refusal
@@ -54,7 +55,7 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Overrides server.port.")] = None,
     workers: Annotated[
         int | None,
-        typer.Option(min=1, help="Worker processes on the one port; overrides server.workers. Over 1 needs Valkey."),
+        typer.Option(min=1, help="Worker processes on the one port; overrides server.workers."),
     ] = None,
 ) -> None:
     """Run the proxy."""
@@ -81,7 +82,7 @@ def serve_settings(config: Path | None, workers: int | None):
     except ConfigError as exc:
         raise cli_error(str(exc)) from exc
     if workers is not None:
-        if (refusal := workers_refusal(workers, settings.billing.redis_url)) is not None:
+        if (refusal := workers_refusal(workers, settings.billing)) is not None:
             raise cli_error(refusal)
         settings.server.workers = workers
     return settings
@@ -118,12 +119,33 @@ def _run_workers(settings) -> None:
         raise cli_error(str(exc)) from exc
     logging.basicConfig(level=settings.server.log_level.upper(), format="%(levelname)s:     %(message)s")
     install_repeat_filter()
-    try:
-        exit_code = workers.serve(settings, settings.server.workers)
-    except OSError as exc:  # the address is taken, say
-        raise cli_error(f"cannot listen on {settings.server.host}:{settings.server.port}: {exc}") from exc
+    num_workers = settings.server.workers
+    with contextlib.ExitStack() as stack:
+        if (folder := private_valkey_folder(settings.billing, num_workers)) is not None:
+            try:  # one for every worker: budgets, rate limits and the batch queue shared as through a URL
+                private = stack.enter_context(PrivateValkey.start(folder))
+            except PrivateValkeyError as exc:
+                message = f"--workers {num_workers} needs Valkey, and the private one did not start: {exc}"
+                raise cli_error(message) from exc
+            _log_private_valkey(private, None)
+            settings.billing.redis_url = private.url
+        try:
+            exit_code = workers.serve(settings, num_workers)
+        except OSError as exc:  # the address is taken, say
+            raise cli_error(f"cannot listen on {settings.server.host}:{settings.server.port}: {exc}") from exc
     if exit_code:
         raise typer.Exit(exit_code)
+
+
+def _log_private_valkey(private: PrivateValkey | None, problem: str | None) -> None:
+    log = logging.getLogger("uvicorn.error")  # serve's own start lines, beside uvicorn's and at its level
+    if private is not None:
+        log.info("private Valkey at %s (data in %s)", private.url, private.folder)
+    elif problem is not None:
+        log.warning(
+            "no private Valkey (%s): the batch API answers 503; set billing.redis_url to a server of your own",
+            problem,
+        )
 
 
 def _run(settings) -> None:
@@ -136,22 +158,30 @@ def _run(settings) -> None:
     from switchyard.proxy.streams import GracefulServer
     from switchyard.proxy.workers import bind_socket
 
-    try:
-        app_ = create_app(settings)
-    except ThresholdsError as exc:
-        raise cli_error(str(exc)) from exc
     try:  # a server running on the port keeps its spill files: only a start that can listen adopts them
         bind_socket(settings.server.host, settings.server.port).close()
     except OSError as exc:
         raise cli_error(f"cannot listen on {settings.server.host}:{settings.server.port}: {exc}") from exc
-    if settings.billing.resolved_database_url() is not None:  # a server without a ledger leaves them to one with
-        spill_path = settings.billing.spill_path.expanduser()
-        adopt_spill_files(spill_path, spill_path)  # spill files that workers of an earlier run left
-    raise_nofile_limit()
-    config = uvicorn_config(app_, settings.server)
-    install_repeat_filter()  # after the Config, which sets up uvicorn's loggers
-    install_request_log_handler(settings.logging)
-    GracefulServer(config).run()
+    with contextlib.ExitStack() as stack:
+        private, problem = None, None
+        if (folder := private_valkey_folder(settings.billing)) is not None:
+            try:  # the batch queue's; budgets and rate limits stay in this process
+                private = stack.enter_context(PrivateValkey.start(folder))
+            except PrivateValkeyError as exc:  # interactive requests do not need it: serve them
+                problem = str(exc)
+        try:
+            app_ = create_app(settings, private_valkey_url=private.url if private is not None else None)
+        except ThresholdsError as exc:
+            raise cli_error(str(exc)) from exc
+        if settings.billing.resolved_database_url() is not None:  # a server without a ledger leaves them to one with
+            spill_path = settings.billing.spill_path.expanduser()
+            adopt_spill_files(spill_path, spill_path)  # spill files that workers of an earlier run left
+        raise_nofile_limit()
+        config = uvicorn_config(app_, settings.server)
+        install_repeat_filter()  # after the Config, which sets up uvicorn's loggers
+        install_request_log_handler(settings.logging)
+        _log_private_valkey(private, problem)
+        GracefulServer(config).run()  # the private Valkey stops after the server (SIGTERM, Ctrl-C)
 
 
 @app.command()
@@ -161,7 +191,8 @@ def worker(
 ) -> None:
     """Run batch lines beside the proxies, without an HTTP server: scales out the batch tier.
 
-    Needs billing.redis_url and the proxies' database. SIGTERM stops it once its lines finish (10 s at most).
+    Needs billing.redis_url and the proxies' database (a proxy's private Valkey is its own: a worker
+    cannot reach it). SIGTERM stops it once its lines finish (10 s at most).
     """
     import asyncio
     import signal
@@ -170,8 +201,11 @@ def worker(
     from switchyard.core.errors import NotConfigured
 
     settings = serve_settings(config, None)
-    if not settings.billing.redis_url or settings.billing.resolved_database_url() is None:
-        raise cli_error("a batch worker needs billing.redis_url (the queue) and a database (billing.database_url)")
+    if settings.billing.valkey_url() is None or settings.billing.resolved_database_url() is None:
+        raise cli_error(
+            "a batch worker needs billing.redis_url (the queue) and a database (billing.database_url); "
+            "the private Valkey of a `switchyard serve` is its own, so give both the same billing.redis_url"
+        )
     spill = settings.billing.spill_path.expanduser()  # its own, replayed by its next start
     settings.billing.spill_path = spill.with_name(f"{spill.stem}.batch-worker{spill.suffix}")
     os.nice(nice)

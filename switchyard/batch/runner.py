@@ -422,14 +422,15 @@ class BatchRunner:
 
 
 @contextlib.asynccontextmanager
-async def open_batch_tier(services: Services) -> AsyncIterator[BatchTier | None]:
-    """The batch tier on these services, closed on exit (None: it needs `billing.redis_url` and a
-    database, and one of them is not set)."""
+async def open_batch_tier(services: Services, private_url: str | None = None) -> AsyncIterator[BatchTier | None]:
+    """The batch tier on these services, closed on exit (None: it needs Valkey, `billing.redis_url`
+    or else `private_url`, the private Valkey `serve` started, and a database, and one is missing)."""
     settings = services.settings
-    if services.database is None or not settings.billing.redis_url:
+    url = settings.billing.valkey_url() or private_url
+    if services.database is None or url is None:
         yield None
         return
-    tier = BatchTier.open(settings.batch, services.database, settings.billing.redis_url)
+    tier = BatchTier.open(settings.batch, services.database, url)
     try:
         yield tier
     finally:

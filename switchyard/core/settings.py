@@ -28,6 +28,7 @@ DEFAULT_CONFIG_NAME = "switchyard.yaml"
 
 
 RESERVED_MODEL_NAMES = ("auto", "cascade")
+VALKEY_OFF = "none"  # billing.redis_url that turns Valkey off (left out, `serve` starts a private one)
 
 
 class ConfigError(Exception):
@@ -160,11 +161,23 @@ class PriorityTierSettings(StrictModel):
 class BillingSettings(StrictModel):
     ledger_path: Path | None = Path("~/.cache/switchyard/usage.sqlite3")  # null (and no database_url): no ledger
     database_url: str | None = None  # sqlite:///./file.db or postgresql://user:pw@host/db; wins over ledger_path
-    redis_url: str | None = None  # redis://host:6379/0: budgets and rate limits shared by every replica
+    # redis://host:6379/0: the batch queue, and budgets and rate limits shared by every replica; left
+    # out: `serve` starts a private Valkey (billing/private_valkey.py); "none": no Valkey at all
+    redis_url: str | None = None
     fail_open: bool = False  # Valkey/Redis unreachable: refuse (503, the default) or let requests through
     spill_path: Path = Path("~/.cache/switchyard/ledger-spill.jsonl")  # records kept while the database is down
     reservation_ttl_s: float = Field(default=900.0, gt=0)  # a reservation a crashed replica left is freed after
     priority_tiers: dict[str, PriorityTierSettings] = Field(default_factory=dict)
+
+    def valkey_url(self) -> str | None:
+        """The Valkey (or Redis) the settings name: `redis_url`, unless it is left out or "none"."""
+        if not self.redis_url or self.is_valkey_off():
+            return None
+        return self.redis_url
+
+    def is_valkey_off(self) -> bool:
+        """`redis_url: none`: no Valkey, not even a private one."""
+        return (self.redis_url or "").lower() == VALKEY_OFF
 
     def resolved_database_url(self) -> str | None:
         """`database_url`, else the SQLite file at `ledger_path`, else None (no ledger)."""
@@ -281,7 +294,7 @@ class Settings(BaseSettings):
     def _check_across_sections(self) -> Settings:
         """What no section can check alone: the names that models, adapters, fallbacks, the cascade
         and the teams give each other, in this order (the first problem is the one reported)."""
-        if (refusal := workers_refusal(self.server.workers, self.billing.redis_url, "server.workers:")) is not None:
+        if (refusal := workers_refusal(self.server.workers, self.billing, "server.workers:")) is not None:
             raise ValueError(refusal)
         adapters = _check_model_names(self.models, self.teams)
         by_name = {model.name: model for model in self.models}
@@ -305,12 +318,13 @@ class Settings(BaseSettings):
         return (env_settings, init_settings)
 
 
-def workers_refusal(num_workers: int, redis_url: str | None, named: str = "--workers") -> str | None:
-    """Why `num_workers` processes cannot run with this billing config (None: they can)."""
-    if num_workers > 1 and redis_url is None:
+def workers_refusal(num_workers: int, billing: BillingSettings, named: str = "--workers") -> str | None:
+    """Why `num_workers` processes cannot run with this billing config (None: they can; with no
+    `redis_url`, `serve` starts a private Valkey for them to share)."""
+    if num_workers > 1 and billing.is_valkey_off():
         return (
-            f"{named} {num_workers} needs billing.redis_url: "
-            "budgets, rate limits and keys must be shared by the workers"
+            f"{named} {num_workers} needs Valkey: budgets, rate limits and keys must be shared by the workers "
+            "(billing.redis_url is 'none': give a URL, or leave it out for a private Valkey)"
         )
     return None
 

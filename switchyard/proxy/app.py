@@ -35,12 +35,14 @@ def create_app(
     backends: Mapping[str, Backend] | None = None,
     score_batch: ScoreBatch | None = None,
     span_exporter: SpanExporter | None = None,
+    private_valkey_url: str | None = None,
 ) -> FastAPI:
     """Build the app. A thresholds file is read here, so a bad one stops the start (ThresholdsError).
 
     `backends` and `score_batch` replace what the settings would build (see `build_services`);
     `span_exporter` receives the request spans in place of `tracing.otlp_endpoint` (and turns
-    tracing on).
+    tracing on). `private_valkey_url` is the private Valkey `switchyard serve` started for the batch
+    queue when `billing.redis_url` is left out (budgets and rate limits stay in this process).
     """
     settings = settings if settings is not None else load_settings(None)
     check = check_startup(settings)
@@ -51,7 +53,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with (
             build_services(settings, check=check, backends=backends, score_batch=score_batch) as services,
-            open_batch_tier(services) as batch,
+            open_batch_tier(services, private_valkey_url) as batch,
         ):
             app.state.services, app.state.batch = services, batch
             # the batch tier's lines run with what this process's interactive requests leave

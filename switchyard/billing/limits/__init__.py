@@ -11,7 +11,8 @@ window because it needs two numbers per bucket (level, last update) instead of a
 request, gives an exact `Retry-After` ((cost - level) / refill rate) and `x-ratelimit-reset-*`
 (time until full), and lets a quiet caller burst up to one minute's allowance, as OpenAI's limits do.
 
-`open_limiter(settings.billing)` picks `ValkeyLimiter` when `redis_url` is set, else `LocalLimiter`.
+`open_limiter(settings.billing)` picks `ValkeyLimiter` when `redis_url` names a server, else
+`LocalLimiter` (`serve --workers N` hands its workers the URL of its private Valkey).
 """
 
 from __future__ import annotations
@@ -36,6 +37,6 @@ __all__ = [
 
 def open_limiter(billing: BillingSettings) -> Limiter:
     """The limiter the settings ask for; call `await limiter.start()` before use."""
-    if billing.redis_url:
-        return ValkeyLimiter(billing.redis_url, fail_open=billing.fail_open)
+    if (url := billing.valkey_url()) is not None:
+        return ValkeyLimiter(url, fail_open=billing.fail_open)
     return LocalLimiter()

@@ -18,8 +18,11 @@ def batch_tier_of(request: Request) -> BatchTier:
     if batch is not None:
         return batch
     services = services_of(request)
-    if not services.settings.billing.redis_url:
-        raise NotConfigured("The batch API needs Valkey or Redis for its queue: set billing.redis_url.")
+    if services.settings.billing.resolved_database_url() is not None:
+        raise NotConfigured(
+            "The batch API needs Valkey or Redis for its queue: set billing.redis_url "
+            "(or leave it out, and `switchyard serve` starts a private Valkey)."
+        )
     raise NotConfigured(
         "The batch API needs a database for its files: set billing.database_url (or billing.ledger_path)."
     )
