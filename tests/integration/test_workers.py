@@ -343,14 +343,16 @@ def test_ctrl_c_reaching_the_parent_and_the_workers_alike_still_drains(valkey, t
         assert '"code":"server_shutting_down"' in text and text.rstrip().endswith("data: [DONE]")
 
 
-def test_more_than_one_worker_without_valkey_is_refused(tmp_path):
-    config = _config(tmp_path, "http://127.0.0.1:9/v1", None)
+def test_more_than_one_worker_with_valkey_turned_off_is_refused(tmp_path):
+    """`billing.redis_url: none`; left out, the workers share a private Valkey (test_private_valkey.py)."""
+    config = _config(tmp_path, "http://127.0.0.1:9/v1", "none")
     result = subprocess.run(
         _switchyard("serve", "--config", str(config), "--workers", "2"), env=_env(), capture_output=True, text=True
     )
     assert result.returncode == 2
     assert result.stderr.strip() == (
-        "switchyard: --workers 2 needs billing.redis_url: budgets, rate limits and keys must be shared by the workers"
+        "switchyard: --workers 2 needs Valkey: budgets, rate limits and keys must be shared by the workers "
+        "(billing.redis_url is 'none': give a URL, or leave it out for a private Valkey)"
     )
     config.write_text(config.read_text() + "server:\n  workers: 3\n")
     config.write_text(config.read_text().replace(f"server: {SERVER}\n", ""))
@@ -358,7 +360,7 @@ def test_more_than_one_worker_without_valkey_is_refused(tmp_path):
         _switchyard("check-config", "--config", str(config)), env=_env(), capture_output=True, text=True
     )
     assert result.returncode == 2
-    assert "server.workers: 3 needs billing.redis_url" in result.stderr
+    assert "server.workers: 3 needs Valkey" in result.stderr
 
 
 @pytest.mark.slow

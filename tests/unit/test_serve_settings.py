@@ -9,7 +9,7 @@ import typer
 
 from switchyard.cli import WORKERS_ENV, serve_settings
 
-NO_VALKEY = "models:\n  - {name: m, base_url: 'http://127.0.0.1:9/v1'}\nbilling: {ledger_path: null}\n"
+NO_VALKEY = "models:\n  - {name: m, base_url: 'http://127.0.0.1:9/v1'}\nbilling: {ledger_path: null, redis_url: none}\n"
 
 
 def test_the_flag_wins_over_a_files_workers_that_needs_valkey(tmp_path, monkeypatch):

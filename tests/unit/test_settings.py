@@ -122,11 +122,14 @@ models:
 
 
 def test_more_than_one_worker_needs_valkey(tmp_path, monkeypatch):
-    with pytest.raises(ConfigError, match=r"server\.workers: 2 needs billing\.redis_url: budgets, rate limits"):
-        load_settings(_write(tmp_path, MINIMAL + "server:\n  workers: 2\n"))
+    """A URL, or none given (a private Valkey); `redis_url: none` is refused."""
+    off = "billing:\n  redis_url: none\n"
+    with pytest.raises(ConfigError, match=r"server\.workers: 2 needs Valkey: budgets, rate limits"):
+        load_settings(_write(tmp_path, MINIMAL + "server:\n  workers: 2\n" + off))
     settings = load_settings(_write(tmp_path, MINIMAL + "server:\n  workers: 2\nbilling:\n  redis_url: redis://h/0\n"))
     assert settings.server.workers == 2
-    assert load_settings(_write(tmp_path, MINIMAL)).server.workers == 1
+    assert load_settings(_write(tmp_path, MINIMAL + "server:\n  workers: 2\n")).server.workers == 2
+    assert load_settings(_write(tmp_path, MINIMAL + off)).server.workers == 1
     monkeypatch.setenv("SWITCHYARD__SERVER__WORKERS", "3")  # the environment names it too
-    with pytest.raises(ConfigError, match=r"server\.workers: 3 needs billing\.redis_url"):
-        load_settings(_write(tmp_path, MINIMAL))
+    with pytest.raises(ConfigError, match=r"server\.workers: 3 needs Valkey"):
+        load_settings(_write(tmp_path, MINIMAL + off))
