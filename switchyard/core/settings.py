@@ -51,7 +51,7 @@ class ServerSettings(StrictModel):
     header_timeout_s: float = Field(default=10.0, gt=0)  # to send a request head, from connect or the last response
     keepalive_timeout_s: float = Field(default=5.0, gt=0)  # an idle keep-alive connection is closed after this
     max_connections: int = Field(default=4096, ge=1)  # open client connections; also kept under the open-file limit
-    # Worker processes on the one port (`serve --workers` wins); over 1 needs billing.redis_url.
+    # Worker processes on the one port (`serve --workers` wins); over 1 needs Valkey (not redis_url: none).
     # max_connections and the open-file reserve apply to each worker.
     workers: int = Field(default=1, ge=1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -4,7 +4,8 @@ The parent binds the listening socket once, sets PROMETHEUS_MULTIPROC_DIR to a f
 metrics' multiprocess mode, see core/metrics.py) and starts the workers (multiprocessing's spawn),
 which each load their own app and run `GracefulServer` on the shared socket; the kernel hands each
 new connection to one of them. State the workers must share (budgets, rate limits, keys) lives in
-Valkey and the database, which is why more than one worker needs `billing.redis_url`.
+Valkey and the database, which is why more than one worker needs Valkey: `billing.redis_url`, or
+the private Valkey `switchyard serve` starts before this and hands them as that URL.
 
 SIGINT or SIGTERM to the parent is passed to every worker once, as SIGTERM: each stops accepting,
 ends its streams in-band, lets its requests finish and flushes its ledger, as a single process
