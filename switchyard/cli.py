@@ -14,6 +14,7 @@ import typer
 from switchyard.backends.defaults import load_settings
 from switchyard.billing.private_valkey import PrivateValkey, PrivateValkeyError, private_valkey_folder
 from switchyard.cli_billing import keys_app, teams_app
+from switchyard.cli_models import models_app
 from switchyard.cli_report import report
 from switchyard.core.settings import DEFAULT_CONFIG_NAME, ConfigError, workers_refusal
 from switchyard.core.urls import redact_credentials
@@ -26,6 +27,7 @@ app.add_typer(eval_app, name="eval")
 app.add_typer(classifier_app, name="classifier")
 app.add_typer(teams_app, name="teams")
 app.add_typer(keys_app, name="keys")
+app.add_typer(models_app, name="models")
 app.command("report")(report)
 engine_app = typer.Typer(no_args_is_help=True, add_completion=False, help="The embedded CPU engine.")
 app.add_typer(engine_app, name="engine")

@@ -100,6 +100,11 @@ class Backend(ABC):
     async def start(self) -> None:  # noqa: B027 - an optional ability, a no-op by default
         """Load or connect in the background after the server starts (the embedded engine's model)."""
 
+    def load_failure(self) -> str | None:
+        """Why the model failed to load, in words fit for /health/ready (which answers without a
+        key); None while it loads or serves, and for a backend that loads nothing."""
+        return None
+
     def is_saturated(self) -> bool:
         """Busy enough that best-effort requests should go elsewhere."""
         return False

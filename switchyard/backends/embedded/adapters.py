@@ -216,6 +216,12 @@ class EmbeddedAdapter(EmbeddedBackend):
     def is_ready(self) -> bool:
         return self.base.is_ready() and self.name not in self.pool.load_errors
 
+    def load_failure(self) -> str | None:
+        if self.name in self.pool.load_errors:
+            return "the LoRA adapter failed to load (the log says why)"
+        failure = self.base.load_failure()
+        return f"base model {self.base.name}: {failure}" if failure else None
+
     def is_saturated(self) -> bool:
         engine = self.pool.engine_of(self.name)
         return engine is not None and engine.num_waiting > 0

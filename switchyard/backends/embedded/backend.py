@@ -16,6 +16,7 @@ from switchyard.backends.embedded import openai_format as fmt
 from switchyard.backends.embedded import tool_calls
 from switchyard.backends.embedded.constraints import JsonGrammar
 from switchyard.backends.embedded.engine import EmbeddedEngine, EngineLimits
+from switchyard.backends.embedded.models import shown_load_failure
 from switchyard.backends.embedded.prefix_cache import PrefixCacheCounts, PrefixCacheStats
 from switchyard.backends.token_counts import OFF_LOOP_TOKEN_IDS, TokenCount, run_counter
 from switchyard.core.capabilities import Capabilities, needs, unsupported
@@ -50,6 +51,7 @@ class EmbeddedBackend(Backend):
         self.engine: EmbeddedEngine | None = None
         self._grammar: JsonGrammar | None = None
         self._load_error: str | None = None
+        self._load_failure: str | None = None  # what /health/ready shows of it
         self.label = replica_label("embedded", 0)
         self.prefix_cache_counts = PrefixCacheCounts()  # this model's, whichever engine ran it
 
@@ -70,6 +72,7 @@ class EmbeddedBackend(Backend):
             await asyncio.to_thread(engine.start)
         except Exception as exc:
             self._load_error = f"{type(exc).__name__}: {exc}"
+            self._load_failure = shown_load_failure(exc)
             logger.error("model %s (%s) failed to load: %s", self.name, self.model_spec, self._load_error)
             return
         self.engine = engine
@@ -95,6 +98,9 @@ class EmbeddedBackend(Backend):
         if self.engine is not None:
             engine, self.engine = self.engine, None
             await asyncio.to_thread(engine.stop)
+
+    def load_failure(self) -> str | None:
+        return self._load_failure
 
     def is_ready(self) -> bool:
         return self.engine is not None and self.engine.is_running

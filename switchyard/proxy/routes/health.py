@@ -20,7 +20,10 @@ async def ready(request: Request) -> Response:
     """Ready when every model's backend passed its last health probe (`server.ready_when: all`,
     the default: `auto`'s tiers and the cascade's rungs are models too), or at least one
     (`ready_when: any`). `models` shows each model's verdict and `not_ready` the names of those
-    not ready yet (still loading, or down), whichever the setting.
+    not ready yet (still loading, or down), whichever the setting. `load_failures` says, for each
+    model that failed to load, why: a built-in model whose package is missing names the command that
+    installs it (`switchyard models install <model>`); other failures only their class (the log has
+    the rest).
 
     `breakers` shows each model's circuit breaker: closed, open or half-open (a model with several
     replicas is open only when all of them are); `replicas` each replica's breaker, by its label,
@@ -39,6 +42,9 @@ async def ready(request: Request) -> Response:
         "status": "ready" if is_ready else "not_ready",
         "models": models,
         "not_ready": [name for name, ready in models.items() if not ready],
+        "load_failures": {
+            entry.name: failure for entry in services.registry if (failure := entry.backend.load_failure()) is not None
+        },
         "breakers": services.executor.states(),
         "replicas": services.executor.replica_states(),
         "cooldowns": services.executor.cooldowns(),
