@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from switchyard.backends.defaults import load_settings
+from switchyard.backends.defaults import describe_default_tiers, load_settings
 from switchyard.billing.private_valkey import PrivateValkey, PrivateValkeyError, private_valkey_folder
 from switchyard.cli_billing import keys_app, teams_app
 from switchyard.cli_models import models_app
@@ -69,10 +69,11 @@ def serve(
         settings.server.host = host
     if port is not None:
         settings.server.port = port
+    start_lines = describe_default_tiers(settings) if _resolve_config(config) is None else []
     if settings.server.workers > 1:
-        _run_workers(settings)
+        _run_workers(settings, start_lines)
     else:
-        _run(settings)
+        _run(settings, start_lines)
 
 
 def serve_settings(config: Path | None, workers: int | None):
@@ -109,7 +110,13 @@ def _workers_in_environment(value: str | None) -> Iterator[None]:
 WORKERS_ENV = "SWITCHYARD__SERVER__WORKERS"
 
 
-def _run_workers(settings) -> None:
+def _log_start_lines(lines: Sequence[str]) -> None:
+    log = logging.getLogger("uvicorn.error")  # serve's own start lines, beside uvicorn's and at its level
+    for line in lines:
+        log.info("%s", line)
+
+
+def _run_workers(settings, start_lines: Sequence[str] = ()) -> None:
     from switchyard.core.thresholds import ThresholdsError
     from switchyard.gateway.services import check_startup
     from switchyard.proxy import workers
@@ -121,6 +128,7 @@ def _run_workers(settings) -> None:
         raise cli_error(str(exc)) from exc
     logging.basicConfig(level=settings.server.log_level.upper(), format="%(levelname)s:     %(message)s")
     install_repeat_filter()
+    _log_start_lines(start_lines)
     num_workers = settings.server.workers
     with contextlib.ExitStack() as stack:
         if (folder := private_valkey_folder(settings.billing, num_workers)) is not None:
@@ -150,7 +158,7 @@ def _log_private_valkey(private: PrivateValkey | None, problem: str | None) -> N
         )
 
 
-def _run(settings) -> None:
+def _run(settings, start_lines: Sequence[str] = ()) -> None:
     from switchyard.billing.ledger import adopt_spill_files
     from switchyard.core.thresholds import ThresholdsError
     from switchyard.gateway.request_log import install_request_log_handler
@@ -182,6 +190,7 @@ def _run(settings) -> None:
         config = uvicorn_config(app_, settings.server)
         install_repeat_filter()  # after the Config, which sets up uvicorn's loggers
         install_request_log_handler(settings.logging)
+        _log_start_lines(start_lines)
         _log_private_valkey(private, problem)
         GracefulServer(config).run()  # the private Valkey stops after the server (SIGTERM, Ctrl-C)
 

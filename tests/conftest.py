@@ -76,13 +76,20 @@ async def aclient(proxy_url: str) -> AsyncIterator[openai.AsyncOpenAI]:
 
 
 def pytest_configure(config) -> None:
-    """Keep every proxy a test starts from writing its usage ledger into the home directory."""
+    """Keep every proxy a test starts from writing its usage ledger into the home directory, and the
+    built-in default config from the provider keys of the shell that runs the tests (it would add
+    commercial tiers that reach the real provider)."""
     import os
     import tempfile
+
+    from switchyard.backends.provider_tiers import PROVIDERS
 
     os.environ.setdefault(
         "SWITCHYARD__BILLING__LEDGER_PATH", os.path.join(tempfile.mkdtemp(prefix="switchyard-tests-"), "usage.db")
     )
+    for provider in PROVIDERS:
+        os.environ.pop(provider.key_variable, None)
+        os.environ.pop(provider.base_url_variable, None)
 
 
 def pytest_collection_modifyitems(items) -> None:

@@ -1,4 +1,5 @@
-"""The built-in default configuration (two local tiers on the embedded engine) and `load_settings()`.
+"""The built-in default configuration (two local tiers on the embedded engine, and a commercial tier
+for each provider key in the environment) and `load_settings()`.
 
 The schema lives in `switchyard.core.settings`; this module knows which models ship with
 Switchyard, so it sits with the backends.
@@ -6,10 +7,18 @@ Switchyard, so it sits with the backends.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from switchyard.backends.embedded.models import is_installed
+from switchyard.backends.provider_tiers import (
+    COMMERCIAL_TIER,
+    PROVIDERS,
+    provider_models,
+    providers_in_environment,
+)
 from switchyard.core.settings import Settings, parse_settings, read_settings_file
 
 # Picked by `switchyard classifier train` on the train split and shipped with the classifier.
@@ -24,7 +33,7 @@ NOMINAL_PRICES = {
 }
 
 
-def default_config() -> dict[str, Any]:
+def default_config(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The configuration used when no file is given: two local tiers on the embedded engine, and
     all-MiniLM-L6-v2 as `local-embed` for /v1/embeddings (384 dimensions).
 
@@ -32,6 +41,10 @@ def default_config() -> dict[str, Any]:
     Gemma-3-270M when its optional extra is installed (`switchyard-llm[gemma]`, Gemma Terms of
     Use), otherwise a second SmolLM2 engine with a larger KV cache and answer budget. With Gemma,
     `model="cascade"` (and `auto`) cascade from local-small to local-large.
+
+    A provider key in `environ` (default: the process's; backends/provider_tiers.py) adds that
+    provider's models through LiteLLM; `auto` then routes between the tiers `small` and
+    `commercial`, and the cascade's last rung is the commercial model.
     """
     large = "gemma3-270m" if is_installed("gemma3-270m") else "smollm2-135m"
     config: dict[str, Any] = {
@@ -61,8 +74,13 @@ def default_config() -> dict[str, Any]:
             },
         ],
     }
-    if large != "smollm2-135m":  # escalating to the same model would only cost time
-        config["cascade"] = {"ladder": ["local-small", "local-large"]}
+    ladder = ["local-small", "local-large"] if large != "smollm2-135m" else ["local-small"]  # not to the same model
+    if live := providers_in_environment(os.environ if environ is None else environ):
+        config["models"] += provider_models(live)
+        config["routing"]["auto"]["tiers"] = ["small", COMMERCIAL_TIER]
+        ladder.append(live[0].provider.routed.name)
+    if len(ladder) > 1:
+        config["cascade"] = {"ladder": ladder}
     return config
 
 
@@ -71,3 +89,21 @@ def load_settings(path: str | Path | None = None) -> Settings:
     if path is None:
         return parse_settings(default_config(), "the built-in default config")
     return read_settings_file(path)
+
+
+def describe_default_tiers(settings: Settings, environ: Mapping[str, str] | None = None) -> list[str]:
+    """What `switchyard serve` logs at start on the built-in default: the commercial tiers and the
+    variables they came from (never a key), then what `auto` and the cascade route between."""
+    live = providers_in_environment(os.environ if environ is None else environ)
+    lines = [f"{p.provider.name}: {p.describe()}" for p in live]
+    if not live:
+        variables = ", ".join(provider.key_variable for provider in PROVIDERS)
+        lines.append(f"no provider key in the environment ({variables}): auto and cascade use the local models only")
+    tiers = settings.routing.auto.tiers
+    if tiers:
+        by_tier = {tier: [m.name for m in settings.models if m.tier == tier] for tier in tiers}
+        routes = "; ".join(f"{tier}: {', '.join(names)}" for tier, names in by_tier.items())
+        lines.append(f"auto routes between {routes}")
+    if settings.cascade.ladder:
+        lines.append("cascade: " + " -> ".join(settings.cascade.ladder))
+    return lines

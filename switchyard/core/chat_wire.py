@@ -224,6 +224,8 @@ class ModelCard(_Open):
     ready: bool = False
     # what the model can do (core.capabilities.Capabilities.as_dict()): tools, vision, ..., context_window
     capabilities: dict[str, bool | int | None] = Field(default_factory=dict)
+    tiers: dict[str, list[str]] | None = None  # `auto`: each tier and its models, lowest tier first
+    ladder: list[str] | None = None  # `cascade`: its rungs, cheapest first
 
 
 class ModelList(_Open):

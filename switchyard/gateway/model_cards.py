@@ -4,8 +4,8 @@ and `cascade` when they are configured and lead somewhere the caller may go.
 A model's card shows its kind (chat or embedding), its base model when it is a LoRA adapter
 (`parent`), its tier, context window, readiness and capabilities (the backend's report
 under the config's `capabilities:`). The cards of `auto` and `cascade` show what at least one of
-the models they may pick can do: both pass over a model that cannot serve a request for one that
-can.
+the models they may pick can do (both pass over a model that cannot serve a request for one that
+can), and which models those are: `auto`'s `tiers`, the cascade's `ladder`.
 """
 
 from __future__ import annotations
@@ -53,12 +53,18 @@ def _route_names(services) -> list[str]:
 
 
 def _route_card(services, name: str, team: Team | None) -> ModelCard | None:
+    tiers = ladder = None
     if name == CASCADE_MODEL:
         first = services.cascade.rungs[0].entry  # the cascade refuses a team that may not use it
         entries = [rung.entry for rung in services.cascade.rungs] if team is None or team.may_use(first.name) else []
+        ladder = [entry.name for entry in entries]
     else:
-        routed = [entry for entries in services.auto_router.models_by_tier.values() for entry in entries]
-        entries = [entry for entry in routed if team is None or team.may_use(entry.name)]
+        by_tier = {
+            tier: [entry for entry in entries if team is None or team.may_use(entry.name)]
+            for tier, entries in services.auto_router.models_by_tier.items()
+        }
+        tiers = {tier: [entry.name for entry in entries] for tier, entries in by_tier.items()}
+        entries = [entry for entries in by_tier.values() for entry in entries]
     if not entries:
         return None
     capabilities = _any_of(entries)
@@ -67,6 +73,8 @@ def _route_card(services, name: str, team: Team | None) -> ModelCard | None:
         context_window=capabilities["context_window"],
         ready=any(entry.backend.is_ready() for entry in entries),
         capabilities=capabilities,
+        tiers=tiers,
+        ladder=ladder,
     )
 
 
