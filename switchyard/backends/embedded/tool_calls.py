@@ -2,7 +2,8 @@
 call, and the model's answer read back as OpenAI `tool_calls`.
 
 A call is written as one JSON object `{"name": ..., "arguments": {...}}` (optionally inside
-`<tool_call>` tags, as Hermes-style templates ask). With `tool_choice` "required" or a named
+`<tool_call>` tags, as Hermes-style templates ask, or a markdown code fence, as small Qwen models
+write it). With `tool_choice` "required" or a named
 function the answer is decoded under that shape's JSON schema (`call_schema`), so even a small model
 produces a valid call; with "auto" the model writes freely and an answer that reads as a call is one.
 """
@@ -18,6 +19,7 @@ from switchyard.core.chat_wire import ChatCompletionRequest, message_text
 from switchyard.core.errors import InvalidRequest
 
 _TAGGED = re.compile(r"^\s*<tool_call>(.*?)</tool_call>\s*$", re.DOTALL)
+_FENCED = re.compile(r"^\s*```(?:json)?\s*\n(.*?)```\s*$", re.DOTALL)
 
 
 def renders_tools(tokenizer: Any) -> bool:
@@ -105,8 +107,8 @@ def parse_tool_calls(text: str, request: ChatCompletionRequest) -> list[dict[str
     """The calls an answer makes, as OpenAI `tool_calls`; [] when it is not (only) calls of the offered
     functions."""
     names = {tool["function"].get("name") for tool in hf_tools(request) if tool.get("function")}
-    tagged = _TAGGED.match(text)
-    body = tagged.group(1) if tagged else text
+    wrapped = _TAGGED.match(text) or _FENCED.match(text)
+    body = wrapped.group(1) if wrapped else text
     try:
         found = json.loads(body)
     except ValueError:

@@ -90,6 +90,8 @@ def test_a_forced_call_is_decoded_under_its_functions_schema():
         '{"name": "get_weather", "arguments": {"city": "rome"}}',
         '<tool_call>{"name": "get_weather", "parameters": {"city": "rome"}}</tool_call>',
         '[{"name": "get_weather", "arguments": {"city": "rome"}}]',
+        '```json\n{\n  "name": "get_weather",\n  "arguments": {"city": "rome"}\n}\n```',
+        '```\n{"name": "get_weather", "arguments": {"city": "rome"}}```',
     ],
 )
 def test_an_answer_that_is_a_call_becomes_tool_calls(text):
@@ -102,7 +104,12 @@ def test_an_answer_that_is_a_call_becomes_tool_calls(text):
 
 @pytest.mark.parametrize(
     "text",
-    ["the weather is fine", '{"name": "unknown_tool", "arguments": {}}', '{"name": "get_weather", "arguments": "x"}'],
+    [
+        "the weather is fine",
+        '{"name": "unknown_tool", "arguments": {}}',
+        '{"name": "get_weather", "arguments": "x"}',
+        'Here it is:\n```json\n{"name": "get_weather", "arguments": {"city": "rome"}}\n```',
+    ],
 )
 def test_an_answer_that_is_not_a_call_stays_text(text):
     assert tool_calls.parse_tool_calls(text, _request(tools=[WEATHER])) == []
