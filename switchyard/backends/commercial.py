@@ -107,6 +107,14 @@ class CommercialBackend(Backend):
         self.timeout_s = timeout_s
         self.label = replica_label("litellm", 0)
         self._capabilities: Capabilities | None = None
+        self._is_started = False
+
+    async def start(self) -> None:
+        """Import LiteLLM (several seconds) and read the model's capabilities from its map in a
+        thread, so that neither the first request nor /v1/models holds up the event loop; the model
+        is ready once they are read."""
+        await asyncio.to_thread(self.capabilities)
+        self._is_started = True
 
     def capabilities(self) -> Capabilities:
         """From LiteLLM's model map, offline; everything for a model it does not know
@@ -310,7 +318,7 @@ class CommercialBackend(Backend):
         return BackendHealth(True, "not probed (a commercial API; its breaker tracks it)")
 
     def is_ready(self) -> bool:
-        return True
+        return self._is_started
 
     async def aclose(self) -> None:
         """LiteLLM caches its HTTP clients for the whole process: close them, and forget them so that

@@ -51,3 +51,24 @@ def test_the_config_overrides_what_litellm_says():
     gpt, small = registry.get("gpt").capabilities, registry.get("small").capabilities
     assert (gpt.vision, gpt.tools, gpt.context_window) == (False, True, 128_000)
     assert (small.vision, small.context_window) == (True, 8192)
+
+
+async def test_the_map_is_read_off_the_event_loop_when_the_backend_starts_and_only_then_it_is_ready():
+    import asyncio
+    import threading
+
+    backend = CommercialBackend("gpt", "openai/gpt-4o")
+    loop_thread = threading.get_ident()
+    read_in = []
+    read = backend.capabilities
+
+    def recording_read():
+        read_in.append(threading.get_ident())
+        return read()
+
+    backend.capabilities = recording_read  # type: ignore[method-assign]
+    assert not backend.is_ready()
+    await asyncio.wait_for(backend.start(), 120)
+    assert backend.is_ready()
+    assert read_in and loop_thread not in read_in  # LiteLLM was imported and read in a worker thread
+    assert read() == Capabilities(context_window=128_000)
