@@ -6,7 +6,7 @@
 
 A file may start with a header line `{"switchyard_trace_format": 1, ...}` carrying metadata
 (source, notes such as estimated token counts); files without one are read as version 1. Model
-entries may carry more keys (kept in `extra`). See evals/TRACE_FORMAT.md.
+entries and traces may carry more keys (kept in their `extra`). See evals/TRACE_FORMAT.md.
 """
 
 from __future__ import annotations
@@ -54,9 +54,11 @@ class Trace:
     category: str
     split: str
     models: dict[str, ModelOutcome]
+    extra: dict[str, Any] = field(default_factory=dict)  # further top-level keys, kept as read
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            **self.extra,
             "id": self.id,
             "prompt": self.prompt,
             "category": self.category,
@@ -92,6 +94,9 @@ def _outcome(raw: Any, where: str) -> ModelOutcome:
     )
 
 
+_TRACE_KEYS = frozenset({"id", "prompt", "category", "split", "models"})
+
+
 def trace_from_dict(raw: Any, where: str = "trace") -> Trace:
     if not isinstance(raw, dict):
         raise TraceFormatError(f"{where}: a trace must be a JSON object")
@@ -109,6 +114,7 @@ def trace_from_dict(raw: Any, where: str = "trace") -> Trace:
         category=str(raw.get("category") or "all"),
         split=split,
         models={str(name): _outcome(entry, f"{where}: model {name!r}") for name, entry in raw["models"].items()},
+        extra={k: v for k, v in raw.items() if k not in _TRACE_KEYS},
     )
 
 

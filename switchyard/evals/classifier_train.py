@@ -18,6 +18,7 @@ from switchyard.core.traces import Trace
 from switchyard.evals import metrics
 from switchyard.evals.datasets import prompt_hash
 from switchyard.evals.evaluate import Outcomes
+from switchyard.evals.one_blas_thread import one_blas_thread
 
 TARGETS = ("weak-wrong", "strong-wins")
 REGULARISATION = (0.05, 0.3)
@@ -95,6 +96,7 @@ def _apgr(outcomes: Outcomes, scores: np.ndarray) -> float:
     return metrics.apgr(outcomes.curve(scores), outcomes.quality_weak, outcomes.quality_strong)
 
 
+@one_blas_thread
 def train(
     datasets: Mapping[str, Sequence[Trace]],
     weak: str,
@@ -243,6 +245,7 @@ def _fit_chosen(rows: _TrainRows, kind: str, c: float, use_prior: bool, seed: in
     return fit_head(x, y, c, seed), subject_prior
 
 
+@one_blas_thread
 def train_head(
     datasets: Mapping[str, Sequence[Trace]],
     pairs: Mapping[str, tuple[str, str]],

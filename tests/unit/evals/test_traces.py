@@ -87,3 +87,21 @@ def test_split_is_stratified_deterministic_and_keeps_repeats_together():
     assert sum(t.split == "test" for t in traces if t.category == "b") == 2  # ceil(10 * 0.2)
     distinct_a = {t.prompt for t in traces if t.category == "a"}
     assert sum(1 for p in distinct_a if by_prompt[p] == {"test"}) == 10  # ceil(50 * 0.2)
+
+
+def test_further_top_level_keys_are_kept_and_written_back(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    line = {
+        "id": "r1",
+        "prompt": "",
+        "split": "train",
+        "created_at": 1_790_000_000.5,
+        "embedding": [0.25, -0.5],
+        "models": {"m": {"quality": 1.0, "cost_usd": 0.0, "output_tokens": 3}},
+    }
+    path.write_bytes(orjson.dumps(line) + b"\n")
+    [trace], _ = read_traces(path)
+    assert trace.extra == {"created_at": 1_790_000_000.5, "embedding": [0.25, -0.5]}
+    write_traces(path, [trace])
+    [again], _ = read_traces(path)
+    assert again == trace and again.to_dict()["embedding"] == [0.25, -0.5]
