@@ -32,8 +32,13 @@ CASCADE_CONFIDENCE = "cascade_confidence"
 SIGNALS = (CLASSIFIER_SCORE, CASCADE_CONFIDENCE)
 
 
+def bin_of(edges: Sequence[float], value: float) -> int:
+    """The bin of `value` among the len(edges) + 1 bins (bin i: edges[i-1] <= v < edges[i])."""
+    return bisect_right(edges, value)
+
+
 def bin_counts(edges: Sequence[float], values: Iterable[float]) -> list[int]:
-    """How many of `values` fall in each of the len(edges) + 1 bins (bin i: edges[i-1] <= v < edges[i])."""
+    """How many of `values` fall in each bin (`bin_of`)."""
     counts = [0] * (len(edges) + 1)
     for value in values:
         counts[bisect_right(edges, value)] += 1
