@@ -249,6 +249,22 @@ class CascadeSettings(StrictModel):
         return self
 
 
+class DriftSettings(StrictModel):
+    """Drift of `auto`'s scores and the cascade's confidences against the loaded version's
+    reference (see core/drift.py and docs/learning.md#drift)."""
+
+    enabled: bool = True
+    window: int = Field(default=500, ge=10)  # latest values per signal, per process (also the warm-up's length)
+    min_samples: int = Field(default=100, ge=1)  # in the window before a PSI is reported
+    psi_alert: float = Field(default=0.2, gt=0)  # exported as switchyard_drift_psi_alert; the alert rule reads it
+
+    @model_validator(mode="after")
+    def _sizes(self) -> DriftSettings:
+        if self.min_samples > self.window:
+            raise ValueError(f"drift.min_samples ({self.min_samples}) is over drift.window ({self.window})")
+        return self
+
+
 class ResilienceSettings(StrictModel):
     """Retries, timeouts, breakers and load shedding around every backend (see backends/resilience.py)."""
 
@@ -287,6 +303,7 @@ class Settings(BaseSettings):
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     cascade: CascadeSettings = Field(default_factory=CascadeSettings)
+    drift: DriftSettings = Field(default_factory=DriftSettings)
     models: list[ModelSettings] = Field(default_factory=list)
     teams: dict[str, TeamSettings] = Field(default_factory=dict)  # empty: any key, every model
 

@@ -56,9 +56,12 @@ def cascade(
 
 def _tune(traces: Path, weak: str | None, strong: str | None, scorer: str, first_k: int, goal: dict[str, Any]):
     """The tuned cascade (its notes saying how the file was split) and the rung to write for it."""
+    import numpy as np
+
     from switchyard.core.traces import TraceFormatError, read_traces, traces_digest
     from switchyard.evals.cascade import CascadeData, tune
     from switchyard.evals.datasets import assign_splits
+    from switchyard.evals.drift_reference import escalation_reference
     from switchyard.evals.evaluate import EvalError, resolve_models
 
     try:
@@ -88,6 +91,9 @@ def _tune(traces: Path, weak: str | None, strong: str | None, scorer: str, first
         },
         "train": report.train,
         "test": report.test,
+        "reference": escalation_reference(
+            np.concatenate([train.confidence(report.scorer), test.confidence(report.scorer)]), report.threshold
+        ),
     }
     return report, rung
 

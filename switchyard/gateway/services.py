@@ -40,6 +40,7 @@ from switchyard.cascade.runtime import Cascade
 from switchyard.classifier.by_value import ValueRule
 from switchyard.classifier.model import ArtifactError, ComplexityClassifier, default_artifact
 from switchyard.classifier.runtime import MicroBatcher
+from switchyard.core.drift import DriftMonitor
 from switchyard.core.metrics import Metrics, multiprocess_dir
 from switchyard.core.prices import Price
 from switchyard.core.settings import Settings
@@ -123,6 +124,7 @@ class Services:
     auto_router: AutoRouter | None
     cascade: Cascade | None
     metrics: Metrics = field(default_factory=Metrics)
+    drift: DriftMonitor | None = None  # the drift gauges' windows (core/drift.py)
     streams: LiveStreams = field(default_factory=LiveStreams)
     shared_gauges: SharedGauges | None = None  # one of several workers (proxy/metrics.py)
     background: list[SupervisedTask] = field(default_factory=list)
@@ -165,13 +167,14 @@ async def build_services(
             ResiliencePolicy(**settings.resilience.model_dump()),
         )
         metrics = Metrics()
+        drift = None if is_offline else build_drift_monitor(settings, check)
         auto_router = None
         if not is_offline and check.auto_thresholds is not None:
-            auto_router = _build_auto_router(settings, check, registry, prices, score_batch, metrics)
+            auto_router = _build_auto_router(settings, check, registry, prices, score_batch, metrics, drift)
             stack.callback(_close_router, auto_router)
         cascade = None
         if check.cascade_specs and not is_offline:
-            cascade = build_cascade(settings.cascade, check.cascade_specs, registry, executor, metrics)
+            cascade = build_cascade(settings.cascade, check.cascade_specs, registry, executor, metrics, drift)
         # closed in the reverse order: budgets settled, then the ledger flushed, then the database
         accounts = await stack.enter_async_context(_accounts(settings, is_offline))
         services = Services(
@@ -196,6 +199,7 @@ async def build_services(
             auto_router=auto_router,
             cascade=cascade,
             metrics=metrics,
+            drift=drift,
         )
         if multiprocess_dir() is None or is_offline:
             metrics.registry.register(LiveGauges(services))
@@ -325,6 +329,7 @@ def _build_auto_router(
     prices: dict[str, Price],
     score_batch: ScoreBatch | None,
     metrics: Metrics,
+    drift: DriftMonitor | None,
 ) -> AutoRouter:
     """The classifier loads on its worker thread at the first batch; a warm-up batch starts that now."""
     auto, value = settings.routing.auto, check.auto_value
@@ -354,11 +359,30 @@ def _build_auto_router(
         metrics=metrics,
         read_system_prompt=auto.read_system_prompt,
         value=value,
+        drift=drift,
     )
     if auto.warm_up:
         warm_up = asyncio.get_running_loop().create_task(batcher.score("warm-up", deadline_s=600))
         warm_up.add_done_callback(lambda task: task.cancelled() or task.exception())
     return router
+
+
+def build_drift_monitor(settings: Settings, check: StartupCheck) -> DriftMonitor | None:
+    """The drift windows of the loaded version (None: `drift.enabled` is off, or nothing is routed)."""
+    has_classifier = check.auto_thresholds is not None
+    judged = [spec.model for spec in check.cascade_specs[:-1]]  # the last rung is never judged
+    if not settings.drift.enabled or not (has_classifier or judged):
+        return None
+    balanced = (check.auto_thresholds or {}).get("balanced") or []
+    return DriftMonitor.of(
+        check.thresholds,
+        window=settings.drift.window,
+        min_samples=settings.drift.min_samples,
+        psi_alert=settings.drift.psi_alert,
+        classifier_threshold=balanced[0] if balanced else None,
+        judged_rungs=judged,
+        has_classifier=has_classifier,
+    )
 
 
 def _yaml_teams(settings: Settings) -> list[tuple[Team, list]]:

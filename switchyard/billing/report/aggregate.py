@@ -15,6 +15,7 @@ from datetime import UTC, date, datetime
 
 from switchyard.billing.records import REFUSED, UsageRecord
 from switchyard.billing.report.confidence import ConfidenceSums
+from switchyard.billing.report.drift import DriftReferences, new_drift_sums
 from switchyard.billing.report.refusals import Refusals
 from switchyard.billing.report.requests import OUTCOMES, ROUTED_KINDS, RequestTrace, RequestTracker
 from switchyard.billing.report.reservoir import Reservoir
@@ -127,8 +128,10 @@ class Aggregator:
         team: str | None = None,
         reservoir_size: int = 4096,
         hosting: Mapping[str, str] | None = None,
+        drift: DriftReferences | None = None,
     ) -> None:
         self.since, self.until, self.team = since, until, team
+        self.drift = new_drift_sums(drift)  # None: no reference to compare with
         self.hosting_overrides = dict(hosting or {})  # model -> hosting, over what its records say
         self.reservoir_size = reservoir_size
         self.num_records = 0
@@ -194,6 +197,8 @@ class Aggregator:
                 self._sample(self.ttft_ms, record.model, record.ttft_ms)
         if record.threshold is not None:
             self.confidence.add(record)
+        if self.drift is not None:
+            self.drift.add(record, day)
         self._tracker.add(record, day, team)
 
     def add_batch(self, records: list[UsageRecord]) -> None:

@@ -16,6 +16,13 @@ from datetime import date
 from typing import Any
 
 from switchyard.billing.report.aggregate import Aggregator, EscalationSums, SavingsSums, Sums
+from switchyard.billing.report.drift import (
+    DRIFT_BINS_COLUMNS,
+    DRIFT_BY_DAY_COLUMNS,
+    DRIFT_COLUMNS,
+    drift_rows,
+    drift_summary,
+)
 from switchyard.billing.report.refusals import COLUMNS as REFUSAL_COLUMNS
 from switchyard.billing.report.refusals import refusal_rows, refusals_summary
 from switchyard.billing.report.requests import OUTCOMES, ROUTED_KINDS
@@ -61,6 +68,9 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "model", "threshold", "judged", "below_threshold", "without_confidence", "min_confidence", "max_confidence",
     ),
     "confidence_histogram": ("model", "bin_low", "bin_high", "answers"),
+    "drift": DRIFT_COLUMNS,
+    "drift_by_day": DRIFT_BY_DAY_COLUMNS,
+    "drift_bins": DRIFT_BINS_COLUMNS,
     "refusals": REFUSAL_COLUMNS,
 }  # fmt: skip
 ROUTE_ORDER = ("auto:", "cascade:accepted", "cascade:escalated", "cascade:failed", "direct", "unrecorded")
@@ -165,6 +175,8 @@ def build_tables(
         )
     for model in sorted(confidence.scores):
         rows["confidence_histogram"].extend((model, *bin) for bin in confidence.histogram(model))
+    for name, drift in drift_rows(agg.drift).items():
+        rows[name].extend(drift)
     rows["refusals"].extend(refusal_rows(agg.refusals, key_prefixes))
     return {name: Table(name, COLUMNS[name], tuple(rows[name])) for name in COLUMNS}
 
@@ -236,6 +248,7 @@ def build_summary(agg: Aggregator) -> dict[str, Any]:
         },
         "cost_by_team_model": _by_team_model(agg),
         "refusals": refusals_summary(agg.refusals),
+        "drift": drift_summary(agg.drift),  # None: no reference in the thresholds file
         "previous": None,  # the previous period and the change from it: `compare.compare_periods`
         "change": None,
     }

@@ -88,7 +88,7 @@ def _start_of(day: dt.date | None, *, days: int = 0) -> float | None:
 
 async def report_page(request: Request, team: str | None) -> HTMLResponse:
     """The report of `team` (None: every team) over `since`..`until`, as `switchyard report` writes report.html."""
-    from switchyard.billing.report import build_report, previous_period
+    from switchyard.billing.report import DriftReferences, build_report, previous_period
 
     database = database_of(request)
     services = services_of(request)
@@ -106,6 +106,11 @@ async def report_page(request: Request, team: str | None) -> HTMLResponse:
         hosting=hosting_overrides(services.settings.models),
         previous_batches=(
             database.iter_usage(_start_of(before[0]), _start_of(before[1], days=1), team) if before else None
+        ),
+        drift=DriftReferences.of(
+            services.thresholds,
+            psi_alert=services.settings.drift.psi_alert,
+            min_samples=services.settings.drift.min_samples,
         ),
     )
     return HTMLResponse(built.html())
