@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from switchyard.billing.report.aggregate import Aggregator, EscalationSums, SavingsSums, Sums
+from switchyard.billing.report.aggregate import SHADOW, Aggregator, EscalationSums, SavingsSums, Sums
 from switchyard.billing.report.refusals import COLUMNS as REFUSAL_COLUMNS
 from switchyard.billing.report.refusals import refusal_rows, refusals_summary
 from switchyard.billing.report.requests import OUTCOMES, ROUTED_KINDS
@@ -215,6 +215,7 @@ def build_summary(agg: Aggregator) -> dict[str, Any]:
         "prompt_tokens": t.prompt_tokens,
         "completion_tokens": t.completion_tokens,
         "cost_usd": t.cost_usd,
+        "shadow_cost_usd": kinds[SHADOW].cost_usd if SHADOW in kinds else 0.0,  # in cost_usd, paid by the platform
         "savings": {
             "routed_requests": routed.requests,
             "realised_cost_usd": routed.realised_cost_usd,
