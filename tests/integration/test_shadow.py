@@ -9,6 +9,7 @@ ledger's shadow records, /v1/usage, /metrics, feedback and deletion are read bac
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import sqlite3
 import time
@@ -32,6 +33,7 @@ DEAR = {"input_usd_per_mtok": 10.0, "output_usd_per_mtok": 20.0}
 JUDGE = {"input_usd_per_mtok": 30.0, "output_usd_per_mtok": 60.0}
 ALPHA, BETA, ADMIN = "sk-alpha-0000000000", "sk-beta-00000000000", "admin-key-000000000"
 CHOICE_PROMPT = "score=0.2\nWhich planet is largest?\nA. Mars\nB. Jupiter\nC. Venus\nD. Mercury"
+ONCE_PROMPT = CHOICE_PROMPT.replace("largest", "the largest of these four")  # sent once, by one test
 OPEN_PROMPT = "score=0.5 Write a quiet haiku about the harbour at dawn."
 
 
@@ -62,7 +64,7 @@ class Proxy:
         self.base, self.app, self.states, self.database_url = base, app, states, database_url
 
     def chat(self, model: str, prompt: str, key: str = ALPHA) -> tuple[str, float]:
-        """(request id, time.monotonic() once the whole answer was read: the fakes' clock)."""
+        """(request id, time.monotonic() once the whole answer was read)."""
         body = {"model": model, "messages": [{"role": "user", "content": prompt}]}
         response = httpx.post(
             self.base + "/v1/chat/completions", json=body, headers={"authorization": f"Bearer {key}"}, timeout=30
@@ -107,18 +109,41 @@ def proxy(tmp_path_factory):
         yield _start(stack, tmp_path_factory.mktemp("shadow"), "ledger.sqlite3")
 
 
+class _Ended(logging.Handler):
+    """When each request's log line was written: once its response was sent (its `end`)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.at: dict[str, float] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        found = re.search(r'"request_id":\s*"([^"]+)"', record.getMessage())
+        if found:
+            self.at.setdefault(found.group(1), time.monotonic())
+
+
 def test_a_multiple_choice_answer_is_graded_directly_after_the_client_has_it(proxy: Proxy) -> None:
-    request_id, answered_at = proxy.chat("auto", CHOICE_PROMPT)
-    row = proxy.labelled_row(request_id)
+    ended = _Ended()
+    log = logging.getLogger("switchyard.requests")
+    log.addHandler(ended)
+    level = log.level
+    log.setLevel(logging.INFO)  # setLevel: it clears the logger's cached isEnabledFor
+    try:
+        request_id, _ = proxy.chat("auto", ONCE_PROMPT)
+        row = proxy.labelled_row(request_id)
+    finally:
+        log.removeHandler(ended)
+        log.setLevel(level)
     assert (row.route, row.team, row.label_source) == ("auto", "alpha", "verifiable")
     assert row.models["m-small"]["quality"] == 0.0 and row.models["m-small"]["answered"] is True
     assert row.models["m-large"]["quality"] == 1.0 and row.models["m-large"]["answered"] is False
     assert row.score == pytest.approx(0.2)
     assert row.features is not None and row.features["multiple_choice"] == 1.0
     assert row.prompt is None and len(row.prompt_key) == 64  # store_prompts is off
-    # the shadow call reached the large model only once the client had read its whole answer
-    shadow_calls = [r for r in proxy.states["large"].records if "Jupiter" in str(r.body)]
-    assert len(shadow_calls) == 1 and shadow_calls[0].started_at >= answered_at
+    # the shadow call reached the large model only once the proxy had sent the whole answer (the
+    # request's end, when its log line is written: the fakes run on the same monotonic clock)
+    shadow_calls = [r for r in proxy.states["large"].records if "four" in str(r.body)]
+    assert len(shadow_calls) == 1 and shadow_calls[0].started_at >= ended.at[request_id]
     # the ledger: the shadow call is a record of the same request, marked, of the same team
     assert wait_until(lambda: any(r.is_shadow for r in read_ledger(proxy.app, request_id=request_id)))
     records = read_ledger(proxy.app, request_id=request_id)
@@ -188,8 +213,9 @@ def test_feedback_is_stored_on_the_teams_own_requests_only(proxy: Proxy) -> None
 
 
 def test_a_teams_rows_are_deleted_by_the_admin(proxy: Proxy) -> None:
-    request_id, _ = proxy.chat("auto", CHOICE_PROMPT, key=BETA)
-    proxy.labelled_row(request_id)
+    for key in (ALPHA, BETA):
+        request_id, _ = proxy.chat("auto", CHOICE_PROMPT, key=key)
+        proxy.labelled_row(request_id)
     url = proxy.base + "/admin/learning/rows"
     assert httpx.delete(url, params={"team": "beta"}, timeout=30).status_code == 401
     assert httpx.delete(url, headers={"authorization": f"Bearer {ADMIN}"}, timeout=30).status_code == 400
