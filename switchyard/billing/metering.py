@@ -49,6 +49,7 @@ class RequestTags:
     score: float | None = None
     ceiling_model: str | None = None  # the strongest model the route could have reached
     batch_id: str | None = None  # a batch's line (the batch tier)
+    is_shadow: bool = False  # a shadow or judge call (switchyard.learning): never answered the client
 
 
 @dataclass(slots=True)
@@ -337,6 +338,7 @@ class RequestMeter:
                         else None
                     ),
                     is_hedge=self.is_hedge,
+                    is_shadow=tags.is_shadow,
                     hosting=hosting_of(entry),
                     ceiling_cost_usd=(
                         self.cost_of(tags.ceiling_model, prompt, completion, cached_prompt) if is_routed else None

@@ -55,6 +55,8 @@ from switchyard.gateway.tiers import TierSlots
 logger = logging.getLogger("switchyard")
 
 ScoreBatch = Callable[[list[str]], np.ndarray]
+# The loaded classifier's embedding of texts (blocking: run it off the event loop); None until loaded.
+EmbedTexts = Callable[[list[str]], np.ndarray | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +130,7 @@ class Services:
     streams: LiveStreams = field(default_factory=LiveStreams)
     shared_gauges: SharedGauges | None = None  # one of several workers (proxy/metrics.py)
     background: list[SupervisedTask] = field(default_factory=list)
+    embed_texts: EmbedTexts | None = None  # the auto router's classifier embedder (switchyard.learning)
 
     def background_tasks(self) -> list[SupervisedTask]:
         """Every supervised long-running task: ours and the backends' (readiness shows them)."""
@@ -168,9 +171,11 @@ async def build_services(
         )
         metrics = Metrics()
         drift = None if is_offline else build_drift_monitor(settings, check)
-        auto_router = None
+        auto_router, embed_texts = None, None
         if not is_offline and check.auto_thresholds is not None:
-            auto_router = _build_auto_router(settings, check, registry, prices, score_batch, metrics, drift)
+            auto_router, embed_texts = _build_auto_router(
+                settings, check, registry, prices, score_batch, metrics, drift
+            )
             stack.callback(_close_router, auto_router)
         cascade = None
         if check.cascade_specs and not is_offline:
@@ -200,6 +205,7 @@ async def build_services(
             cascade=cascade,
             metrics=metrics,
             drift=drift,
+            embed_texts=embed_texts,
         )
         if multiprocess_dir() is None or is_offline:
             metrics.registry.register(LiveGauges(services))
@@ -330,10 +336,12 @@ def _build_auto_router(
     score_batch: ScoreBatch | None,
     metrics: Metrics,
     drift: DriftMonitor | None,
-) -> AutoRouter:
-    """The classifier loads on its worker thread at the first batch; a warm-up batch starts that now."""
+) -> tuple[AutoRouter, EmbedTexts | None]:
+    """The classifier loads on its worker thread at the first batch; a warm-up batch starts that now.
+    Also returns its embedder (None: a `score_batch` replaces the classifier)."""
     auto, value = settings.routing.auto, check.auto_value
     assert check.auto_thresholds is not None
+    embed_texts: EmbedTexts | None = None
     if score_batch is None:
         artifact = auto.classifier_artifact or default_artifact(by_value=value is not None)
         loaded: list[ComplexityClassifier] = []
@@ -344,6 +352,9 @@ def _build_auto_router(
             if value is not None:  # the score, then each tier's predicted quality
                 return loaded[0].score_with_quality(texts, value.quality_models)
             return loaded[0].score(texts)
+
+        def embed_texts(texts: list[str]) -> np.ndarray | None:
+            return np.asarray(loaded[0].embedder.encode(texts), dtype=np.float32) if loaded else None
 
     batcher = MicroBatcher(
         score_batch, max_batch=auto.max_batch, max_wait_ms=auto.max_wait_ms, cache_size=auto.cache_size
@@ -364,7 +375,7 @@ def _build_auto_router(
     if auto.warm_up:
         warm_up = asyncio.get_running_loop().create_task(batcher.score("warm-up", deadline_s=600))
         warm_up.add_done_callback(lambda task: task.cancelled() or task.exception())
-    return router
+    return router, embed_texts
 
 
 def build_drift_monitor(settings: Settings, check: StartupCheck) -> DriftMonitor | None:

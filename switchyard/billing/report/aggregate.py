@@ -21,7 +21,8 @@ from switchyard.billing.report.requests import OUTCOMES, ROUTED_KINDS, RequestTr
 from switchyard.billing.report.reservoir import Reservoir
 
 NO_TEAM = "(none)"
-INTERACTIVE, BATCH = "interactive", "batch"  # a request's kind: a batch's line, or any other
+# an attempt's kind: a shadow call (paid by the platform), a batch's line, or any other
+INTERACTIVE, BATCH, SHADOW = "interactive", "batch", "shadow"
 UNKNOWN_HOSTING = "unknown"
 
 
@@ -143,7 +144,7 @@ class Aggregator:
         self.by_model: dict[str, Sums] = defaultdict(Sums)
         self.by_team_model: dict[tuple[str, str], Sums] = defaultdict(Sums)  # over the period
         self.by_hosting: dict[str, Sums] = defaultdict(Sums)
-        self.by_kind_day: dict[tuple[date, str], Sums] = defaultdict(Sums)  # kind: interactive | batch
+        self.by_kind_day: dict[tuple[date, str], Sums] = defaultdict(Sums)  # kind: interactive | batch | shadow
         self.hosting_of_model: dict[str, str] = {}
         self.latency_ms: dict[str, Reservoir] = {}
         self.ttft_ms: dict[str, Reservoir] = {}
@@ -188,7 +189,7 @@ class Aggregator:
             self.by_model[record.model],
             self.by_team_model[(team, record.model)],
             self.by_hosting[hosting],
-            self.by_kind_day[(day, BATCH if record.batch_id else INTERACTIVE)],
+            self.by_kind_day[(day, SHADOW if record.is_shadow else BATCH if record.batch_id else INTERACTIVE)],
         ):
             sums.add(record)
         if record.status == "completed":

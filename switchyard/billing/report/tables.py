@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from switchyard.billing.report.aggregate import Aggregator, EscalationSums, SavingsSums, Sums
+from switchyard.billing.report.aggregate import SHADOW, Aggregator, EscalationSums, SavingsSums, Sums
 from switchyard.billing.report.drift import (
     DRIFT_BINS_COLUMNS,
     DRIFT_BY_DAY_COLUMNS,
@@ -227,6 +227,7 @@ def build_summary(agg: Aggregator) -> dict[str, Any]:
         "prompt_tokens": t.prompt_tokens,
         "completion_tokens": t.completion_tokens,
         "cost_usd": t.cost_usd,
+        "shadow_cost_usd": kinds[SHADOW].cost_usd if SHADOW in kinds else 0.0,  # in cost_usd, paid by the platform
         "savings": {
             "routed_requests": routed.requests,
             "realised_cost_usd": routed.realised_cost_usd,

@@ -53,7 +53,7 @@ async def test_an_old_ledger_file_keeps_its_rows_and_gains_the_daily_aggregate(t
     assert len(await again.read_usage()) == 3
     await again.aclose()
     with contextlib.closing(sqlite3.connect(path)) as db:
-        assert db.execute("SELECT version FROM schema_migrations").fetchall() == [(1,), (2,), (3,)]
+        assert db.execute("SELECT version FROM schema_migrations").fetchall() == [(1,), (2,), (3,), (4,)]
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
