@@ -46,7 +46,7 @@ def cascade(
         target_quality = 0.95
     goal = {"quality_fraction": target_quality, "max_cost_usd": max_cost, "best_quality": best_quality}
     report, rung = _tune(traces, weak, strong, scorer, first_k, goal)
-    _write_rung(out, report.weak, rung)
+    write_rung(out, report.weak, rung)
     png, page = _write_report(report_dir, traces, report)
     if as_json:
         _print_json(report.to_json(), out, png, page)
@@ -98,7 +98,7 @@ def _tune(traces: Path, weak: str | None, strong: str | None, scorer: str, first
     return report, rung
 
 
-def _write_rung(out: Path, weak: str, rung: dict[str, Any]) -> None:
+def write_rung(out: Path, weak: str, rung: dict[str, Any]) -> None:
     """`rung` as `cascade.rungs.<weak>` of the thresholds file, its other rungs and sections kept."""
     from switchyard.core.thresholds import ThresholdsError, read_thresholds, write_section
 

@@ -10,6 +10,7 @@ import typer
 from switchyard.evals.cascade_cli import cascade
 from switchyard.evals.cli_support import DatasetOption, cli_error, dataset_label, load_set, progress_bar
 from switchyard.evals.collect_cli import collect
+from switchyard.evals.retune_cli import retune
 from switchyard.evals.route_artifacts import compare_artifacts
 from switchyard.evals.tiers_cli import tiers
 
@@ -197,3 +198,4 @@ def _print_threshold(headline: str, train_point: dict, test_point: dict) -> None
 app.command()(tiers)  # switchyard/evals/tiers_cli.py
 app.command()(cascade)  # switchyard/evals/cascade_cli.py
 app.command()(collect)  # switchyard/evals/collect_cli.py
+app.command()(retune)  # switchyard/evals/retune_cli.py
