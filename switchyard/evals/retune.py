@@ -23,6 +23,7 @@ from switchyard.core.traces import Trace
 from switchyard.evals import metrics
 from switchyard.evals.cascade import CascadeData, CascadeReport, cascade_curve, tune
 from switchyard.evals.cascade import operating_point as cascade_point
+from switchyard.evals.drift_reference import escalation_reference, strong_share_reference
 from switchyard.evals.evaluate import EvalError, Outcomes
 from switchyard.evals.one_blas_thread import one_blas_thread
 from switchyard.evals.retune_head import HeadFit, fit_residual_head
@@ -77,6 +78,7 @@ class RoutingRetune:
     targets: dict[str, dict[str, float]] = field(default_factory=dict)  # mode -> its target
     train: dict[str, dict[str, float]] = field(default_factory=dict)  # mode -> fit-rows operating point
     test: dict[str, dict[str, float]] = field(default_factory=dict)  # mode -> held-out operating point
+    reference: dict[str, Any] = field(default_factory=dict)  # drift reference: held-out scores, balanced threshold
 
 
 @dataclass(slots=True)
@@ -85,6 +87,7 @@ class CascadeRetune:
     before: dict[str, Any]
     comparison: Comparison
     curves: tuple[Any, Any]  # held-out CascadeCurves, before and after
+    reference: dict[str, Any] = field(default_factory=dict)  # drift reference: held-out confidences
 
 
 @dataclass(slots=True)
@@ -189,6 +192,7 @@ def retune_routing(
         targets=dict(current.targets),
         train=train,
         test=test,
+        reference=strong_share_reference(after_scores, thresholds["balanced"]),
     )
 
 
@@ -255,6 +259,7 @@ def retune_cascade(
             bootstrap_interval(len(held_rows), saving, seed),
         ),
         curves=(before_curve, after_curve),
+        reference=escalation_reference(after_conf, report.threshold),
     )
 
 

@@ -202,6 +202,7 @@ def _write(out: Path, settings: Settings, result, record: dict, weak: str) -> Pa
                         for mode, value in routing.thresholds.items()
                         if mode != "balanced"
                     },
+                    "reference": routing.reference,
                 },
                 keep=("by_value",),
             )
@@ -223,6 +224,7 @@ def _write(out: Path, settings: Settings, result, record: dict, weak: str) -> Pa
                     },
                     "train": report["train"],
                     "test": report["test"],
+                    "reference": cascade.reference,
                 },
             )
         write_section(out, "provenance", record)

@@ -49,13 +49,8 @@ def read_ledger_rows(database_url: str | None, since: float) -> list[Trace]:
 
     if database_url is None:
         raise EvalError("the config has no ledger (billing.ledger_path and billing.database_url are null)")
-    try:
-        from switchyard.learning.rows import labelled_traces  # type: ignore[import-not-found,import-untyped,unused-ignore]
-    except ImportError as exc:
-        raise EvalError(
-            f"this Switchyard cannot read learning rows from the ledger ({exc}); pass them with --traces"
-        ) from exc
     from switchyard.billing.store.base import open_database
+    from switchyard.learning.rows import labelled_traces
 
     async def read() -> list[Trace]:
         database = await open_database(database_url)

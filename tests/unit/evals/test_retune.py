@@ -121,6 +121,11 @@ def test_eval_retune_writes_what_the_proxy_reads_only_when_better(tmp_path):
     assert set(written.routing.modes) == {"economy", "max"}
     assert written.cascade is not None and written.cascade.rungs[WEAK].scorer["kind"] == "logistic"
     provenance = written.model_dump()["provenance"]
+    # drift references of what the new version expects: the newest rows under the new settings
+    routing_reference = written.model_dump()["routing"]["reference"]
+    assert routing_reference["rate"] == pytest.approx(provenance["routing"]["after"]["strong_share"], abs=1e-6)
+    assert routing_reference["num_samples"] == 180
+    assert written.model_dump()["cascade"]["rungs"][WEAK]["reference"]["num_samples"] == 180
     assert provenance["rows"] == {"total": 600, "fit": 420, "held_out": 180}
     assert provenance["routing"]["written"] and provenance["routing"]["comparison"]["ci95"][0] > 0
     # the proxy starts on both, and the artifact on disk routes the newest rows as the run reported
@@ -221,3 +226,48 @@ def test_since_takes_a_duration(value, seconds_before_now):
 
 def test_since_takes_a_utc_date():
     assert parse_since("2026-11-01") == parse_since("2026-11-01T00:00:00+00:00") == 1_793_491_200.0
+
+
+def test_eval_retune_reads_the_learning_rows_from_the_configs_ledger(tmp_path, monkeypatch):
+    """The rows the shadow sampler stores (learning/rows.py), read through `--config`: the same split
+    and a written file, as from a trace file."""
+    import asyncio
+
+    from switchyard.billing.store.base import open_database
+    from switchyard.learning.rows import LearningRow, insert_row
+
+    ledger = tmp_path / "usage.db"
+    monkeypatch.delenv("SWITCHYARD__BILLING__LEDGER_PATH", raising=False)  # the suite's own ledger: the config's here
+    config = yaml.safe_load(Path(_config(tmp_path)).read_text())
+    config["billing"] = {"ledger_path": str(ledger), "redis_url": "none"}
+    path = tmp_path / "ledger.yaml"
+    path.write_text(yaml.safe_dump(config))
+
+    async def store(rows) -> None:
+        database = await open_database(f"sqlite:///{ledger}")
+        try:
+            for row in rows:
+                await insert_row(
+                    database,
+                    LearningRow(
+                        request_id=row.id,
+                        created_at=row.extra["created_at"],
+                        team="search",
+                        route=row.category,
+                        prompt_key=f"key-{row.id}",
+                        models={name: outcome.to_dict() for name, outcome in row.models.items()},
+                        embedding=np.asarray(row.extra["embedding"], dtype=np.float32),
+                        features=row.extra["features"],
+                        label_source="judge",
+                    ),
+                )
+        finally:
+            await database.aclose()
+
+    asyncio.run(store(labelled_rows(600, learnable=True)))
+    out = tmp_path / "retuned.yaml"
+    args = ["eval", "retune", "--config", str(path), "--since", "2020-01-01", "--out", str(out)]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "routing (420 rows fit, 180 held out" in result.output
+    assert read_thresholds(out).model_dump()["provenance"]["rows"] == {"total": 600, "fit": 420, "held_out": 180}
