@@ -18,13 +18,15 @@ capacity, by the batch tier's rule (`switchyard.batch.spare_capacity`). A job:
 Shadow and judge calls are ledger records of the original request (`is_shadow`, the original
 team; attempts numbered from 1001), charged to `shadow.budget_usd_per_day`, never the team's budget.
 Outcomes, counted in `switchyard_shadow_requests_total{outcome}`: sampled, dropped, over_budget,
-skipped (a stream, a completions request, or no other model to ask), failed, completed, labelled,
-unlabelled.
+skipped (a completions request, or no other model to ask), failed, completed, labelled,
+unlabelled. A streamed answer is not kept as it streams: its job asks the model that streamed it
+once more, whole, so the pair has two whole answers (one more shadow call, on the same budget).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import time
@@ -78,7 +80,7 @@ class Kept:
     request: ChatCompletionRequest
     route: str  # auto | cascade
     model: str  # the model that answered
-    result: CompletionResult  # its whole answer
+    result: CompletionResult | None  # its whole answer; None: it streamed (asked again, whole, by the job)
     score: float | None  # the classifier's (auto)
 
 
@@ -148,8 +150,8 @@ class Shadow:
         if not self._matches_models(parsed.model, answered.entry.name):
             return
         self.count("sampled")
-        if not isinstance(parsed, ChatCompletionRequest) or answered.result is None:
-            self.count("skipped")  # a stream, or a completions request: nothing kept to compare
+        if not isinstance(parsed, ChatCompletionRequest):
+            self.count("skipped")  # a completions request: no conversation to grade
             return
         score = relayed.decision.score if relayed.decision is not None else None
         kept = Kept(
@@ -211,6 +213,12 @@ class Shadow:
             return "over_budget"
         totals = RequestTotals(num_attempts=SHADOW_ATTEMPTS_FROM)
         try:
+            if kept.result is None:  # a stream: the model that streamed it answers again, whole
+                streamed = self.services.registry.find(kept.model)
+                if streamed is None:
+                    return "skipped"
+                again = await self._call(streamed, self._shadow_request(kept, streamed), kept, totals)
+                kept = dataclasses.replace(kept, result=again)
             shadow_result = await self._call(target, self._shadow_request(kept, target), kept, totals)
         except SwitchyardError as exc:
             logger.info("the shadow call of %s failed: %s", kept.request_id, exc.log_message)
@@ -269,6 +277,7 @@ class Shadow:
         """((weak model, its answer, answered the client), (strong …)): the cheaper is weak; at one
         price, the lower on the route's ladder."""
         ladder = self.ladder(kept.route)
+        assert kept.result is not None  # a stream's was asked again before
         client = (kept.model, kept.result, True)
         shadow = (target.name, shadow_result, False)
         if (self._price(target.name), ladder.index(target.name)) < (self._price(kept.model), ladder.index(kept.model)):

@@ -155,6 +155,29 @@ def test_a_multiple_choice_answer_is_graded_directly_after_the_client_has_it(pro
     assert trace.models["m-small"].quality == 0.0 and trace.models["m-large"].cost_usd > 0
 
 
+def test_a_streamed_answer_is_asked_again_whole_and_graded(proxy: Proxy) -> None:
+    prompt = CHOICE_PROMPT.replace("largest", "largest (streamed)")
+    body = {"model": "auto", "stream": True, "messages": [{"role": "user", "content": prompt}]}
+    headers = {"authorization": f"Bearer {ALPHA}"}
+    with httpx.stream("POST", proxy.base + "/v1/chat/completions", json=body, headers=headers, timeout=30) as response:
+        assert response.status_code == 200
+        request_id = response.headers["x-request-id"]
+        events = [line for line in response.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "data: [DONE]"
+    row = proxy.labelled_row(request_id)
+    assert (row.route, row.label_source) == ("auto", "verifiable")
+    assert {m: o["quality"] for m, o in row.models.items()} == {"m-small": 0.0, "m-large": 1.0}
+    assert row.models["m-small"]["answered"] is True
+    # the small model streamed to the client, then answered once more, whole, as a shadow call
+    assert len([r for r in proxy.states["small"].records if "(streamed)" in str(r.body)]) == 2
+    assert wait_until(
+        lambda: (
+            sorted(r.model for r in read_ledger(proxy.app, request_id=request_id) if r.is_shadow)
+            == ["m-large", "m-small"]
+        )
+    )
+
+
 def test_an_open_cascade_answer_goes_to_the_judge_and_no_prompt_text_is_stored(proxy: Proxy) -> None:
     request_id, _ = proxy.chat("cascade", OPEN_PROMPT)
     row = proxy.labelled_row(request_id)
