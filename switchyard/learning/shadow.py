@@ -19,8 +19,10 @@ Shadow and judge calls are ledger records of the original request (`is_shadow`, 
 team; attempts numbered from 1001), charged to `shadow.budget_usd_per_day`, never the team's budget.
 Outcomes, counted in `switchyard_shadow_requests_total{outcome}`: sampled, dropped, over_budget,
 skipped (a completions request, or no other model to ask), failed, completed, labelled,
-unlabelled. A streamed answer is not kept as it streams: its job asks the model that streamed it
-once more, whole, so the pair has two whole answers (one more shadow call, on the same budget).
+unlabelled. The model that answered the client answers once more, whole, when its answer streamed
+(it is not kept as it streams) or when it is the weaker side and its answer came without the
+logprobs its backend can give (re-tuning the cascade needs them): one more shadow call, on the
+same budget.
 """
 
 from __future__ import annotations
@@ -213,11 +215,11 @@ class Shadow:
             return "over_budget"
         totals = RequestTotals(num_attempts=SHADOW_ATTEMPTS_FROM)
         try:
-            if kept.result is None:  # a stream: the model that streamed it answers again, whole
-                streamed = self.services.registry.find(kept.model)
-                if streamed is None:
+            if self._asks_again(kept, target):
+                answered = self.services.registry.find(kept.model)
+                if answered is None:
                     return "skipped"
-                again = await self._call(streamed, self._shadow_request(kept, streamed), kept, totals)
+                again = await self._call(answered, self._shadow_request(kept, answered), kept, totals)
                 kept = dataclasses.replace(kept, result=again)
             shadow_result = await self._call(target, self._shadow_request(kept, target), kept, totals)
         except SwitchyardError as exc:
@@ -271,6 +273,22 @@ class Shadow:
     def _price(self, model: str) -> float:
         return _unit_price(self.services.prices.get(model))
 
+    def _is_weaker(self, model: str, than: str, ladder: list[str]) -> bool:
+        """Cheaper; at one price, lower on the route's ladder."""
+        return (self._price(model), ladder.index(model)) < (self._price(than), ladder.index(than))
+
+    def _asks_again(self, kept: Kept, target: ModelEntry) -> bool:
+        """Whether the model that answered the client answers once more, whole: its answer streamed
+        (not kept as it streamed), or it is the weaker side and its answer came without the logprobs
+        its backend can give (the client did not ask for them; the cascade's judged rungs drop them
+        from what they send), which re-tuning the cascade needs."""
+        if kept.result is None:
+            return True
+        if not self._is_weaker(kept.model, target.name, self.ladder(kept.route)):
+            return False
+        entry = self.services.registry.find(kept.model)
+        return entry is not None and entry.capabilities.logprobs and not _token_logprobs(kept.result)
+
     def _sides(
         self, kept: Kept, target: ModelEntry, shadow_result: CompletionResult
     ) -> tuple[tuple[str, CompletionResult, bool], tuple[str, CompletionResult, bool]]:
@@ -280,7 +298,7 @@ class Shadow:
         assert kept.result is not None  # a stream's was asked again before
         client = (kept.model, kept.result, True)
         shadow = (target.name, shadow_result, False)
-        if (self._price(target.name), ladder.index(target.name)) < (self._price(kept.model), ladder.index(kept.model)):
+        if self._is_weaker(target.name, kept.model, ladder):
             return shadow, client
         return client, shadow
 

@@ -148,7 +148,13 @@ def test_a_multiple_choice_answer_is_graded_directly_after_the_client_has_it(pro
     assert wait_until(lambda: any(r.is_shadow for r in read_ledger(proxy.app, request_id=request_id)))
     records = read_ledger(proxy.app, request_id=request_id)
     shadow = [r for r in records if r.is_shadow]
-    assert [(r.model, r.team, r.attempt > 1000) for r in shadow] == [("m-large", "alpha", True)]
+    # the small model's answer came without logprobs (the client did not ask): it answered once
+    # more, whole, with them, for re-tuning the cascade; then the large model
+    assert [(r.model, r.team, r.attempt > 1000) for r in shadow] == [
+        ("m-small", "alpha", True),
+        ("m-large", "alpha", True),
+    ]
+    assert len(row.models["m-small"]["token_logprobs"]) == 1 and "token_logprobs" not in row.models["m-large"]
     assert [r.model for r in records if not r.is_shadow] == ["m-small"]
     trace = next(t for t in _run(proxy.database_url, labelled_traces) if t.id == request_id)
     assert trace.category == "auto" and trace.extra["label_source"] == "verifiable"
@@ -186,7 +192,8 @@ def test_an_open_cascade_answer_goes_to_the_judge_and_no_prompt_text_is_stored(p
     assert len(proxy.states["judge"].records) >= 2  # asked in both orders
     assert wait_until(
         lambda: (
-            {r.model for r in read_ledger(proxy.app, request_id=request_id) if r.is_shadow} == {"m-large", "m-judge"}
+            {r.model for r in read_ledger(proxy.app, request_id=request_id) if r.is_shadow}
+            == {"m-small", "m-large", "m-judge"}
         )
     )
     path = proxy.database_url.removeprefix("sqlite:///")
