@@ -52,16 +52,69 @@ class CurrentCascade:
 
 @dataclass(frozen=True, slots=True)
 class Comparison:
-    """Cost (USD per 1k prompts) of reaching the target quality on the held-out rows."""
+    """Before (the current settings) against after (the re-tuned ones) on the held-out rows.
+
+    `before`, `after`: the cost (USD per 1k prompts) of reaching the target quality along each
+    cost-quality curve; `ci95`: the interval of their difference (before - after). The operating
+    points (what each setting serves, at its threshold): `quality_before`, `quality_after` (their
+    mean quality), `target` (the target quality in those units), `quality_ci95` and `point_ci95`,
+    the intervals of after's quality gain and of its saving per 1k prompts. All intervals are over
+    the same bootstrap resamples of the held-out rows."""
 
     target_quality: float
     before: float
     after: float
-    ci95: tuple[float, float]  # of before - after, over bootstrap resamples of the held-out rows
+    ci95: tuple[float, float]
+    quality_before: float = float("nan")
+    quality_after: float = float("nan")
+    target: float = float("nan")
+    quality_ci95: tuple[float, float] | None = None
+    point_ci95: tuple[float, float] | None = None
+
+    @property
+    def reason(self) -> str | None:
+        """Why the re-tuned settings are better beyond noise (None: they are not)."""
+        if self.ci95[0] > 0:
+            return "cheaper at the target quality along its cost-quality curve"
+        before_meets, after_meets = self.quality_before >= self.target, self.quality_after >= self.target
+        if not before_meets and self.quality_ci95 is not None and self.quality_ci95[0] > 0:
+            return "its operating point wins back quality the current one loses below the target"
+        if before_meets and after_meets and self.point_ci95 is not None and self.point_ci95[0] > 0:
+            return "its operating point meets the target at a lower cost"
+        return None
 
     @property
     def is_better(self) -> bool:
-        return self.ci95[0] > 0
+        return self.reason is not None
+
+
+def compare(
+    target_quality: float,
+    quality_strong: np.ndarray,
+    points: tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
+    cost_at_target: Callable[[np.ndarray, int], float],
+    seed: int,
+) -> Comparison:
+    """The comparison on the held-out rows: `points` holds (per-row quality, per-row cost) before
+    and after, at each setting's threshold; `cost_at_target(index, side)` the cost of reaching the
+    target along side 0's (before) or 1's (after) curve over the rows `index`."""
+    (q_before, c_before), (q_after, c_after) = points
+    everyone = np.arange(len(quality_strong))
+
+    def curve_saving(index: np.ndarray) -> float:
+        return 1000 * (cost_at_target(index, 0) - cost_at_target(index, 1))
+
+    return Comparison(
+        target_quality,
+        round(1000 * cost_at_target(everyone, 0), 9),
+        round(1000 * cost_at_target(everyone, 1), 9),
+        bootstrap_interval(len(everyone), curve_saving, seed),
+        quality_before=round(float(q_before.mean()), 6),
+        quality_after=round(float(q_after.mean()), 6),
+        target=round(target_quality * float(quality_strong.mean()), 6),
+        quality_ci95=bootstrap_interval(len(everyone), lambda i: float((q_after[i] - q_before[i]).mean()), seed),
+        point_ci95=bootstrap_interval(len(everyone), lambda i: 1000 * float((c_before[i] - c_after[i]).mean()), seed),
+    )
 
 
 @dataclass(slots=True)
@@ -163,12 +216,21 @@ def retune_routing(
     before = _routing_point(held, before_scores, current.thresholds["balanced"], target_quality)
     after = _routing_point(held, after_scores, thresholds["balanced"], target_quality)
 
-    def saving(index: np.ndarray) -> float:
+    def cost_at_target(index: np.ndarray, side: int) -> float:
+        values = (before_scores, after_scores)[side]
         target = target_quality * float(held.q_strong[index].mean())
-        return 1000 * (
-            metrics.cost_at_quality(_routing_curve(held, before_scores, index), target)
-            - metrics.cost_at_quality(_routing_curve(held, after_scores, index), target)
-        )
+        return metrics.cost_at_quality(_routing_curve(held, values, index), target)
+
+    comparison = compare(
+        target_quality,
+        held.q_strong,
+        (
+            _routed(held, before_scores >= current.thresholds["balanced"]),
+            _routed(held, after_scores >= thresholds["balanced"]),
+        ),
+        cost_at_target,
+        seed,
+    )
 
     classifier = None
     if head_fit.head is not None:
@@ -180,12 +242,7 @@ def retune_routing(
         thresholds=thresholds,
         before=before,
         after=after,
-        comparison=Comparison(
-            target_quality,
-            before["cost_at_target_usd_per_1k"],
-            after["cost_at_target_usd_per_1k"],
-            bootstrap_interval(len(held_rows), saving, seed),
-        ),
+        comparison=comparison,
         num_fit=len(fit_rows),
         num_held_out=len(held_rows),
         curves=(held.curve(before_scores), held.curve(after_scores)),
@@ -238,29 +295,38 @@ def retune_cascade(
     before = dict(cascade_point(held, before_conf, current.threshold))
     before_curve, after_curve = cascade_curve(before_conf, held), cascade_curve(after_conf, held)
 
-    def cost_at_target(curve) -> float:
-        return 1000 * metrics.cost_at_quality(curve, target_quality * float(held.q_strong.mean()))
-
-    def saving(index: np.ndarray) -> float:
+    def cost_at_target(index: np.ndarray, side: int) -> float:
         sample = _take(held, index)
-        target = target_quality * float(sample.q_strong.mean())
-        return 1000 * (
-            metrics.cost_at_quality(cascade_curve(before_conf[index], sample), target)
-            - metrics.cost_at_quality(cascade_curve(after_conf[index], sample), target)
+        confidence = (before_conf, after_conf)[side][index]
+        return metrics.cost_at_quality(
+            cascade_curve(confidence, sample), target_quality * float(sample.q_strong.mean())
         )
+
+    comparison = compare(
+        target_quality,
+        held.q_strong,
+        (_escalated(held, before_conf < current.threshold), _escalated(held, after_conf < report.threshold)),
+        cost_at_target,
+        seed,
+    )
 
     return CascadeRetune(
         report=report,
         before=before,
-        comparison=Comparison(
-            target_quality,
-            round(cost_at_target(before_curve), 9),
-            round(cost_at_target(after_curve), 9),
-            bootstrap_interval(len(held_rows), saving, seed),
-        ),
+        comparison=comparison,
         curves=(before_curve, after_curve),
         reference=escalation_reference(after_conf, report.threshold),
     )
+
+
+def _routed(outcomes: Outcomes, strong: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the quality and cost of routing it to the strong model where `strong`, else the weak."""
+    return np.where(strong, outcomes.q_strong, outcomes.q_weak), np.where(strong, outcomes.c_strong, outcomes.c_weak)
+
+
+def _escalated(data: CascadeData, escalate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the quality and cost of the cascade escalating where `escalate` (the weak answer is paid either way)."""
+    return np.where(escalate, data.q_strong, data.q_weak), data.c_weak + escalate * data.c_strong
 
 
 def _take(data: CascadeData, index: np.ndarray) -> CascadeData:

@@ -71,11 +71,21 @@ def summary_lines(timed: TimedRows, weak: str, strong: str, result: RetuneResult
 
 def _verdict(comparison: Comparison) -> str:
     low, high = comparison.ci95
-    verdict = "better" if comparison.is_better else "not better beyond noise"
-    return (
+    lines = [
         f"  at {comparison.target_quality:.0%} of the strong model's quality: saves "
-        f"${comparison.before - comparison.after:.4f} / 1k prompts (95% interval {low:.4f} .. {high:.4f}): {verdict}"
-    )
+        f"${comparison.before - comparison.after:.4f} / 1k prompts along the curve"
+        f" (95% interval {low:.4f} .. {high:.4f})"
+    ]
+    if comparison.quality_ci95 is not None and comparison.point_ci95 is not None:
+        (q_low, q_high), (p_low, p_high) = comparison.quality_ci95, comparison.point_ci95
+        lines.append(
+            f"  as served: quality {comparison.quality_before:.3f} -> {comparison.quality_after:.3f}"
+            f" (target {comparison.target:.3f}; gain 95% interval {q_low:+.3f} .. {q_high:+.3f}),"
+            f" saves ${p_low:.4f} .. {p_high:.4f} / 1k prompts"
+        )
+    reason = comparison.reason
+    lines.append(f"  better: {reason}" if reason is not None else "  not better beyond noise")
+    return "\n".join(lines)
 
 
 def provenance(
@@ -122,6 +132,14 @@ def _comparison(comparison: Comparison) -> dict[str, Any]:
         "before": comparison.before,
         "after": comparison.after,
         "ci95": list(comparison.ci95),
+        "as_served": {
+            "quality_before": comparison.quality_before,
+            "quality_after": comparison.quality_after,
+            "target_quality": comparison.target,
+            "quality_gain_ci95": list(comparison.quality_ci95) if comparison.quality_ci95 else None,
+            "saving_usd_per_1k_ci95": list(comparison.point_ci95) if comparison.point_ci95 else None,
+        },
+        "reason": comparison.reason,
     }
 
 

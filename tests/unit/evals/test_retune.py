@@ -35,9 +35,13 @@ CURRENT_ROUTING = CurrentRouting(
 CURRENT_CASCADE = CurrentCascade(FeatureScorer("first_mean_logprob", 16), -0.8, 16)  # the config's defaults
 
 
-def _retune(rows):
+# A cascade that escalates every answer (logprobs are never above 0): at the target on any rows.
+ESCALATING_CASCADE = CurrentCascade(FeatureScorer("first_mean_logprob", 16), 0.0, 16)
+
+
+def _retune(rows, cascade=CURRENT_CASCADE):
     timed = split_by_time(paired_rows(rows, WEAK, STRONG, None), 0.3)
-    result = retune(timed, WEAK, STRONG, routing=CURRENT_ROUTING, cascade=CURRENT_CASCADE, target_quality=0.95, seed=0)
+    result = retune(timed, WEAK, STRONG, routing=CURRENT_ROUTING, cascade=cascade, target_quality=0.95, seed=0)
     return timed, result
 
 
@@ -48,7 +52,8 @@ def shifted():
 
 @pytest.fixture(scope="module")
 def unlearnable():
-    return _retune(labelled_rows(600, learnable=False))
+    """Nothing to learn, and current settings that already serve the target quality."""
+    return _retune(labelled_rows(600, learnable=False), cascade=ESCALATING_CASCADE)
 
 
 def test_a_shifted_mix_is_learnt_and_costs_less_at_the_target_on_the_newest_rows(shifted):
@@ -87,6 +92,15 @@ def test_rows_with_nothing_to_learn_are_not_better_beyond_noise(unlearnable):
     assert low <= 0 < high  # a head fitted to noise may look cheaper on these rows, not beyond noise
     assert not result.routing.comparison.is_better
     assert result.cascade is not None and not result.cascade.comparison.is_better
+
+
+def test_a_current_threshold_below_the_target_is_moved_even_with_nothing_to_learn():
+    """The config's cascade threshold accepts every answer of a weak model that is wrong more often
+    than the target allows: re-tuning escalates more and wins the quality back, as served."""
+    _, result = _retune(labelled_rows(600, learnable=False))
+    comparison = result.cascade.comparison
+    assert comparison.quality_before < comparison.target <= comparison.quality_after
+    assert comparison.quality_ci95[0] > 0 and comparison.reason.startswith("its operating point wins back quality")
 
 
 def _config(tmp_path, ledger: bool = False) -> str:
@@ -146,9 +160,12 @@ def test_eval_retune_writes_what_the_proxy_reads_only_when_better(tmp_path):
     apgr = metrics.apgr(outcomes.curve(scores), outcomes.quality_weak, outcomes.quality_strong)
     assert apgr == pytest.approx(provenance["routing"]["after"]["apgr"], abs=1e-6)
 
-    # nothing learnable: nothing written, exit 1
+    # nothing learnable, and a cascade already at the target: nothing written, exit 1
     write_traces(traces, labelled_rows(600, learnable=False))
     out.unlink()
+    escalating = yaml.safe_load(Path(config).read_text())
+    escalating["cascade"] |= {"scorer": "first_mean_logprob", "threshold": 0.0}
+    Path(config).write_text(yaml.safe_dump(escalating))
     result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert result.exit_code == 1, result.output
     assert "not better beyond noise" in result.output

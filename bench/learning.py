@@ -1,0 +1,292 @@
+"""The learning loop end to end, through the served process: shadow rows accrue, the traffic
+shifts, drift is flagged, `switchyard eval retune` writes thresholds that recover the quality at a
+lower cost on the new mix, a rollout shows it on live traffic, and the candidate is promoted.
+
+Two chat models on a scripted fake upstream (bench/learning_world.py): multiple-choice questions
+first (the weak model right three times in four, and unsure when wrong), then word problems (the
+weak model wrong more often than not, fluent when wrong, with one unsure number). `switchyard
+serve --config` as a user runs it, every `auto` and `cascade` request shadowed. Beside it, a second
+proxy with shadowing off answers the same rounds, one proxy at a time, for the client latency.
+
+    .venv/bin/python bench/learning.py               # writes the `learning` section of bench/RESULTS.md
+    .venv/bin/python bench/learning.py --no-write
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import yaml
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(ROOT))
+
+from learning_world import STRONG, WEAK, Item, World, WorldUpstream, make_items  # noqa: E402
+from overhead import Server, free_port, start  # noqa: E402
+from results import write_section  # noqa: E402
+
+from switchyard.backends.defaults import DEFAULT_THRESHOLDS  # noqa: E402
+from switchyard.learning.graders import choice_of, final_number  # noqa: E402
+from tests.fakes.server import serve_in_thread  # noqa: E402
+
+ADMIN, KEY = "admin-learning-bench", "sk-learning-bench"
+PRICES = {WEAK: (0.5, 1.5), STRONG: (5.0, 15.0)}  # USD per million input, output tokens
+ROUTES = ("auto", "cascade")
+CONCURRENCY = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    route: str
+    kind: str
+    is_right: bool
+    model: str
+    cost_usd: float
+    latency_s: float
+    version: str | None
+
+
+def config(folder: Path, name: str, upstream: str, *, shadow_rate: float, extra: dict | None = None) -> Path:
+    models = [
+        {
+            "name": model,
+            "backend": "openai",
+            "base_url": upstream + "/v1",
+            "api_key": "unused",
+            "tier": tier,
+            "price": {"input_usd_per_mtok": PRICES[model][0], "output_usd_per_mtok": PRICES[model][1]},
+        }
+        for model, tier in ((WEAK, "small"), (STRONG, "large"))
+    ]
+    body = {
+        "server": {"log_level": "warning"},
+        "models": models,
+        "routing": {"thresholds_file": str(folder / "thresholds.yaml"), "auto": {"tiers": ["small", "large"]}},
+        "cascade": {"ladder": [WEAK, STRONG]},
+        "billing": {"ledger_path": str(folder / f"{name}.sqlite3"), "redis_url": "none"},
+        "auth": {"admin_key": ADMIN},
+        "teams": {"bench": {"api_keys": [KEY]}},
+        "logging": {"requests": False},
+        "drift": {"window": 200, "min_samples": 50},
+        "shadow": {"rate": shadow_rate, "budget_usd_per_day": 5.0, "target": "other_tier"},
+        **(extra or {}),
+    }
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return path
+
+
+def serve(path: Path, name: str, logs: Path) -> Server:
+    port = free_port()
+    argv = [sys.executable, "-m", "switchyard", "serve", "--config", str(path), "--port", str(port)]
+    return start(name, argv, port, logs)
+
+
+async def wait_ready(server: Server, timeout_s: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    url = server.base_url.removesuffix("/v1") + "/health/ready"
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            if server.process is not None and server.process.poll() is not None:
+                raise RuntimeError(f"{server.name} exited with {server.process.returncode}; see its log")
+            try:
+                async with session.get(url) as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.25)
+    raise RuntimeError(f"{server.name} was not ready within {timeout_s:.0f} s")
+
+
+async def ask(session: aiohttp.ClientSession, server: Server, item: Item, route: str) -> Reply:
+    body = {"model": route, "messages": [{"role": "user", "content": item.prompt}], "temperature": 0}
+    started = time.perf_counter()
+    async with session.post(server.base_url + "/chat/completions", json=body) as response:
+        answer = await response.json()
+        latency = time.perf_counter() - started
+        if response.status != 200:
+            raise RuntimeError(f"{server.name}: {response.status} {answer}")
+        version = response.headers.get("x-switchyard-routing-version")
+    text = answer["choices"][0]["message"]["content"] or ""
+    given = choice_of(text) if item.kind == "choice" else final_number(text)
+    usage, model = answer["usage"], answer["model"]
+    price = PRICES.get(model, (0.0, 0.0))
+    cost = (usage["prompt_tokens"] * price[0] + usage["completion_tokens"] * price[1]) / 1e6
+    return Reply(route, item.kind, given == item.truth, model, cost, latency, version)
+
+
+async def traffic(server: Server, items: list[Item]) -> list[Reply]:
+    """Every item to `auto` and to `cascade`, CONCURRENCY at a time."""
+    work = [(item, route) for item in items for route in ROUTES]
+    replies: list[Reply] = []
+    headers = {"authorization": f"Bearer {KEY}"}
+    async with aiohttp.ClientSession(headers=headers, timeout=aiohttp.ClientTimeout(total=120)) as session:
+
+        async def worker() -> None:
+            while work:
+                item, route = work.pop(0)
+                replies.append(await ask(session, server, item, route))
+
+        await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+    return replies
+
+
+async def scrape(server: Server) -> dict[str, float]:
+    """The /metrics samples this bench reads: shadow outcomes and drift."""
+    url = server.base_url.removesuffix("/v1") + "/metrics"
+    async with aiohttp.ClientSession() as session:
+        async with session.get(url, headers={"authorization": f"Bearer {ADMIN}"}) as response:
+            text = await response.text()
+    found = {}
+    for line in text.splitlines():
+        match = re.match(r"(switchyard_(?:shadow_requests_total|drift_psi|drift_rate)\{[^}]*\}) (\S+)", line)
+        if match:
+            found[match.group(1)] = float(match.group(2))
+    return found
+
+
+def shadow(samples: dict[str, float], outcome: str) -> float:
+    return samples.get(f'switchyard_shadow_requests_total{{outcome="{outcome}"}}', 0.0)
+
+
+async def shadow_idle(server: Server, timeout_s: float = 600.0) -> dict[str, float]:
+    """Once every sampled request's job has ended (its outcome counted)."""
+    deadline = time.monotonic() + timeout_s
+    ended = ("dropped", "over_budget", "skipped", "failed", "labelled", "unlabelled")
+    while time.monotonic() < deadline:
+        samples = await scrape(server)
+        finished = sum(shadow(samples, outcome) for outcome in ended) + (
+            shadow(samples, "completed") - shadow(samples, "labelled") - shadow(samples, "unlabelled")
+        )
+        if shadow(samples, "sampled") and finished >= shadow(samples, "sampled"):
+            return samples
+        await asyncio.sleep(0.5)
+    raise RuntimeError(f"{server.name}: shadow jobs still running after {timeout_s:.0f} s")
+
+
+def summary(replies: list[Reply], route: str) -> dict[str, float]:
+    rows = [r for r in replies if r.route == route]
+    if not rows:
+        return {}
+    return {
+        "quality": sum(r.is_right for r in rows) / len(rows),
+        "cost_per_1k": 1000 * sum(r.cost_usd for r in rows) / len(rows),
+        "strong_share": sum(r.model == STRONG for r in rows) / len(rows),
+        "n": len(rows),
+    }
+
+
+def psi(samples: dict[str, float], signal: str) -> float:
+    return samples.get(f'switchyard_drift_psi{{signal="{signal}"}}', float("nan"))
+
+
+def retune(path: Path, out: Path, plot: Path) -> tuple[int, str]:
+    argv = [sys.executable, "-m", "switchyard", "eval", "retune", "--config", str(path), "--since", "1d"]
+    argv += ["--out", str(out), "--plot", str(plot)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD__")} | {"COLUMNS": "120"}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT)
+    return done.returncode, done.stdout + done.stderr
+
+
+def latency_ratio(on: list[Reply], off: list[Reply]) -> tuple[float, float]:
+    def quantile(replies: list[Reply], q: float) -> float:
+        return statistics.quantiles([r.latency_s for r in replies], n=100)[int(q * 100) - 1]
+
+    return quantile(on, 0.5) / quantile(off, 0.5), quantile(on, 0.95) / quantile(off, 0.95)
+
+
+async def main(args) -> str:
+    folder = Path(tempfile.mkdtemp(prefix="switchyard-learning-"))
+    choice, word = make_items("choice", args.n, 0), make_items("word", 4 * args.n, 0)
+    world = WorldUpstream(World(choice + word))
+    shutil.copyfile(DEFAULT_THRESHOLDS, folder / "thresholds.yaml")
+    lines = []
+    with serve_in_thread(world) as upstream:
+        on_path = config(folder, "shadow-on", upstream, shadow_rate=1.0)
+        off_path = config(folder, "shadow-off", upstream, shadow_rate=0.0)
+        on, off = serve(on_path, "shadow-on", folder), serve(off_path, "shadow-off", folder)
+        try:
+            await wait_ready(on)
+            await wait_ready(off)
+            phases: dict[str, list[Reply]] = {}
+            latency_on: list[Reply] = []
+            latency_off: list[Reply] = []
+            for phase, items in (("multiple choice", choice), ("word problems", word[: args.n])):
+                print(f"{phase}: {len(items)} prompts x {len(ROUTES)} routes …", file=sys.stderr, flush=True)
+                replies = []
+                for start_at in range(0, len(items), 40):  # rounds: shadowed proxy, then the other one
+                    chunk = items[start_at : start_at + 40]
+                    replies += await traffic(on, chunk)
+                    await shadow_idle(on)
+                    latency_off += await traffic(off, chunk)
+                phases[phase] = replies
+                latency_on += replies
+            drifted = await shadow_idle(on)
+            code, output = retune(on_path, folder / "candidate.yaml", BENCH / "curves" / "learning-retune.png")
+            print(output, file=sys.stderr)
+            lines += report(phases, drifted, latency_ratio(latency_on, latency_off), code, output)
+        finally:
+            on.stop()
+            off.stop()
+    print(f"logs and configs: {folder}", file=sys.stderr)
+    return "\n".join(lines)
+
+
+def report(phases, drifted, latency, code: int, output: str) -> list[str]:
+    lines = [
+        "## The learning loop, through the served process (`bench/learning.py`)",
+        "",
+        f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores. Two models on a scripted fake upstream"
+        " (bench/learning_world.py); `switchyard serve --config`, every auto and cascade request shadowed.",
+        "",
+        "| phase | route | quality | USD per 1k requests | strong share |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for phase, replies in phases.items():
+        for route in ROUTES:
+            s = summary(replies, route)
+            lines.append(
+                f"| {phase} | {route} | {s['quality']:.3f} | {s['cost_per_1k']:.4f} | {s['strong_share']:.2f} |"
+            )
+    lines += [
+        "",
+        f"Drift after the shift: PSI classifier_score {psi(drifted, 'classifier_score'):.2f},"
+        f" cascade_confidence {psi(drifted, 'cascade_confidence'):.2f}"
+        f" (alert at 0.2). Shadow: {shadow(drifted, 'sampled'):.0f} sampled,"
+        f" {shadow(drifted, 'labelled'):.0f} labelled, {shadow(drifted, 'over_budget'):.0f} over budget.",
+        "",
+        f"Client latency with every request shadowed, against the proxy with shadowing off (same rounds):"
+        f" p50 {latency[0]:.2f}x, p95 {latency[1]:.2f}x.",
+        "",
+        f"`switchyard eval retune` exited {code}:",
+        "",
+        "```",
+        *output.strip().splitlines(),
+        "```",
+    ]
+    return lines
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-n", type=int, default=200, help="prompts per phase (default 200)")
+    parser.add_argument("--no-write", action="store_true", help="print, do not write bench/RESULTS.md")
+    args = parser.parse_args()
+    section = asyncio.run(main(args))
+    print(section)
+    if not args.no_write:
+        write_section("learning", section)
