@@ -34,15 +34,14 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
 
-from learning_world import STRONG, WEAK, Item, World, WorldUpstream, make_items  # noqa: E402
+from learning_world import STRONG, WEAK, Item, world_items  # noqa: E402
 from overhead import Server, free_port, start  # noqa: E402
 from results import write_section  # noqa: E402
 
 from switchyard.backends.defaults import DEFAULT_THRESHOLDS  # noqa: E402
 from switchyard.learning.graders import choice_of, final_number  # noqa: E402
-from tests.fakes.server import serve_in_thread  # noqa: E402
 
-ADMIN, KEY = "admin-learning-bench", "sk-learning-bench"
+ADMIN, KEY, WARM_UP_KEY = "admin-learning-bench", "sk-learning-bench", "sk-learning-warm-up"
 PRICES = {WEAK: (0.5, 1.5), STRONG: (5.0, 15.0)}  # USD per million input, output tokens
 ROUTES = ("auto", "cascade")
 CONCURRENCY = 4
@@ -59,7 +58,9 @@ class Reply:
     version: str | None
 
 
-def config(folder: Path, name: str, upstream: str, *, shadow_rate: float, extra: dict | None = None) -> Path:
+def config(
+    folder: Path, name: str, upstream: str, *, shadow_rate: float, budget: float = 5.0, extra: dict | None = None
+) -> Path:
     models = [
         {
             "name": model,
@@ -78,10 +79,10 @@ def config(folder: Path, name: str, upstream: str, *, shadow_rate: float, extra:
         "cascade": {"ladder": [WEAK, STRONG]},
         "billing": {"ledger_path": str(folder / f"{name}.sqlite3"), "redis_url": "none"},
         "auth": {"admin_key": ADMIN},
-        "teams": {"bench": {"api_keys": [KEY]}},
+        "teams": {"bench": {"api_keys": [KEY]}, "warm-up": {"api_keys": [WARM_UP_KEY]}},
         "logging": {"requests": False},
-        "drift": {"window": 200, "min_samples": 50},
-        "shadow": {"rate": shadow_rate, "budget_usd_per_day": 5.0, "target": "other_tier"},
+        "drift": {"window": 100, "min_samples": 50},
+        "shadow": {"rate": shadow_rate, "budget_usd_per_day": budget, "target": "other_tier", "teams": ["bench"]},
         **(extra or {}),
     }
     path = folder / f"{name}.yaml"
@@ -129,11 +130,11 @@ async def ask(session: aiohttp.ClientSession, server: Server, item: Item, route:
     return Reply(route, item.kind, given == item.truth, model, cost, latency, version)
 
 
-async def traffic(server: Server, items: list[Item]) -> list[Reply]:
+async def traffic(server: Server, items: list[Item], key: str = KEY) -> list[Reply]:
     """Every item to `auto` and to `cascade`, CONCURRENCY at a time."""
     work = [(item, route) for item in items for route in ROUTES]
     replies: list[Reply] = []
-    headers = {"authorization": f"Bearer {KEY}"}
+    headers = {"authorization": f"Bearer {key}"}
     async with aiohttp.ClientSession(headers=headers, timeout=aiohttp.ClientTimeout(total=120)) as session:
 
         async def worker() -> None:
@@ -172,7 +173,7 @@ async def shadow_idle(server: Server, timeout_s: float = 600.0) -> dict[str, flo
         finished = sum(shadow(samples, outcome) for outcome in ended) + (
             shadow(samples, "completed") - shadow(samples, "labelled") - shadow(samples, "unlabelled")
         )
-        if shadow(samples, "sampled") and finished >= shadow(samples, "sampled"):
+        if finished >= shadow(samples, "sampled"):
             return samples
         await asyncio.sleep(0.5)
     raise RuntimeError(f"{server.name}: shadow jobs still running after {timeout_s:.0f} s")
@@ -206,47 +207,65 @@ def latency_ratio(on: list[Reply], off: list[Reply]) -> tuple[float, float]:
     def quantile(replies: list[Reply], q: float) -> float:
         return statistics.quantiles([r.latency_s for r in replies], n=100)[int(q * 100) - 1]
 
+    for name, replies in (("on", on), ("off", off)):
+        cuts = [quantile(replies, q) * 1000 for q in (0.5, 0.9, 0.95, 0.99)]
+        shown = " / ".join(f"{c:.1f}" for c in cuts)
+        print(f"latency shadow {name}: p50/p90/p95/p99 {shown} ms", file=sys.stderr)
     return quantile(on, 0.5) / quantile(off, 0.5), quantile(on, 0.95) / quantile(off, 0.95)
 
 
 async def main(args) -> str:
     folder = Path(tempfile.mkdtemp(prefix="switchyard-learning-"))
-    choice, word = make_items("choice", args.n, 0), make_items("word", 4 * args.n, 0)
-    world = WorldUpstream(World(choice + word))
+    items = world_items(args.n)
+    choice, word = items[: args.n], items[args.n :]
     shutil.copyfile(DEFAULT_THRESHOLDS, folder / "thresholds.yaml")
     lines = []
-    with serve_in_thread(world) as upstream:
-        on_path = config(folder, "shadow-on", upstream, shadow_rate=1.0)
+    port = free_port()
+    world = start("world", [sys.executable, str(BENCH / "learning_world.py"), str(port), str(args.n)], port, folder)
+    upstream = f"http://127.0.0.1:{port}"
+    try:
+        on_path = config(folder, "shadow-on", upstream, shadow_rate=args.shadow_rate, budget=args.shadow_budget)
         off_path = config(folder, "shadow-off", upstream, shadow_rate=0.0)
         on, off = serve(on_path, "shadow-on", folder), serve(off_path, "shadow-off", folder)
         try:
             await wait_ready(on)
             await wait_ready(off)
+            # a first pass through each proxy (its first requests pay for lazy set-up), not shadowed
+            warm_up = [Item(f"Warm-up question {i}: is this a test?", "choice", "A", True) for i in range(20)]
+            for server in (on, off):
+                await traffic(server, warm_up, WARM_UP_KEY)
             phases: dict[str, list[Reply]] = {}
             latency_on: list[Reply] = []
             latency_off: list[Reply] = []
+            during = done = 0.0  # shadow jobs labelled while a round ran, and in all
             for phase, items in (("multiple choice", choice), ("word problems", word[: args.n])):
                 print(f"{phase}: {len(items)} prompts x {len(ROUTES)} routes …", file=sys.stderr, flush=True)
                 replies = []
-                for start_at in range(0, len(items), 40):  # rounds: shadowed proxy, then the other one
+                for start_at in range(0, len(items), 40):  # rounds, one proxy at a time, in turn first
                     chunk = items[start_at : start_at + 40]
+                    if start_at % 80:
+                        latency_off += await traffic(off, chunk)
                     replies += await traffic(on, chunk)
-                    await shadow_idle(on)
-                    latency_off += await traffic(off, chunk)
+                    during += shadow(await scrape(on), "labelled") - done
+                    done = shadow(await shadow_idle(on), "labelled")
+                    if not start_at % 80:
+                        latency_off += await traffic(off, chunk)
                 phases[phase] = replies
                 latency_on += replies
             drifted = await shadow_idle(on)
             code, output = retune(on_path, folder / "candidate.yaml", BENCH / "curves" / "learning-retune.png")
             print(output, file=sys.stderr)
-            lines += report(phases, drifted, latency_ratio(latency_on, latency_off), code, output)
+            lines += report(phases, drifted, latency_ratio(latency_on, latency_off), during, code, output)
         finally:
             on.stop()
             off.stop()
+    finally:
+        world.stop()
     print(f"logs and configs: {folder}", file=sys.stderr)
     return "\n".join(lines)
 
 
-def report(phases, drifted, latency, code: int, output: str) -> list[str]:
+def report(phases, drifted, latency, during: float, code: int, output: str) -> list[str]:
     lines = [
         "## The learning loop, through the served process (`bench/learning.py`)",
         "",
@@ -270,7 +289,8 @@ def report(phases, drifted, latency, code: int, output: str) -> list[str]:
         f" {shadow(drifted, 'labelled'):.0f} labelled, {shadow(drifted, 'over_budget'):.0f} over budget.",
         "",
         f"Client latency with every request shadowed, against the proxy with shadowing off (same rounds):"
-        f" p50 {latency[0]:.2f}x, p95 {latency[1]:.2f}x.",
+        f" p50 {latency[0]:.2f}x, p95 {latency[1]:.2f}x; {during:.0f} of"
+        f" {shadow(drifted, 'labelled'):.0f} shadow jobs ended while a round was running, the rest after it.",
         "",
         f"`switchyard eval retune` exited {code}:",
         "",
@@ -285,6 +305,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", type=int, default=200, help="prompts per phase (default 200)")
     parser.add_argument("--no-write", action="store_true", help="print, do not write bench/RESULTS.md")
+    parser.add_argument("--shadow-rate", type=float, default=1.0, help="of the shadowed proxy (0: an A/A check)")
+    parser.add_argument("--shadow-budget", type=float, default=5.0, help="USD per day (0: every job over budget)")
     args = parser.parse_args()
     section = asyncio.run(main(args))
     print(section)

@@ -3,9 +3,11 @@ whose answers are right or wrong, and sure or unsure, by a script the demonstrat
 
 Prompts come in two kinds. Multiple-choice questions (A-D): the weak model gets a quarter wrong,
 and when it is wrong it is unsure from its first token (a low mean log-probability), which is
-what the shipped cascade scorer (`first_mean_logprob`) sees. Word problems: the weak model gets
-over half wrong, and a wrong answer is fluent (a mean log-probability like a right one's) with
-one unsure number token (a low minimum): the shipped scorer cannot tell, `min_logprob` can. The
+what the shipped cascade scorer (`first_mean_logprob`) sees. Word problems, half of them with one
+product (the weak model wrong 15% of the time) and half with two ("crates" of "cartons": wrong
+90%): a wrong answer is fluent, its one unsure token the final number, after the first 16 tokens
+the shipped scorer reads; a scorer over the whole answer (`min_logprob`) can tell. Which problems
+are hard shows in the prompt, so a re-tuned classifier can route them. The
 strong model is always right and sure. A request with the judge's rubric is answered as a judge
 that knows the truth: the right answer wins, two right or two wrong answers tie.
 
@@ -29,7 +31,7 @@ from tests.fakes.openai_upstream import FakeOpenAIUpstream, FakeState
 
 WEAK, STRONG = "world-weak", "world-strong"  # the upstream's model ids
 KINDS = ("choice", "word")
-WRONG_SHARE = {"choice": 0.25, "word": 0.55}  # of the weak model's answers
+WRONG_SHARE = {"choice": 0.25, "word": 0.15, "crates": 0.9}  # of the weak model's answers
 
 _NOUNS = ("pens", "apples", "stamps", "bolts", "cards", "tiles", "beads", "seeds", "coins", "shells")
 _NAMES = ("Ann", "Ravi", "Mei", "Tomas", "Ife", "Lena", "Omar", "Sofia", "Kenji", "Aylin")
@@ -58,11 +60,21 @@ def make_items(kind: str, count: int, seed: int) -> list[Item]:
         else:
             per, boxes, given = rng.randrange(3, 40), rng.randrange(2, 15), rng.randrange(1, 20)
             name, noun = rng.choice(_NAMES), rng.choice(_NOUNS)
-            truth = str(per * boxes - given)
-            prompt = (
-                f"{name} buys {boxes} boxes with {per} {noun} in each and gives away {given} {noun}. "
-                f"How many {noun} does {name} have left?"
-            )
+            if rng.random() < 0.5:  # one product: the weak model mostly right
+                truth, shape = str(per * boxes - given), "word"
+                prompt = (
+                    f"{name} buys {boxes} boxes with {per} {noun} in each and gives away {given} {noun}. "
+                    f"How many {noun} does {name} have left?"
+                )
+            else:  # crates of boxes: two products, the weak model mostly wrong
+                crates = rng.randrange(2, 9)
+                truth, shape = str(crates * boxes * per - given), "crates"
+                prompt = (
+                    f"A warehouse holds {crates} crates; every crate packs {boxes} cartons and every carton "
+                    f"{per} {noun}. {name} ships out {given} {noun}. How many {noun} remain in the warehouse?"
+                )
+            items.append(Item(prompt, kind, truth, rng.random() >= WRONG_SHARE[shape]))
+            continue
         items.append(Item(prompt, kind, truth, rng.random() >= WRONG_SHARE[kind]))
     return items
 
@@ -88,11 +100,13 @@ class World:
             if right:
                 return tokens, [-0.05, -0.04, -0.03, -0.06]
             return tokens, [-1.6, -1.2, -0.9, -1.4]  # unsure from the first token
-        tokens = ["Working", "it", "out", "step", "by", "step", "gives", "####", given]
+        # longer than the cascade's first 16 tokens: the unsure number comes after them
+        tokens = [*"Let me work through this one step at a time , multiplying the counts and then taking away".split()]
+        tokens += ["what", "was", "given", "away", ".", "####", given]
         logprobs = [-0.08] * (len(tokens) - 1)
         if right:
             return tokens, [*logprobs, -0.2]
-        return tokens, [*(lp + 0.02 for lp in logprobs), -3.2]  # fluent, one unsure number
+        return tokens, [*logprobs, -3.2]  # fluent, one unsure number
 
     def _judge(self, shown: str) -> tuple[list[str], list[float]]:
         question = re.search(r"user: (.*?)\n>>>", shown, flags=re.S)
@@ -159,3 +173,17 @@ class WorldUpstream:
             return {"type": "http.request", "body": orjson.dumps(body), "more_body": False}
 
         await self.upstream(scope, replay, send)
+
+
+def world_items(n: int) -> list[Item]:
+    """The demonstration's prompts: `n` multiple-choice questions, `4 n` word problems."""
+    return make_items("choice", n, 0) + make_items("word", 4 * n, 0)
+
+
+if __name__ == "__main__":  # the world in a process of its own: python bench/learning_world.py PORT N
+    import sys
+
+    import uvicorn
+
+    port, n = int(sys.argv[1]), int(sys.argv[2])
+    uvicorn.run(WorldUpstream(World(world_items(n))), host="127.0.0.1", port=port, log_level="warning")

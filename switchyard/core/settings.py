@@ -303,6 +303,8 @@ class ShadowSettings(StrictModel):
     retention_days: float = Field(default=30.0, gt=0)  # rows older than this are deleted
     max_pending: int = Field(default=256, ge=1)  # shadow jobs queued in a process; beyond, dropped
     concurrency: int = Field(default=1, ge=1)  # shadow jobs run at once in a process
+    # each call of a job waits until fewer interactive requests than this are in flight here (1: none)
+    yield_at_in_flight: int = Field(default=1, ge=1)
     # team or route (auto, cascade) -> grader (learning/graders.py GRADER_KINDS); the team's wins
     graders: dict[str, Literal["auto", "multiple_choice", "number", "exact", "json_schema", "judge"]] = Field(
         default_factory=dict

@@ -320,6 +320,7 @@ class Shadow:
     ) -> CompletionResult:
         """One shadow or judge call: metered into the request's ledger rows as shadow, charged to the
         platform's shadow budget (no team budget is opened)."""
+        await self.spare.wait()  # each call of a job waits for room, not only its start
         services = self.services
         team = kept.principal.team.name if kept.principal is not None else None
         meter = RequestMeter(
@@ -405,6 +406,7 @@ class Shadow:
         scored_text = routing_text(kept.request, read_system)
         embedding = None
         if self.services.embed_texts is not None:
+            await self.spare.wait()
             embedded = await asyncio.to_thread(self.services.embed_texts, [scored_text])
             embedding = embedded[0] if embedded is not None else None
         models: dict[str, dict[str, Any]] = {}
@@ -460,9 +462,9 @@ async def start_shadow(services: Services, load: Callable[[], int]) -> tuple[Sha
         logger.warning("shadow sampling is off: it keeps its rows in the database (billing.database_url)")
         return None, []
     configured = settings.shadow.hash_key.get_secret_value() if settings.shadow.hash_key is not None else None
-    shadow = Shadow(
-        services, SpareCapacity(settings.batch, services.registry, load), await hash_key(database, configured)
-    )
+    # the batch tier's rule, with shadow's own bound on interactive requests in flight
+    rule = settings.batch.model_copy(update={"yield_at_in_flight": settings.shadow.yield_at_in_flight})
+    shadow = Shadow(services, SpareCapacity(rule, services.registry, load), await hash_key(database, configured))
     tasks = [SupervisedTask("shadow", shadow.run_forever), SupervisedTask("learning-retention", shadow.prune_forever)]
     for task in tasks:
         services.background.append(task)
