@@ -180,7 +180,9 @@ def _run(settings, start_lines: Sequence[str] = ()) -> None:
             except PrivateValkeyError as exc:  # interactive requests do not need it: serve them
                 problem = str(exc)
         try:
-            app_ = create_app(settings, private_valkey_url=private.url if private is not None else None)
+            app_ = create_app(
+                settings, private_valkey_url=private.url if private is not None else None, reload_signal=True
+            )
         except ThresholdsError as exc:
             raise cli_error(str(exc)) from exc
         if settings.billing.resolved_database_url() is not None:  # a server without a ledger leaves them to one with

@@ -170,7 +170,16 @@ def _sqlite_3(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE usage ADD COLUMN {column} REAL")
 
 
-SQLITE: list[Callable[[sqlite3.Connection], None]] = [_sqlite_1, _sqlite_2, _sqlite_3]
+# The routing version (thresholds file and classifier artifact) that routed an auto or cascade
+# request (switchyard.gateway.routings), for the report's comparison of versions during a rollout.
+# Number 5: number 4 is the learning rows' (switchyard.learning).
+def _sqlite_5(db: sqlite3.Connection) -> None:
+    present = {row[1] for row in db.execute("PRAGMA table_info(usage)")}
+    if "routing_version" not in present:
+        db.execute("ALTER TABLE usage ADD COLUMN routing_version TEXT")
+
+
+SQLITE: list[Callable[[sqlite3.Connection], None]] = [_sqlite_1, _sqlite_2, _sqlite_3, _sqlite_5]
 
 POSTGRES: list[str] = [
     """
@@ -285,4 +294,5 @@ POSTGRES: list[str] = [
         FOR EACH ROW EXECUTE FUNCTION batch_results_count();
     """,
     "".join(f"ALTER TABLE usage ADD COLUMN IF NOT EXISTS {column} DOUBLE PRECISION;\n" for column in USAGE_ADDED_3),
+    "ALTER TABLE usage ADD COLUMN IF NOT EXISTS routing_version TEXT;",  # number 5 (see _sqlite_5)
 ]
