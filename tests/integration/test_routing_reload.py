@@ -1,7 +1,8 @@
 """Routing versions through the proxy: the version that routed each auto and cascade request (header,
 ledger, /v1/models, metrics), `POST /admin/reload` changing it without a restart (a bad file keeps
-the old one), a request under way finishing on the version it started with, and a rollout's
-candidate answering its share of requests by the hash of their ids.
+the old one), a request under way finishing on the version it started with, a rollout's candidate
+answering its share of requests by the hash of their ids, and `switchyard rollout promote` /
+`rollback` on the files, then asking the proxy to reload.
 
 The proxy runs in this process on 127.0.0.1 in front of two fake OpenAI upstreams; the classifier
 is replaced by a scorer that reads the score out of the prompt, so every route is known in advance.
@@ -19,7 +20,9 @@ import httpx
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from typer.testing import CliRunner, Result
 
+from switchyard.cli import app
 from switchyard.core.settings import Settings
 from switchyard.gateway.routings import is_in_share
 from switchyard.proxy.app import create_app
@@ -28,6 +31,7 @@ from tests.fakes.server import serve_in_thread
 from tests.helpers import read_ledger, wait_for_records, wait_until
 
 ADMIN = {"authorization": "Bearer admin-secret"}
+runner = CliRunner()
 
 
 def _thresholds(threshold: float, cascade_threshold: float = -5.0) -> str:
@@ -224,3 +228,81 @@ def test_is_in_share_is_deterministic_and_near_the_share():
     assert 300 < len(inside) < 500
     assert not any(is_in_share(i, 0.0) for i in ids) and all(is_in_share(i, 1.0) for i in ids)
     assert set(inside) <= {i for i in ids if is_in_share(i, 0.3)}  # a larger share keeps the smaller's
+
+
+def _cli_config(tmp: Path, proxy: Proxy, name: str = "switchyard.yaml", **rollout: str) -> Path:
+    config = tmp / name
+    extra = "".join(f"  {key}: {value}\n" for key, value in rollout.items())
+    config.write_text(
+        "models:\n"
+        "  - {name: m-small, base_url: 'http://127.0.0.1:9/v1', tier: small}\n"
+        "  - {name: m-large, base_url: 'http://127.0.0.1:9/v1', tier: large}\n"
+        f"routing:\n  thresholds_file: {proxy.thresholds}\n  auto: {{tiers: [small, large]}}\n"
+        f"rollout:\n  candidate: {proxy.candidate}\n  share: 0.5\n{extra}"
+    )
+    return config
+
+
+def _rollout(*args: str) -> Result:
+    return runner.invoke(app, ["rollout", *args])
+
+
+def test_promote_and_rollback_change_the_files_and_reload_the_proxy(rollout_proxy, tmp_path, monkeypatch):
+    proxy = rollout_proxy
+    config = str(_cli_config(tmp_path, proxy))
+    monkeypatch.setenv("SWITCHYARD_ADMIN_KEY", "admin-secret")
+    with httpx.Client(base_url=proxy.url, timeout=30) as client:
+        first = _version(_auto(client, 0.5))
+        proxy.candidate.write_text(_thresholds(0.9))
+        candidate = client.post("/admin/reload", headers=ADMIN).json()["candidate"]["version"]
+
+        promoted = _rollout("promote", "--config", config, "--url", proxy.url)
+        assert promoted.exit_code == 0, promoted.output
+        assert f"reloaded: routing by {candidate}" in promoted.output
+        assert not proxy.candidate.exists() and "0.9" in proxy.thresholds.read_text()
+        assert "0.45" in Path(f"{proxy.thresholds}.previous").read_text()
+        routing = client.get("/admin/routing", headers=ADMIN).json()
+        assert routing["current"]["version"] == candidate and routing["candidate"] is None
+        after = [_auto(client, 0.5) for _ in range(4)]  # no share left: every request on the promoted version
+        assert {(_version(r), r.headers["x-switchyard-model"]) for r in after} == {(candidate, "m-small")}
+
+        rolled = _rollout("rollback", "--config", config, "--url", proxy.url)
+        assert rolled.exit_code == 0, rolled.output
+        assert f"reloaded: routing by {first}" in rolled.output
+        assert "0.45" in proxy.thresholds.read_text()
+        assert "0.9" in Path(f"{proxy.thresholds}.rolled-back").read_text()
+        assert _auto(client, 0.5).headers["x-switchyard-model"] == "m-large"
+        again = _rollout("rollback", "--config", config)
+        assert again.exit_code == 2 and "nothing to roll back" in again.output
+
+        proxy.candidate.write_text(_thresholds(0.7))  # a new candidate, withdrawn before promotion
+        assert client.post("/admin/reload", headers=ADMIN).json()["candidate"] is not None
+        withdrawn = _rollout("rollback", "--config", config, "--url", proxy.url)
+        assert withdrawn.exit_code == 0 and "withdrew the candidate" in withdrawn.output
+        assert Path(f"{proxy.candidate}.withdrawn").exists() and not proxy.candidate.exists()
+        assert client.get("/admin/routing", headers=ADMIN).json()["candidate"] is None
+        wrong = _rollout("promote", "--config", config, "--url", proxy.url, "--admin-key", "nope")
+        assert wrong.exit_code == 2 and "nothing to promote" in wrong.output  # the files are checked first
+
+
+def test_promote_refuses_what_it_cannot_do_and_leaves_the_files(tmp_path):
+    thresholds, candidate = tmp_path / "thresholds.yaml", tmp_path / "candidate.yaml"
+    thresholds.write_text(_thresholds(0.45))
+    proxy = Proxy("", None, thresholds, candidate, {})
+    config = str(_cli_config(tmp_path, proxy))
+    missing = _rollout("promote", "--config", config)
+    assert missing.exit_code == 2 and f"rollout.candidate {candidate} does not exist" in missing.output
+    candidate.write_text("version: 1\nrouting:\n  router: classifier\n  thresholds: [0.9, 0.1]\n")
+    bad = _rollout("promote", "--config", config)
+    assert bad.exit_code == 2 and "cannot be promoted" in bad.output and "ascending" in bad.output
+    assert candidate.exists() and "0.45" in thresholds.read_text()  # nothing moved
+    with_artifact = _cli_config(tmp_path, proxy, "artifact.yaml", candidate_artifact=str(tmp_path))
+    no_artifact = _rollout("promote", "--config", str(with_artifact))
+    assert no_artifact.exit_code == 2 and "routing.auto.classifier_artifact" in no_artifact.output
+    (tmp_path / "bare.yaml").write_text("models: []\n")
+    none = _rollout("promote", "--config", str(tmp_path / "bare.yaml"))
+    assert none.exit_code == 2 and "routing.thresholds_file is not set" in none.output
+    candidate.write_text(_thresholds(0.7))
+    unreachable = _rollout("promote", "--config", config, "--url", "http://127.0.0.1:9", "--admin-key", "k")
+    assert unreachable.exit_code == 2 and "could not be asked to reload" in unreachable.output
+    assert "0.7" in thresholds.read_text()  # the files were changed before the proxy was asked
