@@ -20,6 +20,8 @@ from switchyard.billing.report.refusals import COLUMNS as REFUSAL_COLUMNS
 from switchyard.billing.report.refusals import refusal_rows, refusals_summary
 from switchyard.billing.report.requests import OUTCOMES, ROUTED_KINDS
 from switchyard.billing.report.reservoir import Reservoir
+from switchyard.billing.report.versions import COLUMNS as VERSION_COLUMNS
+from switchyard.billing.report.versions import version_rows
 from switchyard.core.prices import Price
 
 COLUMNS: dict[str, tuple[str, ...]] = {
@@ -62,6 +64,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     ),
     "confidence_histogram": ("model", "bin_low", "bin_high", "answers"),
     "refusals": REFUSAL_COLUMNS,
+    "routing_versions": VERSION_COLUMNS,
 }  # fmt: skip
 ROUTE_ORDER = ("auto:", "cascade:accepted", "cascade:escalated", "cascade:failed", "direct", "unrecorded")
 
@@ -166,6 +169,7 @@ def build_tables(
     for model in sorted(confidence.scores):
         rows["confidence_histogram"].extend((model, *bin) for bin in confidence.histogram(model))
     rows["refusals"].extend(refusal_rows(agg.refusals, key_prefixes))
+    rows["routing_versions"].extend(version_rows(agg.by_version))
     return {name: Table(name, COLUMNS[name], tuple(rows[name])) for name in COLUMNS}
 
 
@@ -236,6 +240,7 @@ def build_summary(agg: Aggregator) -> dict[str, Any]:
         },
         "cost_by_team_model": _by_team_model(agg),
         "refusals": refusals_summary(agg.refusals),
+        "routing_versions": [dict(zip(VERSION_COLUMNS, row, strict=True)) for row in version_rows(agg.by_version)],
         "previous": None,  # the previous period and the change from it: `compare.compare_periods`
         "change": None,
     }
