@@ -217,9 +217,9 @@ class RolloutSettings(StrictModel):
     share: float = Field(default=0.0, ge=0, le=1)  # by a hash of the request id
 
     @model_validator(mode="after")
-    def _artifact_needs_candidate(self) -> RolloutSettings:
-        if self.candidate_artifact is not None and self.candidate is None:
-            raise ValueError("candidate_artifact needs candidate (the candidate's thresholds file)")
+    def _needs_candidate(self) -> RolloutSettings:
+        if self.candidate is None and (self.candidate_artifact is not None or self.share > 0):
+            raise ValueError("candidate_artifact and share need candidate (the candidate's thresholds file)")
         return self
 
 

@@ -1,7 +1,8 @@
 """Where a request goes, decided before any call and before the first byte.
 
 In this order: the caller's rate limits, then the route (`auto`), the cascade's first rung that
-can serve the request (`cascade`) or the named model and its capabilities, then saturation
+can serve the request (`cascade`) or the named model and its capabilities (`auto` and `cascade`
+by the routing version `Routings.pick` gives the request, kept in the decision to its end), then saturation
 admission, then the worst-case reservation in the caller's budgets, then the cascade's plan when
 the admitted model is a rung. A request no model may serve is refused here, before any call: like
 every refusal before a call, it is no attempt (its caller's refusal is one record of its own,
