@@ -71,6 +71,19 @@ def report(
         typer.echo(path)
 
 
+def _drift_references(settings: Settings):
+    """The loaded version's drift references, from the config's thresholds file (None: it has none)."""
+    from switchyard.billing.report import DriftReferences
+    from switchyard.core.thresholds import ThresholdsError, read_thresholds
+
+    path = settings.routing.thresholds_file
+    try:
+        thresholds = read_thresholds(path) if path is not None else None
+    except ThresholdsError as exc:
+        raise cli_error(str(exc)) from exc
+    return DriftReferences.of(thresholds, psi_alert=settings.drift.psi_alert, min_samples=settings.drift.min_samples)
+
+
 async def _write(
     url: str,
     out: Path,
@@ -85,6 +98,7 @@ async def _write(
     from switchyard.billing.report import build_report, previous_period
     from switchyard.billing.store import open_database
     from switchyard.billing.store.errors import StoreError
+    from switchyard.learning.rows import judged_answers
 
     try:
         database = await open_database(url)
@@ -111,6 +125,8 @@ async def _write(
             hosting=hosting_overrides(settings.models),
             previous_batches=database.iter_usage(*earlier, team) if earlier else None,
             previous_total=await database.count_usage(*earlier, team) if earlier else None,
+            drift=_drift_references(settings),
+            judged=await judged_answers(database, since=since, until=until),
         )
     except SwitchyardError as exc:  # an unknown team
         raise cli_error(exc.message) from exc

@@ -29,6 +29,7 @@ from switchyard.batch.batches_wire import is_answer
 from switchyard.batch.jobs import Batch, Result, line_request_id
 from switchyard.batch.line_queue import Work
 from switchyard.batch.lines import LineError, check_lines
+from switchyard.batch.spare_capacity import SpareCapacity
 from switchyard.batch.tier import BatchTier
 from switchyard.billing.records import UsageRecord
 from switchyard.billing.store import StoreError
@@ -52,8 +53,6 @@ from switchyard.gateway.services import Services, build_services
 logger = logging.getLogger("switchyard.batch")
 
 DRAIN_S = 10.0  # at shutdown, how long running lines may take to finish
-IDLE_POLL_S = 0.05  # how often a worker paused by interactive traffic looks again
-CPU_WINDOW_S = 0.25  # the CPU share is measured over this long
 RETRY_BASE_S, RETRY_MAX_S = 1.0, 30.0  # a line refused for now runs again after 1, 2, 4, … 30 s
 MAX_TRIES = 6  # runs of a line refused for now; the last refusal is its result (an error-file entry)
 BATCH_FRESH_S = 1.0  # a batch's status, read once for its lines in this long (a cancel is seen after it)
@@ -94,22 +93,6 @@ def _is_passing(status: int, body: str) -> bool:
     return status == 429 and '"insufficient_quota"' not in body
 
 
-class CpuShare:
-    """This process's CPU time over the last CPU_WINDOW_S of wall time, as a share of one core."""
-
-    def __init__(self) -> None:
-        self._since = (time.monotonic(), time.process_time())
-        self._share = 0.0
-
-    def share(self) -> float:
-        now, cpu = time.monotonic(), time.process_time()
-        wall_s = now - self._since[0]
-        if wall_s >= CPU_WINDOW_S:
-            self._share = (cpu - self._since[1]) / wall_s
-            self._since = (now, cpu)
-        return self._share
-
-
 class BatchRunner:
     def __init__(self, services: Services, tier: BatchTier, load: Callable[[], int] = lambda: 0) -> None:
         self.services = services
@@ -120,7 +103,7 @@ class BatchRunner:
         self.running: dict[tuple[str, str], tuple[Work, asyncio.Task[None]]] = {}  # by stream and entry id
         self.validating: Work | None = None
         self._batches: dict[str, tuple[float, Batch]] = {}  # by id: (monotonic time read, the batch)
-        self.cpu = CpuShare()
+        self.spare = SpareCapacity(tier.settings, services.registry, load)
 
     # the loop
 
@@ -178,24 +161,10 @@ class BatchRunner:
         task.add_done_callback(lambda _: self.running.pop(key, None))
 
     async def _wait_for_room(self) -> None:
-        """A free slot, and interactive traffic leaving room: fewer of its requests than
-        `yield_at_in_flight`, this process's CPU under `yield_at_cpu` of a core while any run (the
-        event loop is one core: what the batch takes of it, the interactive requests wait for),
-        and no model saturated."""
-        settings = self.settings
-        while True:
-            if len(self.running) >= settings.concurrency:
-                await asyncio.wait({task for _, task in self.running.values()}, return_when=asyncio.FIRST_COMPLETED)
-                continue
-            load = self.load()
-            cpu = self.cpu.share()
-            if load < settings.yield_at_in_flight and (load == 0 or cpu < settings.yield_at_cpu):
-                if not self._any_saturated():
-                    return
-            await asyncio.sleep(IDLE_POLL_S)
-
-    def _any_saturated(self) -> bool:
-        return any(entry.backend.is_saturated() for entry in self.services.registry)
+        """A free slot, and interactive traffic leaving room (`switchyard.batch.spare_capacity`)."""
+        while len(self.running) >= self.settings.concurrency:
+            await asyncio.wait({task for _, task in self.running.values()}, return_when=asyncio.FIRST_COMPLETED)
+        await self.spare.wait()
 
     async def _drain(self) -> None:
         tasks = {task for _, task in self.running.values()}

@@ -50,6 +50,7 @@ class RequestTags:
     ceiling_model: str | None = None  # the strongest model the route could have reached
     batch_id: str | None = None  # a batch's line (the batch tier)
     routing_version: str | None = None  # the routing version that routed it (auto, cascade)
+    is_shadow: bool = False  # a shadow or judge call (switchyard.learning): never answered the client
 
 
 @dataclass(slots=True)
@@ -342,6 +343,7 @@ class RequestMeter:
                         else None
                     ),
                     is_hedge=self.is_hedge,
+                    is_shadow=tags.is_shadow,
                     hosting=hosting_of(entry),
                     ceiling_cost_usd=(
                         self.cost_of(tags.ceiling_model, prompt, completion, cached_prompt) if is_routed else None

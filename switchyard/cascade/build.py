@@ -13,6 +13,7 @@ from switchyard.backends.resilience import ResilientExecutor
 from switchyard.cascade.confidence import FeatureScorer, Scorer, scorer_from_dict
 from switchyard.cascade.runtime import Cascade, CascadePolicy, Rung
 from switchyard.cascade.thrash import ThrashGuard, ThrashPolicy
+from switchyard.core.drift import DriftMonitor
 from switchyard.core.metrics import Metrics
 from switchyard.core.settings import CascadeSettings
 from switchyard.core.thresholds import ThresholdsFile
@@ -50,6 +51,7 @@ def build_cascade(
     registry: ModelRegistry,
     executor: ResilientExecutor,
     metrics: Metrics | None = None,
+    drift: DriftMonitor | None = None,
 ) -> Cascade:
     policy = CascadePolicy(
         top_logprobs=settings.top_logprobs,
@@ -60,4 +62,4 @@ def build_cascade(
     )
     guard = ThrashGuard(ThrashPolicy(**settings.thrash.model_dump()))
     rungs = [Rung(registry.get(spec.model), spec.scorer, spec.threshold) for spec in specs]
-    return Cascade(rungs, policy, executor, guard, metrics)
+    return Cascade(rungs, policy, executor, guard, metrics, drift)

@@ -42,6 +42,7 @@ from switchyard.cascade.rungs import M, Outcome, RungTasks, Streams, WholeAnswer
 from switchyard.cascade.thrash import ThrashGuard
 from switchyard.core.capabilities import explain, unsupported_by_any
 from switchyard.core.chat_wire import ChatCompletionRequest
+from switchyard.core.drift import DriftMonitor
 from switchyard.core.errors import AllAttemptsFailed, BackendError, BackendRejected, InvalidRequest
 from switchyard.core.metering import AttemptMeter
 from switchyard.core.metrics import Metrics
@@ -96,8 +97,10 @@ class Cascade:
         executor: ResilientExecutor,
         guard: ThrashGuard,
         metrics: Metrics | None = None,
+        drift: DriftMonitor | None = None,
     ) -> None:
         self.rungs = rungs
+        self.drift = drift  # each judged answer's confidence goes to its window
         self.names = [r.entry.name for r in rungs]
         self.policy = policy
         self.executor = executor
@@ -108,10 +111,11 @@ class Cascade:
         self.hedge_losses: Counter[str] = Counter()  # the rung whose answer was dropped for the winner's
         self.metrics = metrics  # the app's
 
-    def with_rungs(self, rungs: list[Rung]) -> Cascade:
-        """The same ladder judged by other scorers and thresholds (another routing version): its
-        counters and thrash guard are this one's, so the metrics count every version's requests."""
-        other = Cascade(rungs, self.policy, self.executor, self.guard, self.metrics)
+    def with_rungs(self, rungs: list[Rung], drift: DriftMonitor | None) -> Cascade:
+        """The same ladder judged by other scorers and thresholds (another routing version, with the
+        drift windows of its own reference): its counters and thrash guard are this one's, so the
+        metrics count every version's requests."""
+        other = Cascade(rungs, self.policy, self.executor, self.guard, self.metrics, drift)
         other.judged, other.moved_up, other.hedges, other.hedge_losses = (
             self.judged,
             self.moved_up,
@@ -201,6 +205,8 @@ class Cascade:
             sign = ">=" if accepted else "<"
             step = f"{answered.name}({confidence:.2f}{sign}{rung.threshold:.2f})"
         self.judged[(answered.name, verdict)] += 1
+        if self.drift is not None:
+            self.drift.observe_confidence(rung.entry.name, confidence, not accepted)
         reason = None if accepted else "low-confidence" if verdict == "escalated" else verdict
         if reason is not None:
             self._count_escalation(plan, rung, reason)

@@ -307,6 +307,9 @@ def quality_head(head: Head) -> MFHead | None:
     """The part of `head` that predicts each model's quality (an `mf` head, alone or in an ensemble)."""
     if isinstance(head, MFHead):
         return head
+    base = getattr(head, "base", None)  # a re-tuned head's (classifier/residual_head.py)
+    if isinstance(base, Head):
+        return quality_head(base)
     parts = head.parts if isinstance(head, RankEnsemble) else []
     return next((part for part in parts if isinstance(part, MFHead)), None)
 

@@ -44,7 +44,12 @@ class ArtifactError(ValueError):
 
 def design_matrix(embeddings: np.ndarray, texts: list[str], subject_prior=None) -> np.ndarray:
     """Embedding, cheap features, and the subject prior's column when the artifact has one."""
-    columns = [embeddings, feature_matrix(texts)]
+    return design_matrix_of(embeddings, feature_matrix(texts), subject_prior)
+
+
+def design_matrix_of(embeddings: np.ndarray, features: np.ndarray, subject_prior=None) -> np.ndarray:
+    """`design_matrix` from features already computed (a learning row keeps them, not its text)."""
+    columns = [embeddings, features]
     if subject_prior is not None:
         columns.append(subject_prior.predict(embeddings)[:, None])
     return np.hstack(columns)
@@ -67,7 +72,10 @@ class ComplexityClassifier:
     def score_embedded(self, embeddings: np.ndarray, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros(0)
-        x = design_matrix(embeddings, texts, self.subject_prior)
+        return self.score_design(design_matrix(embeddings, texts, self.subject_prior))
+
+    def score_design(self, x: np.ndarray) -> np.ndarray:
+        """Scores of rows of the design matrix (`design_matrix`)."""
         if self.fast_head is not None:
             return self.fast_head.predict_positive(x)
         return self.head.predict_proba(x)[:, 1]

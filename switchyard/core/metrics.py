@@ -138,6 +138,15 @@ class Metrics:
             ("endpoint", "outcome"),
             registry=r,
         )
+        self.shadow_requests = Counter(
+            "switchyard_shadow_requests",
+            "Shadow sampling (switchyard.learning), by outcome: sampled (queued), dropped (the queue was full), "
+            "over_budget (the platform's shadow budget for the day was spent), failed (the shadow call failed), "
+            "completed (the shadow answered), labelled (the pair was graded), unlabelled (no grade), "
+            "feedback (a client's score was stored).",
+            ("outcome",),
+            registry=r,
+        )
         self.routed_requests = Counter(
             "switchyard_routed_requests",
             "Requests to auto or cascade that reached a model, once when they ended, by entry point and how "

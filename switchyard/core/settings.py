@@ -265,6 +265,22 @@ class CascadeSettings(StrictModel):
         return self
 
 
+class DriftSettings(StrictModel):
+    """Drift of `auto`'s scores and the cascade's confidences against the loaded version's
+    reference (see core/drift.py and docs/learning.md#drift)."""
+
+    enabled: bool = True
+    window: int = Field(default=500, ge=10)  # latest values per signal, per process (also the warm-up's length)
+    min_samples: int = Field(default=100, ge=1)  # in the window before a PSI is reported
+    psi_alert: float = Field(default=0.2, gt=0)  # exported as switchyard_drift_psi_alert; the alert rule reads it
+
+    @model_validator(mode="after")
+    def _sizes(self) -> DriftSettings:
+        if self.min_samples > self.window:
+            raise ValueError(f"drift.min_samples ({self.min_samples}) is over drift.window ({self.window})")
+        return self
+
+
 class ResilienceSettings(StrictModel):
     """Retries, timeouts, breakers and load shedding around every backend (see backends/resilience.py)."""
 
@@ -283,6 +299,35 @@ class ResilienceSettings(StrictModel):
     max_in_flight: int | None = Field(default=None, ge=1)  # per model; beyond it, 429 + Retry-After
     saturation_wait_s: float = Field(default=10.0, gt=0)  # how long a priority request waits out saturation
     saturation_max_waiting: int = Field(default=64, ge=0)  # priority requests waiting at once; beyond, 429
+
+
+class JudgeSettings(StrictModel):
+    model: str | None = None  # a configured chat model; null: the strongest by price
+
+
+class ShadowSettings(StrictModel):
+    """Shadow sampling (switchyard.learning): a share of `auto` and `cascade` requests answered again
+    by another model on spare capacity, the pair graded, the labelled row kept for re-tuning."""
+
+    rate: float = Field(default=0.0, ge=0, le=1)  # share of auto/cascade requests shadowed; 0: off
+    teams: list[str] = Field(default_factory=list)  # empty: every team
+    models: list[str] = Field(default_factory=list)  # answering models or routes (auto, cascade); empty: all
+    target: Literal["other_tier", "next_rung", "strongest"] = "other_tier"
+    budget_usd_per_day: float = Field(default=5.0, ge=0, allow_inf_nan=False)  # shadow + judge calls, per UTC day
+    store_prompts: bool = False  # false: rows keep the embedding, features and a keyed hash, never the text
+    judge: JudgeSettings = Field(default_factory=JudgeSettings)
+    retention_days: float = Field(default=30.0, gt=0)  # rows older than this are deleted
+    max_pending: int = Field(default=256, ge=1)  # shadow jobs queued in a process; beyond, dropped
+    concurrency: int = Field(default=1, ge=1)  # shadow jobs run at once in a process
+    # team or route (auto, cascade) -> grader (learning/graders.py GRADER_KINDS); the team's wins
+    graders: dict[str, Literal["auto", "multiple_choice", "number", "exact", "json_schema", "judge"]] = Field(
+        default_factory=dict
+    )
+    hash_key: SecretStr | None = None  # HMAC key of prompt_key; null: a random key kept in the database
+
+    @property
+    def is_on(self) -> bool:
+        return self.rate > 0
 
 
 class Settings(BaseSettings):
@@ -304,6 +349,8 @@ class Settings(BaseSettings):
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     cascade: CascadeSettings = Field(default_factory=CascadeSettings)
     rollout: RolloutSettings = Field(default_factory=RolloutSettings)
+    drift: DriftSettings = Field(default_factory=DriftSettings)
+    shadow: ShadowSettings = Field(default_factory=ShadowSettings)
     models: list[ModelSettings] = Field(default_factory=list)
     teams: dict[str, TeamSettings] = Field(default_factory=dict)  # empty: any key, every model
 
@@ -320,6 +367,7 @@ class Settings(BaseSettings):
         priorities = ("interactive", "batch", *self.billing.priority_tiers)
         _check_teams(self.teams, by_name, adapters, priorities)
         _check_ladder_logprobs(self.cascade.ladder, by_name)
+        _check_shadow(self.shadow, by_name)
         return self
 
     @classmethod
@@ -500,3 +548,10 @@ def _check_default_adapters(team_name: str, team: TeamSettings, adapters: Adapte
         if base.name in parents:
             raise ValueError(f"team '{team_name}' has two default adapters on model '{base.name}'")
         parents.add(base.name)
+
+
+def _check_shadow(shadow: ShadowSettings, by_name: dict[str, ModelSettings]) -> None:
+    """The judge is a configured chat model (teams may live in the database: not checked here)."""
+    judge = shadow.judge.model
+    if judge is not None and (judge not in by_name or by_name[judge].kind != "chat"):
+        raise ValueError(f"shadow.judge.model names '{judge}', which is not a configured chat model")

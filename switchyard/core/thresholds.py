@@ -10,9 +10,19 @@
       by_value:                      # optional: routing among N tiers by predicted quality
         quality_models: {small: <model the artifact scores>, large: …}   # tier -> model
         tolerance: 0.05              # the balanced mode's; `modes: {economy: {tolerance: …}, …}`
+      reference: {edges: […], shares: […], num_samples: 1200, rate: 0.31}   # optional, see below
     cascade:
       rungs:
-        <model>: {scorer: {kind: feature, feature: first_mean_entropy, …}, threshold: -0.88, …}
+        <model>: {scorer: {kind: feature, feature: first_mean_entropy, …}, threshold: -0.88, …,
+                  reference: {edges: […], shares: […], num_samples: 800, rate: 0.22}}
+
+A `reference` block (`switchyard.evals.drift_reference.reference_block`) is what the version
+expects of live traffic, for the drift gauges and the report's Drift section: a histogram of the
+classifier's scores (routing) or of a judged rung's confidences (a cascade rung) on the data the
+thresholds were picked on, as the inner bin `edges` (ascending; bin i holds values v with
+edges[i-1] <= v < edges[i]) and each bin's share of the values, and the `rate` the thresholds
+predict: the share of prompts scored at or above the (balanced) threshold, the strong-call share,
+for routing; the share of answers escalated (confidence below the threshold, or none) for a rung.
 
 Sections keep any further keys the writer adds (reports, provenance); a writer replaces only its
 own section.
@@ -25,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 THRESHOLDS_VERSION = 1
 
@@ -82,15 +92,34 @@ class ByValueSection(ToleranceSet):
         return {"balanced": self.tolerance, **{mode: s.tolerance for mode, s in self.modes.items()}}
 
 
+class DriftReference(_Section):
+    """What live traffic is compared with (see the module's doc)."""
+
+    edges: list[float]
+    shares: list[float]
+    num_samples: int = Field(ge=1)
+    rate: float | None = Field(default=None, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _bins(self) -> DriftReference:
+        if len(self.shares) != len(self.edges) + 1:
+            raise ValueError(f"has {len(self.edges)} edges and {len(self.shares)} shares; shares must be one more")
+        if self.edges != sorted(set(self.edges)):
+            raise ValueError("edges must ascend strictly")
+        return self
+
+
 class RoutingSection(ThresholdSet):
     router: str | None = None
     modes: dict[str, ThresholdSet] = Field(default_factory=dict)
     by_value: ByValueSection | None = None
+    reference: DriftReference | None = None
 
 
 class CascadeRung(_Section):
     scorer: dict[str, Any]
     threshold: float
+    reference: DriftReference | None = None
 
 
 class CascadeSection(_Section):

@@ -46,7 +46,7 @@ def cascade(
         target_quality = 0.95
     goal = {"quality_fraction": target_quality, "max_cost_usd": max_cost, "best_quality": best_quality}
     report, rung = _tune(traces, weak, strong, scorer, first_k, goal)
-    _write_rung(out, report.weak, rung)
+    write_rung(out, report.weak, rung)
     png, page = _write_report(report_dir, traces, report)
     if as_json:
         _print_json(report.to_json(), out, png, page)
@@ -56,9 +56,12 @@ def cascade(
 
 def _tune(traces: Path, weak: str | None, strong: str | None, scorer: str, first_k: int, goal: dict[str, Any]):
     """The tuned cascade (its notes saying how the file was split) and the rung to write for it."""
+    import numpy as np
+
     from switchyard.core.traces import TraceFormatError, read_traces, traces_digest
     from switchyard.evals.cascade import CascadeData, tune
     from switchyard.evals.datasets import assign_splits
+    from switchyard.evals.drift_reference import escalation_reference
     from switchyard.evals.evaluate import EvalError, resolve_models
 
     try:
@@ -88,11 +91,14 @@ def _tune(traces: Path, weak: str | None, strong: str | None, scorer: str, first
         },
         "train": report.train,
         "test": report.test,
+        "reference": escalation_reference(
+            np.concatenate([train.confidence(report.scorer), test.confidence(report.scorer)]), report.threshold
+        ),
     }
     return report, rung
 
 
-def _write_rung(out: Path, weak: str, rung: dict[str, Any]) -> None:
+def write_rung(out: Path, weak: str, rung: dict[str, Any]) -> None:
     """`rung` as `cascade.rungs.<weak>` of the thresholds file, its other rungs and sections kept."""
     from switchyard.core.thresholds import ThresholdsError, read_thresholds, write_section
 

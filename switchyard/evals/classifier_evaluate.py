@@ -68,9 +68,12 @@ def write_thresholds(
 ) -> None:
     """Thresholds for the three quality modes, picked on the pooled train split (each dataset's rows
     read with its own weak/strong pair)."""
+    import numpy as np
+
     from switchyard.core.thresholds import write_section
     from switchyard.evals.classifier_train import pooled_outcomes, with_pairs
     from switchyard.evals.datasets import STRONG_MODEL, WEAK_MODEL
+    from switchyard.evals.drift_reference import strong_share_reference
     from switchyard.evals.thresholds import operating_point, pick_threshold
 
     pair_of = {name: (pairs or {}).get(name, (WEAK_MODEL, STRONG_MODEL)) for name in datasets}
@@ -81,9 +84,9 @@ def write_thresholds(
         return outcomes, classifier.score_embedded(encode(prompts), prompts)
 
     (train, train_scores), (test, test_scores) = scored("train"), scored("test")
-    modes = {}
+    modes, picked = {}, {}
     for mode, fraction in QUALITY_TARGETS.items():
-        value = pick_threshold(train, train_scores, quality_fraction=fraction)
+        value = picked[mode] = pick_threshold(train, train_scores, quality_fraction=fraction)
         modes[mode] = {
             "threshold": value,
             "target": {"quality_fraction": fraction},
@@ -110,6 +113,7 @@ def write_thresholds(
             "train": balanced["train"],
             "test": balanced["test"],
             "modes": {mode: modes[mode] for mode in ("economy", "max")},
+            "reference": strong_share_reference(np.concatenate([train_scores, test_scores]), picked["balanced"]),
         },
         keep=("by_value",),
     )

@@ -10,6 +10,7 @@ import typer
 from switchyard.evals.cascade_cli import cascade
 from switchyard.evals.cli_support import DatasetOption, cli_error, dataset_label, load_set, progress_bar
 from switchyard.evals.collect_cli import collect
+from switchyard.evals.retune_cli import retune
 from switchyard.evals.route_artifacts import compare_artifacts
 from switchyard.evals.tiers_cli import tiers
 
@@ -125,7 +126,7 @@ def thresholds(
     if (target_quality is None) == (max_strong_share is None):
         raise cli_error("give exactly one of --target-quality or --max-strong-share")
     traces, meta, weak, strong = load_set(dataset, weak, strong)
-    value, (num_train, train_point), (num_test, test_point) = _pick_threshold(
+    value, (num_train, train_point), (num_test, test_point), reference = _pick_threshold(
         traces, router, weak, strong, target_quality, max_strong_share
     )
     target = (
@@ -145,6 +146,7 @@ def thresholds(
         },
         "train": train_point,
         "test": test_point,
+        "reference": reference,
     }
     try:
         write_section(out, "routing", section, keep=("by_value",))
@@ -155,9 +157,13 @@ def thresholds(
 
 
 def _pick_threshold(traces, router: str, weak: str, strong: str, quality: float | None, share: float | None):
-    """Fit `router` on the train split, pick its threshold there: the threshold, and each split's
-    (number of prompts, operating point at it), the test's with the router's APGR."""
+    """Fit `router` on the train split, pick its threshold there: the threshold, each split's
+    (number of prompts, operating point at it), the test's with the router's APGR, and the drift
+    reference of both splits' scores."""
+    import numpy as np
+
     from switchyard.evals import metrics
+    from switchyard.evals.drift_reference import strong_share_reference
     from switchyard.evals.evaluate import EvalError, Outcomes, split
     from switchyard.evals.routers import make_router
     from switchyard.evals.thresholds import operating_point, pick_threshold
@@ -176,7 +182,8 @@ def _pick_threshold(traces, router: str, weak: str, strong: str, quality: float 
     test_point = operating_point(test, test_scores, value)
     test_point["apgr"] = round(metrics.apgr(test.curve(test_scores), test.quality_weak, test.quality_strong), 6)
     train_point = operating_point(train, train_scores, value)
-    return value, (len(train.traces), train_point), (len(test.traces), test_point)
+    reference = strong_share_reference(np.concatenate([train_scores, test_scores]), value)
+    return value, (len(train.traces), train_point), (len(test.traces), test_point), reference
 
 
 def _print_threshold(headline: str, train_point: dict, test_point: dict) -> None:
@@ -191,3 +198,4 @@ def _print_threshold(headline: str, train_point: dict, test_point: dict) -> None
 app.command()(tiers)  # switchyard/evals/tiers_cli.py
 app.command()(cascade)  # switchyard/evals/cascade_cli.py
 app.command()(collect)  # switchyard/evals/collect_cli.py
+app.command()(retune)  # switchyard/evals/retune_cli.py

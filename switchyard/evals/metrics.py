@@ -7,6 +7,7 @@ gap recovered) normalises quality so that always-weak is 0 and always-strong is 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -78,7 +79,17 @@ def cpt(curve: Curve, fraction: float, quality_weak: float, quality_strong: floa
     return _first_crossing(curve.strong_share, gains, fraction)
 
 
-def cost_at_quality(curve: Curve, target_quality: float) -> float:
+class CostQualityCurve(Protocol):
+    """A routing `Curve` or the cascade's: cost and quality along it, cheapest first."""
+
+    @property
+    def cost_usd(self) -> np.ndarray: ...
+
+    @property
+    def quality(self) -> np.ndarray: ...
+
+
+def cost_at_quality(curve: CostQualityCurve, target_quality: float) -> float:
     """The lowest mean cost per prompt on the curve whose quality reaches `target_quality`."""
     return _first_crossing(curve.cost_usd, curve.quality, target_quality)
 

@@ -39,6 +39,7 @@ from switchyard.classifier.by_value import DEFAULT_TOLERANCES, ValueRule, pick_b
 from switchyard.classifier.runtime import MicroBatcher, ScoreUnavailable
 from switchyard.core.capabilities import explain, unsupported_by_any
 from switchyard.core.chat_wire import ChatCompletionRequest, CompletionRequest
+from switchyard.core.drift import DriftMonitor
 from switchyard.core.errors import InvalidRequest, ModelNotAllowed, ModelNotFound
 from switchyard.core.estimates import estimated_cost_usd, estimated_tokens, routing_text
 from switchyard.core.metrics import Metrics
@@ -73,8 +74,10 @@ class AutoRouter:
         metrics: Metrics | None = None,
         read_system_prompt: bool = True,
         value: ValueRule | None = None,
+        drift: DriftMonitor | None = None,
     ) -> None:
         self.registry = registry
+        self.drift = drift  # counted scores go to its window
         self.value = value  # routing by value, else by the score's thresholds
         self.read_system_prompt = read_system_prompt
         self.tiers = tiers
@@ -121,6 +124,8 @@ class AutoRouter:
                 with child_span("classify", router=self.router_name) as span:
                     row = await self.scorer.scores(routing_text(request, self.read_system_prompt), self.deadline_s)
                     score = row[0]
+                    if metrics is not None and self.drift is not None:
+                        self.drift.observe_score(score)
                     if span is not None:
                         span.set_attribute("switchyard.score", score)
             except ScoreUnavailable as exc:

@@ -30,6 +30,7 @@ from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
+from switchyard.core.drift import DriftMonitor
 from switchyard.core.errors import LimitsUnavailable
 from switchyard.core.file_locks import file_lock
 from switchyard.core.metrics import multiprocess_dir
@@ -174,6 +175,8 @@ def live_families(state) -> Iterator[LiveFamily]:
         yield scored
     if state.cascade is not None:
         yield from _cascade_families(state.cascade)
+    if state.drift is not None:
+        yield from _drift_families(state.drift)
     yield from _routing_families(state)
 
 
@@ -357,3 +360,42 @@ def _cascade_families(cascade) -> Iterator[LiveFamily]:
     for model, n in sorted(cascade.hedge_losses.items()):
         losses.add([model], n)
     yield from (judged, trips, active, moved, hedges, losses)
+
+
+def _drift_families(drift: DriftMonitor) -> Iterator[LiveFamily]:
+    """Several workers: each measures its own window; PSI is the worst worker's (an alarm from any
+    window is an alarm), a rate the latest worker's (every window samples the same traffic)."""
+    index = _gauge(
+        "switchyard_drift_psi",
+        "Population stability index of the signal's live window against the loaded version's reference.",
+        ("signal",),
+        "livemax",
+    )
+    rate = _gauge(
+        "switchyard_drift_rate",
+        "The strong-call share (signal classifier_score) or escalation rate (cascade_confidence), observed "
+        "in the live window or predicted by the loaded version.",
+        ("signal", "kind"),
+        "livemostrecent",
+    )
+    samples = _gauge("switchyard_drift_window_samples", "Values in the signal's live window.", ("signal",), "livemax")
+    reference = _gauge(
+        "switchyard_drift_reference_samples",
+        "Values in the signal's reference, by source: file (the thresholds file) or warm-up (the first "
+        "window after load).",
+        ("signal", "source"),
+        "livemax",
+    )
+    bound = _gauge("switchyard_drift_psi_alert", "The PSI above which drift alerts (drift.psi_alert).", (), "livemax")
+    bound.add([], drift.psi_alert)
+    for reading in drift.readings():
+        if reading.psi is not None:
+            index.add([reading.signal], reading.psi)
+        if reading.observed_rate is not None:
+            rate.add([reading.signal, "observed"], reading.observed_rate)
+        if reading.predicted_rate is not None:
+            rate.add([reading.signal, "predicted"], reading.predicted_rate)
+        samples.add([reading.signal], reading.num_samples)
+        if reading.reference_source is not None:
+            reference.add([reading.signal, reading.reference_source], reading.num_reference_samples)
+    yield from (index, rate, samples, reference, bound)

@@ -32,6 +32,7 @@ from switchyard.cascade.runtime import Cascade, Rung
 from switchyard.classifier.by_value import ValueRule
 from switchyard.classifier.model import ARTIFACTS, ArtifactError, ComplexityClassifier, default_artifact
 from switchyard.classifier.runtime import MicroBatcher
+from switchyard.core.drift import DriftMonitor
 from switchyard.core.metrics import Metrics
 from switchyard.core.prices import Price
 from switchyard.core.settings import Settings
@@ -41,6 +42,8 @@ from switchyard.gateway.auto_router import AutoRouter, resolve_thresholds, resol
 logger = logging.getLogger("switchyard")
 
 ScoreBatch = Callable[[list[str]], np.ndarray]
+# The loaded classifier's embedding of texts (blocking: run it off the event loop); None until loaded.
+EmbedTexts = Callable[[list[str]], np.ndarray | None]
 Role = Literal["current", "candidate"]
 VERSION_HEADER = "x-switchyard-routing-version"
 
@@ -167,6 +170,8 @@ class Routing:
     check: StartupCheck
     auto_router: AutoRouter | None
     cascade: Cascade | None
+    drift: DriftMonitor | None = None  # the drift gauges' windows, against this version's reference
+    embed_texts: EmbedTexts | None = None  # its classifier's embedder (switchyard.learning)
 
     @property
     def thresholds(self) -> ThresholdsFile | None:
@@ -221,21 +226,25 @@ class RoutingParts:
 
 
 def build_routings(parts: RoutingParts, check: StartupCheck, previous: Routings | None = None) -> Routings:
-    """The running versions `check` found. A version keeps the classifier of a version in
-    `previous` that reads the same artifact (its cache and loaded model), and every cascade shares
-    the counters and thrash guard of the first one built (`Cascade.with_rungs`)."""
+    """The running versions `check` found. A version already running in the same role in
+    `previous` is kept as it is (its drift windows too); a new one keeps the classifier of a version
+    in `previous` that reads the same artifact (its cache and loaded model), and every cascade
+    shares the counters and thrash guard of the first one built (`Cascade.with_rungs`)."""
+    running = {(r.version, r.role): r for r in previous or ()}
     reusable = {
-        key: r.auto_router.scorer
+        key: (r.auto_router.scorer, r.embed_texts)
         for r in previous or ()
         if r.auto_router is not None and r.auto_router.scorer is not None and (key := r.check.scorer_key) is not None
     }
     ladder = previous.current.cascade if previous is not None else None
-    current = _build_routing(parts, check, "current", reusable, ladder)
+    current = running.get((check.version, "current")) or _build_routing(parts, check, "current", reusable, ladder)
     candidate = None
     if check.candidate is not None:
         if current.auto_router is not None and current.auto_router.scorer is not None and check.scorer_key is not None:
-            reusable[check.scorer_key] = current.auto_router.scorer
-        candidate = _build_routing(parts, check.candidate, "candidate", reusable, ladder or current.cascade)
+            reusable[check.scorer_key] = (current.auto_router.scorer, current.embed_texts)
+        candidate = running.get((check.candidate.version, "candidate")) or _build_routing(
+            parts, check.candidate, "candidate", reusable, ladder or current.cascade
+        )
     return Routings(current, candidate, check.share if candidate is not None else 0.0)
 
 
@@ -243,29 +252,33 @@ def _build_routing(
     parts: RoutingParts,
     check: StartupCheck,
     role: Role,
-    scorers: dict[tuple[str, ...], MicroBatcher],
+    scorers: dict[tuple[str, ...], tuple[MicroBatcher, EmbedTexts | None]],
     ladder: Cascade | None,
 ) -> Routing:
-    auto_router = None
+    drift = build_drift_monitor(parts.settings, check)
+    auto_router = embed_texts = None
     if check.auto_thresholds is not None:
         key = check.scorer_key
-        auto_router = _build_auto_router(parts, check, scorers.get(key) if key is not None else None)
+        classifier = scorers.get(key) if key is not None else None
+        scorer, embed_texts = classifier if classifier is not None else _scorer(parts, check)
+        auto_router = _build_auto_router(parts, check, scorer, drift)
     cascade = None
     if check.cascade_specs:
         specs = check.cascade_specs
         if ladder is not None:
-            cascade = ladder.with_rungs([Rung(parts.registry.get(s.model), s.scorer, s.threshold) for s in specs])
+            rungs = [Rung(parts.registry.get(s.model), s.scorer, s.threshold) for s in specs]
+            cascade = ladder.with_rungs(rungs, drift)
         else:
-            cascade = build_cascade(parts.settings.cascade, specs, parts.registry, parts.executor, parts.metrics)
-    return Routing(check.version, role, check, auto_router, cascade)
+            settings = parts.settings
+            cascade = build_cascade(settings.cascade, specs, parts.registry, parts.executor, parts.metrics, drift)
+    return Routing(check.version, role, check, auto_router, cascade, drift, embed_texts)
 
 
-def _build_auto_router(parts: RoutingParts, check: StartupCheck, scorer: MicroBatcher | None) -> AutoRouter:
-    """The classifier loads on its worker thread at the first batch; a warm-up batch starts that now."""
+def _build_auto_router(
+    parts: RoutingParts, check: StartupCheck, scorer: MicroBatcher, drift: DriftMonitor | None
+) -> AutoRouter:
     auto, value = parts.settings.routing.auto, check.auto_value
     assert check.auto_thresholds is not None
-    if scorer is None:
-        scorer = _scorer(parts, check)
     return AutoRouter(
         parts.registry,
         auto.tiers,
@@ -277,12 +290,16 @@ def _build_auto_router(parts: RoutingParts, check: StartupCheck, scorer: MicroBa
         metrics=parts.metrics,
         read_system_prompt=auto.read_system_prompt,
         value=value,
+        drift=drift,
     )
 
 
-def _scorer(parts: RoutingParts, check: StartupCheck) -> MicroBatcher:
+def _scorer(parts: RoutingParts, check: StartupCheck) -> tuple[MicroBatcher, EmbedTexts | None]:
+    """The classifier (it loads on its worker thread at the first batch; a warm-up batch starts
+    that now) and its embedder (None: a `score_batch` replaces the classifier)."""
     auto, value, artifact = parts.settings.routing.auto, check.auto_value, check.artifact
     score_batch = parts.score_batch
+    embed_texts: EmbedTexts | None = None
     if score_batch is None:
         assert artifact is not None
         loaded: list[ComplexityClassifier] = []
@@ -294,13 +311,34 @@ def _scorer(parts: RoutingParts, check: StartupCheck) -> MicroBatcher:
                 return loaded[0].score_with_quality(texts, value.quality_models)
             return loaded[0].score(texts)
 
+        def embed_texts(texts: list[str]) -> np.ndarray | None:
+            return np.asarray(loaded[0].embedder.encode(texts), dtype=np.float32) if loaded else None
+
     batcher = MicroBatcher(
         score_batch, max_batch=auto.max_batch, max_wait_ms=auto.max_wait_ms, cache_size=auto.cache_size
     )
     if auto.warm_up:
         warm_up = asyncio.get_running_loop().create_task(batcher.score("warm-up", deadline_s=600))
         warm_up.add_done_callback(lambda task: task.cancelled() or task.exception())
-    return batcher
+    return batcher, embed_texts
+
+
+def build_drift_monitor(settings: Settings, check: StartupCheck) -> DriftMonitor | None:
+    """The drift windows of one version (None: `drift.enabled` is off, or nothing is routed)."""
+    has_classifier = check.auto_thresholds is not None
+    judged = [spec.model for spec in check.cascade_specs[:-1]]  # the last rung is never judged
+    if not settings.drift.enabled or not (has_classifier or judged):
+        return None
+    balanced = (check.auto_thresholds or {}).get("balanced") or []
+    return DriftMonitor.of(
+        check.thresholds,
+        window=settings.drift.window,
+        min_samples=settings.drift.min_samples,
+        psi_alert=settings.drift.psi_alert,
+        classifier_threshold=balanced[0] if balanced else None,
+        judged_rungs=judged,
+        has_classifier=has_classifier,
+    )
 
 
 def retire(old: Routings, new: Routings) -> None:

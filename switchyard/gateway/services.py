@@ -35,6 +35,7 @@ from switchyard.billing.limits import BudgetScope, LocalLimiter, open_limiter
 from switchyard.billing.store import Database, open_database
 from switchyard.billing.teams import Principal, Team, yaml_keys
 from switchyard.cascade.runtime import Cascade
+from switchyard.core.drift import DriftMonitor
 from switchyard.core.metrics import Metrics, multiprocess_dir
 from switchyard.core.prices import Price
 from switchyard.core.settings import Settings
@@ -44,6 +45,7 @@ from switchyard.gateway.auto_router import AutoRouter
 from switchyard.gateway.gauges import LiveGauges, SharedGauges
 from switchyard.gateway.live_streams import LiveStreams
 from switchyard.gateway.routings import (
+    EmbedTexts,
     Routing,
     RoutingParts,
     Routings,
@@ -57,7 +59,7 @@ from switchyard.gateway.tiers import TierSlots
 
 logger = logging.getLogger("switchyard")
 
-__all__ = ["ScoreBatch", "Services", "StartupCheck", "build_services", "check_startup", "model_prices"]
+__all__ = ["EmbedTexts", "ScoreBatch", "Services", "StartupCheck", "build_services", "check_startup", "model_prices"]
 
 
 @dataclass(slots=True)
@@ -95,6 +97,16 @@ class Services:
     @property
     def cascade(self) -> Cascade | None:
         return self.routings.current.cascade
+
+    @property
+    def drift(self) -> DriftMonitor | None:
+        """The current version's drift windows (core/drift.py), against its thresholds file's reference."""
+        return self.routings.current.drift
+
+    @property
+    def embed_texts(self) -> EmbedTexts | None:
+        """The current version's classifier embedder (switchyard.learning); None until loaded or replaced."""
+        return self.routings.current.embed_texts
 
     def background_tasks(self) -> list[SupervisedTask]:
         """Every supervised long-running task: ours and the backends' (readiness shows them)."""

@@ -16,6 +16,7 @@ from switchyard.core.settings import Settings
 from switchyard.core.tracing import SpanExporter, build_tracing
 from switchyard.gateway.reload import reload_on_sighup
 from switchyard.gateway.services import ScoreBatch, build_services, check_startup
+from switchyard.learning.shadow import start_shadow
 from switchyard.proxy.error_handlers import install_error_handlers
 from switchyard.proxy.middleware.cors import OpenAICORSMiddleware
 from switchyard.proxy.middleware.request_ids import InFlight, RequestIdMiddleware
@@ -71,6 +72,8 @@ def create_app(
                 if batch is not None and settings.batch.run_in_proxy
                 else None
             )
+            # shadow jobs, like batch lines, run with what interactive requests leave
+            app.state.shadow, shadow_tasks = await start_shadow(services, lambda: len(in_flight.tasks))
             try:
                 yield
             finally:
@@ -80,11 +83,14 @@ def create_app(
                 await asyncio.gather(
                     in_flight.drain(DRAIN_TIMEOUT_S), batch_worker.aclose() if batch_worker else asyncio.sleep(0)
                 )
+                for task in shadow_tasks:  # a shadow job cut short is not run again: it is a sample
+                    await task.aclose()
                 if tracing is not None:
                     await asyncio.to_thread(tracing.shutdown)  # sends the spans still batched (blocking I/O)
 
     app = FastAPI(title="Switchyard", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.in_flight = in_flight
+    app.state.shadow = None  # switchyard.learning.shadow.Shadow, once started (shadow.rate > 0)
     app.state.settings = settings
     app.state.reload_parent_pid = reload_parent_pid
     install_error_handlers(app)

@@ -1,5 +1,5 @@
 """What the running app holds for its routes: its services (`switchyard.gateway.services`) and its
-batch tier."""
+batch tier and its shadow sampling."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from starlette.requests import Request
 
 from switchyard.batch.tier import BatchTier
 from switchyard.gateway.services import Services
+from switchyard.learning.shadow import Shadow
 
 
 def services_of(request: Request) -> Services:
@@ -21,3 +22,10 @@ def batch_of(request: Request) -> BatchTier | None:
     batch = request.app.state.batch
     assert batch is None or isinstance(batch, BatchTier)
     return batch
+
+
+def shadow_of(request: Request) -> Shadow | None:
+    """The running app's shadow sampling (None: off)."""
+    shadow = request.app.state.shadow
+    assert shadow is None or isinstance(shadow, Shadow)
+    return shadow

@@ -35,7 +35,7 @@ from switchyard.gateway.relay import Origin, Relayed, relay
 from switchyard.gateway.request_end import count_refused, end_exchange, meter_refusal
 from switchyard.gateway.request_log import CLIENT_CLOSED_REQUEST, RequestLine, write_line
 from switchyard.gateway.services import Services
-from switchyard.proxy.app_state import services_of
+from switchyard.proxy.app_state import services_of, shadow_of
 from switchyard.proxy.auth import authenticate, saturation_priority
 from switchyard.proxy.body import read_request
 from switchyard.proxy.error_response import error_response
@@ -81,6 +81,8 @@ async def serve_model_request(request: Request, wire: type[W], prepare: Prepare 
     line = _line(request)
     relayed: Relayed | None = None
     refused: SwitchyardError | None = None  # before the relay took it
+    principal: Principal | None = None
+    parsed: AnyRequest | None = None
     try:
         try:
             principal = authenticate(services, request)  # before the body: a caller without a key learns that first
@@ -117,6 +119,9 @@ async def serve_model_request(request: Request, wire: type[W], prepare: Prepare 
         refusal = end_exchange(services, line, relayed, status, started_at, refused=refused)
         if refusal is not None:
             meter_refusal(services, line, refusal)
+        shadow = shadow_of(request)
+        if shadow is not None and relayed is not None and parsed is not None:  # the client has its answer
+            shadow.offer(line.request_id, line.started_at, principal, parsed, relayed)
         # `relayed` holds the response, whose background holds this function: let go of it, and the
         # request's objects are freed at once, not left to the garbage collector as a cycle
         relayed = None

@@ -40,6 +40,10 @@ CONTRACT_METRICS = {
     "switchyard_budget_used_ratio",
     "switchyard_queue_depth_tokens",
     "switchyard_model_saturated",
+    # issue 41's drift gauges (docs/learning.md#drift)
+    "switchyard_drift_psi",
+    "switchyard_drift_psi_alert",
+    "switchyard_drift_rate",
 }
 
 
@@ -65,7 +69,7 @@ def test_promtool_checks_the_alert_rules() -> None:
     promtool = tool("promtool", "prometheus")
     completed = run(promtool, "check", "rules", str(PROMETHEUS / "alerts.yml"))
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "5 rules found" in completed.stdout
+    assert "6 rules found" in completed.stdout
 
 
 def test_each_alert_fires_on_its_unit_test_series() -> None:
@@ -77,7 +81,16 @@ def test_each_alert_fires_on_its_unit_test_series() -> None:
     assert tested == defined
 
 
-@pytest.mark.parametrize(("old", "new"), [("> 0.9", "> 0.96"), ("> 0.6", "> 0.75"), ("== 2", "== 1")])
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("> 0.9", "> 0.96"),
+        ("> 0.6", "> 0.75"),
+        ("== 2", "== 1"),
+        ("max(switchyard_drift_psi_alert)", "2 * max(switchyard_drift_psi_alert)"),
+        ("for: 30m", "for: 15m"),
+    ],
+)
 def test_the_unit_tests_fail_when_a_threshold_moves(tmp_path: Path, old: str, new: str) -> None:
     promtool = tool("promtool", "prometheus")
     alerts = (PROMETHEUS / "alerts.yml").read_text()
@@ -96,7 +109,13 @@ def test_alerts_and_dashboard_name_only_metrics_of_the_contract() -> None:
     named = set(re.findall(r"switchyard_[a-z_]+", alerts + "\n".join(exprs)))
     assert named <= CONTRACT_METRICS, named - CONTRACT_METRICS
     panel_metrics = set(re.findall(r"switchyard_[a-z_]+", "\n".join(exprs)))
-    for metric in ("switchyard_model_saturated", "switchyard_queue_depth_tokens", "switchyard_cost_usd_total"):
+    for metric in (
+        "switchyard_model_saturated",
+        "switchyard_queue_depth_tokens",
+        "switchyard_cost_usd_total",
+        "switchyard_drift_psi",
+        "switchyard_drift_rate",
+    ):
         assert metric in panel_metrics
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -58,6 +59,13 @@ def test_eval_cascade_json_on_single_token_traces(tmp_path):
     assert "split 80/20" in " ".join(report["notes"])
     section = yaml.safe_load(out.read_text())["cascade"]["rungs"]["tiny"]
     assert section["strong_model"] == "big" and section["threshold"] == report["threshold"]
+    # the drift reference: every prompt's confidence binned, and the escalation rate over both splits
+    reference, data = section["reference"], section["data"]
+    assert reference["num_samples"] == data["num_train"] + data["num_test"]  # every single-token answer judged
+    assert len(reference["shares"]) == len(reference["edges"]) + 1 and sum(reference["shares"]) == pytest.approx(1)
+    train, test = section["train"]["escalation_rate"], section["test"]["escalation_rate"]
+    expected = (data["num_train"] * train + data["num_test"] * test) / reference["num_samples"]
+    assert reference["rate"] == pytest.approx(expected, abs=1e-5)
     assert (tmp_path / "cascade-mc.png").read_bytes().startswith(b"\x89PNG")
     assert "<svg" in (tmp_path / "cascade-mc.html").read_text()
 

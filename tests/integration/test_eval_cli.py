@@ -125,6 +125,12 @@ def test_eval_thresholds_writes_a_file_the_proxy_reads(tmp_path):
     loaded = check_startup(Settings(routing={"thresholds_file": out})).thresholds  # what the proxy reads at start
     assert loaded.routing.router == "category-prior"
     assert loaded.routing.values() == [routing["threshold"]]
+    # the drift reference: both splits' scores in bins, and the strong share the threshold predicts on them
+    reference, num = loaded.routing.reference, routing["data"]
+    assert reference is not None and reference.num_samples == num["num_train"] + num["num_test"]
+    assert sum(reference.shares) == pytest.approx(1.0, abs=1e-5)
+    expected = num["num_train"] * routing["train"]["strong_share"] + num["num_test"] * routing["test"]["strong_share"]
+    assert reference.rate == pytest.approx(expected / reference.num_samples, abs=1e-5)
     out.write_text(out.read_text().replace("version: 1", "version: 7"))
     with pytest.raises(ThresholdsError, match="version 7"):
         create_app(Settings(routing={"thresholds_file": out}))

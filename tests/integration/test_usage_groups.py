@@ -139,6 +139,7 @@ def test_every_group_for_the_admin_and_a_teams_own_rows(proxy_url: str) -> None:
         assert list(rows[0]) == [group, "cost_usd", "prompt_tokens", "completion_tokens", "requests"] + [
             "batch_requests",
             "batch_cost_usd",
+            "shadow_cost_usd",
         ]
 
 

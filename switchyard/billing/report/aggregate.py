@@ -15,13 +15,15 @@ from datetime import UTC, date, datetime
 
 from switchyard.billing.records import REFUSED, UsageRecord
 from switchyard.billing.report.confidence import ConfidenceSums
+from switchyard.billing.report.drift import DriftReferences, new_drift_sums
 from switchyard.billing.report.refusals import Refusals
 from switchyard.billing.report.requests import OUTCOMES, ROUTED_KINDS, RequestTrace, RequestTracker
 from switchyard.billing.report.reservoir import Reservoir
 from switchyard.billing.report.versions import VersionSums, is_strong_answer
 
 NO_TEAM = "(none)"
-INTERACTIVE, BATCH = "interactive", "batch"  # a request's kind: a batch's line, or any other
+# an attempt's kind: a shadow call (paid by the platform), a batch's line, or any other
+INTERACTIVE, BATCH, SHADOW = "interactive", "batch", "shadow"
 UNKNOWN_HOSTING = "unknown"
 
 
@@ -128,9 +130,11 @@ class Aggregator:
         team: str | None = None,
         reservoir_size: int = 4096,
         hosting: Mapping[str, str] | None = None,
+        drift: DriftReferences | None = None,
         judged: Mapping[str, float] | None = None,
     ) -> None:
         self.since, self.until, self.team = since, until, team
+        self.drift = new_drift_sums(drift)  # None: no reference to compare with
         self.judged = judged or {}  # request id -> its answer's judged quality (learning rows)
         self.hosting_overrides = dict(hosting or {})  # model -> hosting, over what its records say
         self.reservoir_size = reservoir_size
@@ -143,7 +147,7 @@ class Aggregator:
         self.by_model: dict[str, Sums] = defaultdict(Sums)
         self.by_team_model: dict[tuple[str, str], Sums] = defaultdict(Sums)  # over the period
         self.by_hosting: dict[str, Sums] = defaultdict(Sums)
-        self.by_kind_day: dict[tuple[date, str], Sums] = defaultdict(Sums)  # kind: interactive | batch
+        self.by_kind_day: dict[tuple[date, str], Sums] = defaultdict(Sums)  # kind: interactive | batch | shadow
         self.hosting_of_model: dict[str, str] = {}
         self.latency_ms: dict[str, Reservoir] = {}
         self.ttft_ms: dict[str, Reservoir] = {}
@@ -189,7 +193,7 @@ class Aggregator:
             self.by_model[record.model],
             self.by_team_model[(team, record.model)],
             self.by_hosting[hosting],
-            self.by_kind_day[(day, BATCH if record.batch_id else INTERACTIVE)],
+            self.by_kind_day[(day, SHADOW if record.is_shadow else BATCH if record.batch_id else INTERACTIVE)],
         ):
             sums.add(record)
         if record.status == "completed":
@@ -198,6 +202,8 @@ class Aggregator:
                 self._sample(self.ttft_ms, record.model, record.ttft_ms)
         if record.threshold is not None:
             self.confidence.add(record)
+        if self.drift is not None:
+            self.drift.add(record, day)
         self._tracker.add(record, day, team)
 
     def add_batch(self, records: list[UsageRecord]) -> None:

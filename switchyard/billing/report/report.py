@@ -22,6 +22,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from switchyard.billing.records import UsageRecord
 from switchyard.billing.report.aggregate import Aggregator
 from switchyard.billing.report.compare import compare_periods, previous_period
+from switchyard.billing.report.drift import DriftReferences
+from switchyard.billing.report.drift_plot import drift
 from switchyard.billing.report.page import render_page
 from switchyard.billing.report.plots import Plot, draw_all
 from switchyard.billing.report.tables import Table, build_summary, build_tables
@@ -119,18 +121,20 @@ async def build_report(
     hosting: Mapping[str, str] | None = None,
     previous_batches: AsyncIterable[list[UsageRecord]] | None = None,
     previous_total: int | None = None,
+    drift: DriftReferences | None = None,
     judged: Mapping[str, float] | None = None,
 ) -> Report:
     """The report over the records of `batches` whose UTC day is in since..until (inclusive, either
     open) and, when `team` is given, of that team. `prices` (model → `Price`) adds the list prices
     to the models table; `key_prefixes` (key id → its shown prefix) to the keys table; `hosting`
     (model → `self-hosted` or `commercial`) overrides what the records say. `previous_batches`: the
-    records of `previous_period(since, until)`, compared in the summary. `progress` shows a bar on
+    records of `previous_period(since, until)`, compared in the summary. `drift`: the loaded
+    version's references, for the Drift section (None: it says there is none). `progress` shows a bar on
     stderr over `total` records (`count_usage`), and one over `previous_total`. `judged` (request id
     -> the judged quality of its answer, 0..1) adds judged quality to the routing versions' table.
     """
     since, until = _as_day(since), _as_day(until)
-    aggregator = Aggregator(since=since, until=until, team=team, hosting=hosting, judged=judged)
+    aggregator = Aggregator(since=since, until=until, team=team, hosting=hosting, drift=drift, judged=judged)
     before = previous_period(since, until)
     earlier = Aggregator(since=before[0], until=before[1], team=team, hosting=hosting) if before else None
     with _progress_bar() if progress else contextlib.nullcontext() as bar:
@@ -143,8 +147,12 @@ async def build_report(
     if before is not None and earlier is not None and previous_batches is not None:
         earlier.finish()
         summary["previous"], summary["change"] = compare_periods(summary, build_summary(earlier), *before)
-    plots = tuple(await asyncio.to_thread(draw_all, tables)) if aggregator.num_records else ()
+    plots = tuple(await asyncio.to_thread(_draw_figures, tables)) if aggregator.num_records else ()
     return Report(since, until, team, datetime.now(UTC), summary, tables, plots)
+
+
+def _draw_figures(tables: Mapping[str, Table]) -> list[Plot]:
+    return [*draw_all(tables), drift(tables)]
 
 
 async def _aggregate(

@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from switchyard.billing.report.aggregate import Aggregator, EscalationSums, SavingsSums, Sums
+from switchyard.billing.report.aggregate import SHADOW, Aggregator, EscalationSums, SavingsSums, Sums
+from switchyard.billing.report.drift import (
+    DRIFT_BINS_COLUMNS,
+    DRIFT_BY_DAY_COLUMNS,
+    DRIFT_COLUMNS,
+    drift_rows,
+    drift_summary,
+)
 from switchyard.billing.report.refusals import COLUMNS as REFUSAL_COLUMNS
 from switchyard.billing.report.refusals import refusal_rows, refusals_summary
 from switchyard.billing.report.requests import OUTCOMES, ROUTED_KINDS
@@ -63,6 +70,9 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "model", "threshold", "judged", "below_threshold", "without_confidence", "min_confidence", "max_confidence",
     ),
     "confidence_histogram": ("model", "bin_low", "bin_high", "answers"),
+    "drift": DRIFT_COLUMNS,
+    "drift_by_day": DRIFT_BY_DAY_COLUMNS,
+    "drift_bins": DRIFT_BINS_COLUMNS,
     "refusals": REFUSAL_COLUMNS,
     "routing_versions": VERSION_COLUMNS,
 }  # fmt: skip
@@ -168,6 +178,8 @@ def build_tables(
         )
     for model in sorted(confidence.scores):
         rows["confidence_histogram"].extend((model, *bin) for bin in confidence.histogram(model))
+    for name, drift in drift_rows(agg.drift).items():
+        rows[name].extend(drift)
     rows["refusals"].extend(refusal_rows(agg.refusals, key_prefixes))
     rows["routing_versions"].extend(version_rows(agg.by_version))
     return {name: Table(name, COLUMNS[name], tuple(rows[name])) for name in COLUMNS}
@@ -219,6 +231,7 @@ def build_summary(agg: Aggregator) -> dict[str, Any]:
         "prompt_tokens": t.prompt_tokens,
         "completion_tokens": t.completion_tokens,
         "cost_usd": t.cost_usd,
+        "shadow_cost_usd": kinds[SHADOW].cost_usd if SHADOW in kinds else 0.0,  # in cost_usd, paid by the platform
         "savings": {
             "routed_requests": routed.requests,
             "realised_cost_usd": routed.realised_cost_usd,
@@ -241,6 +254,7 @@ def build_summary(agg: Aggregator) -> dict[str, Any]:
         "cost_by_team_model": _by_team_model(agg),
         "refusals": refusals_summary(agg.refusals),
         "routing_versions": [dict(zip(VERSION_COLUMNS, row, strict=True)) for row in version_rows(agg.by_version)],
+        "drift": drift_summary(agg.drift),  # None: no reference in the thresholds file
         "previous": None,  # the previous period and the change from it: `compare.compare_periods`
         "change": None,
     }

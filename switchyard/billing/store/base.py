@@ -27,7 +27,8 @@ class Database(Protocol):
         ...
 
     async def spend_since(self, since: float) -> dict[tuple[str, str], float]:
-        """USD over attempts started at or after `since`: {("team", name): usd, ("key", key_id): usd}."""
+        """USD over attempts started at or after `since`: {("team", name): usd, ("key", key_id): usd}
+        (shadow calls left out: the platform pays for them, not the team)."""
         ...
 
     async def usage_summary(

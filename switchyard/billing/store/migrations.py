@@ -170,16 +170,51 @@ def _sqlite_3(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE usage ADD COLUMN {column} REAL")
 
 
+# Shadow sampling (switchyard.learning): the labelled rows, the key their prompts are hashed with,
+# and shadow cost kept apart in the daily aggregate (the platform pays it, not the team).
+_SQLITE_LEARNING = """
+CREATE TABLE learning_rows (
+    request_id TEXT PRIMARY KEY, created_at REAL NOT NULL, team TEXT, route TEXT, category TEXT,
+    prompt_key TEXT, prompt TEXT, embedding BLOB, features TEXT, score REAL, routing_version TEXT,
+    models TEXT, label_source TEXT, label_detail TEXT, feedback REAL, feedback_at REAL
+);
+CREATE INDEX learning_rows_created_at ON learning_rows (created_at);
+CREATE INDEX learning_rows_team ON learning_rows (team, created_at);
+CREATE TABLE learning_keys (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+ALTER TABLE usage_daily ADD COLUMN shadow_cost_usd REAL NOT NULL DEFAULT 0;
+DROP TRIGGER usage_daily_grows;
+CREATE TRIGGER usage_daily_grows AFTER INSERT ON usage BEGIN
+    INSERT INTO usage_daily VALUES (
+        date(NEW.started_at, 'unixepoch'), COALESCE(NEW.team, ''), NEW.model, 1, NEW.attempt = 1,
+        NEW.prompt_tokens, NEW.completion_tokens, CASE WHEN NEW.is_shadow THEN 0 ELSE NEW.cost_usd END,
+        NEW.attempt = 1 AND NEW.batch_id IS NOT NULL, CASE WHEN NEW.batch_id IS NULL THEN 0 ELSE NEW.cost_usd END,
+        CASE WHEN NEW.is_shadow THEN NEW.cost_usd ELSE 0 END)
+    ON CONFLICT (day, team, model) DO UPDATE SET
+        attempts = attempts + 1, requests = requests + excluded.requests,
+        prompt_tokens = prompt_tokens + excluded.prompt_tokens,
+        completion_tokens = completion_tokens + excluded.completion_tokens,
+        cost_usd = cost_usd + excluded.cost_usd,
+        batch_requests = batch_requests + excluded.batch_requests,
+        batch_cost_usd = batch_cost_usd + excluded.batch_cost_usd,
+        shadow_cost_usd = shadow_cost_usd + excluded.shadow_cost_usd;
+END;
+"""
+
+
+def _sqlite_4(db: sqlite3.Connection) -> None:
+    for statement in _split(_SQLITE_LEARNING):
+        db.execute(statement)
+
+
 # The routing version (thresholds file and classifier artifact) that routed an auto or cascade
 # request (switchyard.gateway.routings), for the report's comparison of versions during a rollout.
-# Number 5: number 4 is the learning rows' (switchyard.learning).
 def _sqlite_5(db: sqlite3.Connection) -> None:
     present = {row[1] for row in db.execute("PRAGMA table_info(usage)")}
     if "routing_version" not in present:
         db.execute("ALTER TABLE usage ADD COLUMN routing_version TEXT")
 
 
-SQLITE: list[Callable[[sqlite3.Connection], None]] = [_sqlite_1, _sqlite_2, _sqlite_3, _sqlite_5]
+SQLITE: list[Callable[[sqlite3.Connection], None]] = [_sqlite_1, _sqlite_2, _sqlite_3, _sqlite_4, _sqlite_5]
 
 POSTGRES: list[str] = [
     """
@@ -294,5 +329,35 @@ POSTGRES: list[str] = [
         FOR EACH ROW EXECUTE FUNCTION batch_results_count();
     """,
     "".join(f"ALTER TABLE usage ADD COLUMN IF NOT EXISTS {column} DOUBLE PRECISION;\n" for column in USAGE_ADDED_3),
-    "ALTER TABLE usage ADD COLUMN IF NOT EXISTS routing_version TEXT;",  # number 5 (see _sqlite_5)
+    """
+    CREATE TABLE learning_rows (
+        request_id TEXT PRIMARY KEY, created_at DOUBLE PRECISION NOT NULL, team TEXT, route TEXT, category TEXT,
+        prompt_key TEXT, prompt TEXT, embedding BYTEA, features TEXT, score DOUBLE PRECISION, routing_version TEXT,
+        models TEXT, label_source TEXT, label_detail TEXT, feedback DOUBLE PRECISION, feedback_at DOUBLE PRECISION
+    );
+    CREATE INDEX learning_rows_created_at ON learning_rows (created_at);
+    CREATE INDEX learning_rows_team ON learning_rows (team, created_at);
+    CREATE TABLE learning_keys (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+    ALTER TABLE usage_daily ADD COLUMN shadow_cost_usd DOUBLE PRECISION NOT NULL DEFAULT 0;
+    CREATE OR REPLACE FUNCTION usage_daily_grow() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO usage_daily AS d VALUES (
+            (to_timestamp(NEW.started_at) AT TIME ZONE 'UTC')::date, COALESCE(NEW.team, ''), NEW.model,
+            1, CASE WHEN NEW.attempt = 1 THEN 1 ELSE 0 END,
+            NEW.prompt_tokens, NEW.completion_tokens, CASE WHEN NEW.is_shadow THEN 0 ELSE NEW.cost_usd END,
+            CASE WHEN NEW.attempt = 1 AND NEW.batch_id IS NOT NULL THEN 1 ELSE 0 END,
+            CASE WHEN NEW.batch_id IS NULL THEN 0 ELSE NEW.cost_usd END,
+            CASE WHEN NEW.is_shadow THEN NEW.cost_usd ELSE 0 END)
+        ON CONFLICT (day, team, model) DO UPDATE SET
+            attempts = d.attempts + 1, requests = d.requests + excluded.requests,
+            prompt_tokens = d.prompt_tokens + excluded.prompt_tokens,
+            completion_tokens = d.completion_tokens + excluded.completion_tokens,
+            cost_usd = d.cost_usd + excluded.cost_usd,
+            batch_requests = d.batch_requests + excluded.batch_requests,
+            batch_cost_usd = d.batch_cost_usd + excluded.batch_cost_usd,
+            shadow_cost_usd = d.shadow_cost_usd + excluded.shadow_cost_usd;
+        RETURN NULL;
+    END $$;
+    """,
+    "ALTER TABLE usage ADD COLUMN IF NOT EXISTS routing_version TEXT;",  # number 5: see _sqlite_5
 ]

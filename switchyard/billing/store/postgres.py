@@ -126,9 +126,11 @@ class PostgresDatabase:
     async def spend_since(self, since: float) -> dict[tuple[str, str], float]:
         async with self._connection() as db:
             rows = await db.fetch(
-                "SELECT 'team', team, SUM(cost_usd) FROM usage WHERE team IS NOT NULL AND started_at >= $1 "
+                "SELECT 'team', team, SUM(cost_usd) FROM usage WHERE team IS NOT NULL AND NOT is_shadow "
+                "AND started_at >= $1 "
                 "GROUP BY team UNION ALL "
-                "SELECT 'key', key_id, SUM(cost_usd) FROM usage WHERE key_id IS NOT NULL AND started_at >= $1 "
+                "SELECT 'key', key_id, SUM(cost_usd) FROM usage WHERE key_id IS NOT NULL AND NOT is_shadow "
+                "AND started_at >= $1 "
                 "GROUP BY key_id",
                 since,
             )

@@ -105,13 +105,17 @@ def check_group_by(group_by: str | None) -> None:
 
 
 _SUMS = (
-    "SUM(cost_usd), SUM(prompt_tokens), SUM(completion_tokens), SUM(requests), SUM(batch_requests), SUM(batch_cost_usd)"
+    "SUM(cost_usd), SUM(prompt_tokens), SUM(completion_tokens), SUM(requests), SUM(batch_requests), "
+    "SUM(batch_cost_usd), SUM(shadow_cost_usd)"
 )
+# Shadow calls (switchyard.learning) are paid by the platform: their cost is counted apart.
 _ATTEMPT_SUMS = (
-    "SUM(cost_usd) AS cost_usd, SUM(prompt_tokens) AS prompt_tokens, SUM(completion_tokens) AS completion_tokens, "
+    "SUM(CASE WHEN is_shadow THEN 0 ELSE cost_usd END) AS cost_usd, SUM(prompt_tokens) AS prompt_tokens, "
+    "SUM(completion_tokens) AS completion_tokens, "
     "SUM(CASE WHEN attempt = 1 THEN 1 ELSE 0 END) AS requests, "
     "SUM(CASE WHEN attempt = 1 AND batch_id IS NOT NULL THEN 1 ELSE 0 END) AS batch_requests, "
-    "SUM(CASE WHEN batch_id IS NULL THEN 0 ELSE cost_usd END) AS batch_cost_usd"
+    "SUM(CASE WHEN batch_id IS NULL THEN 0 ELSE cost_usd END) AS batch_cost_usd, "
+    "SUM(CASE WHEN is_shadow THEN cost_usd ELSE 0 END) AS shadow_cost_usd"
 )
 # A request's route, as the report's route mix names it (`auto:<tier>`, with the tier of the first
 # model tried, `auto:<tier>→<tier>` when it escalated; `cascade:accepted`, `cascade:escalated` or
@@ -158,17 +162,31 @@ def summary_query(group_by: str | None, *, has_team: bool) -> tuple[str, bool]:
         return sql, True
     per_request = (
         f"SELECT request_id, {_REQUEST_KIND} AS kind, MAX(CASE WHEN attempt = 1 THEN tier END) AS first_tier, "
-        "MIN(tier) AS any_tier, COALESCE(MAX(CASE WHEN status = 'completed' THEN attempt END), "
-        "MAX(CASE WHEN status = 'cancelled' THEN attempt END)) AS answer_attempt, "
+        "MIN(CASE WHEN NOT is_shadow THEN tier END) AS any_tier, "
+        "COALESCE(MAX(CASE WHEN status = 'completed' AND NOT is_shadow THEN attempt END), "
+        "MAX(CASE WHEN status = 'cancelled' AND NOT is_shadow THEN attempt END)) AS answer_attempt, "
         f"{_ATTEMPT_SUMS} FROM usage WHERE {where} GROUP BY request_id"
     )
     labelled = (
         f"SELECT {_ROUTE_LABEL} AS route, r.cost_usd AS cost_usd, r.prompt_tokens AS prompt_tokens, "
         "r.completion_tokens AS completion_tokens, r.requests AS requests, r.batch_requests AS batch_requests, "
-        f"r.batch_cost_usd AS batch_cost_usd FROM ({per_request}) AS r "
+        "r.batch_cost_usd AS batch_cost_usd, r.shadow_cost_usd AS shadow_cost_usd "
+        f"FROM ({per_request}) AS r "
         "LEFT JOIN usage AS a ON a.request_id = r.request_id AND a.attempt = r.answer_attempt"
     )
     return f"SELECT route, {_SUMS} FROM ({labelled}) AS labelled GROUP BY route ORDER BY route", True
+
+
+_SUMMED = (
+    "cost_usd",
+    "prompt_tokens",
+    "completion_tokens",
+    "requests",
+    "batch_requests",
+    "batch_cost_usd",
+    "shadow_cost_usd",
+)
+_COSTS = ("cost_usd", "batch_cost_usd", "shadow_cost_usd")
 
 
 def _group_value(group: Any) -> Any:
@@ -181,7 +199,7 @@ def summary(
     start: dt.date, end: dt.date, group_by: str | None, team: str | None, rows: list[tuple[Any, ...]]
 ) -> dict[str, Any]:
     """The usage summary's shape; `rows` are (group, cost_usd, prompt_tokens, completion_tokens,
-    requests, batch_requests, batch_cost_usd). Costs are rounded as every output rounds USD
+    requests, batch_requests, batch_cost_usd, shadow_cost_usd). Costs are rounded as every output rounds USD
     (`round_usd`); the daily aggregate's "no team" ('') is shown as null."""
     data: list[dict[str | None, Any]] = [
         {
@@ -192,16 +210,18 @@ def summary(
             "requests": int(requests or 0),
             "batch_requests": int(batch_requests or 0),
             "batch_cost_usd": float(batch_cost or 0.0),
+            "shadow_cost_usd": float(shadow_cost or 0.0),
         }
-        for group, cost, prompt, completion, requests, batch_requests, batch_cost in rows
+        for group, cost, prompt, completion, requests, batch_requests, batch_cost, shadow_cost in rows
     ]
     totals = {
-        key: sum(row[key] for row in data) if data else (0.0 if key.endswith("cost_usd") else 0)
-        for key in ("cost_usd", "prompt_tokens", "completion_tokens", "requests", "batch_requests", "batch_cost_usd")
+        key: sum(row[key] for row in data) if data else (0.0 if key.endswith("cost_usd") else 0) for key in _SUMMED
     }
-    totals["cost_usd"], totals["batch_cost_usd"] = round_usd(totals["cost_usd"]), round_usd(totals["batch_cost_usd"])
+    for key in _COSTS:
+        totals[key] = round_usd(totals[key])
     for row in data:  # rounded once summed: the rows add up to the totals within a rounding
-        row["cost_usd"], row["batch_cost_usd"] = round_usd(row["cost_usd"]), round_usd(row["batch_cost_usd"])
+        for key in _COSTS:
+            row[key] = round_usd(row[key])
     return {
         "object": "usage",
         "start_date": start.isoformat(),

@@ -176,9 +176,11 @@ class SQLiteDatabase:
 
     async def spend_since(self, since: float) -> dict[tuple[str, str], float]:
         query = (
-            "SELECT 'team', team, SUM(cost_usd) FROM usage WHERE team IS NOT NULL AND started_at >= ? GROUP BY team "
+            "SELECT 'team', team, SUM(cost_usd) FROM usage WHERE team IS NOT NULL AND NOT is_shadow "
+            "AND started_at >= ? GROUP BY team "
             "UNION ALL "
-            "SELECT 'key', key_id, SUM(cost_usd) FROM usage WHERE key_id IS NOT NULL AND started_at >= ? "
+            "SELECT 'key', key_id, SUM(cost_usd) FROM usage WHERE key_id IS NOT NULL AND NOT is_shadow "
+            "AND started_at >= ? "
             "GROUP BY key_id"
         )
         rows = await self._call(lambda db: db.execute(query, (since, since)).fetchall())

@@ -24,8 +24,9 @@ from starlette.types import Receive, Scope, Send
 from switchyard.billing import admin
 from switchyard.billing.store.errors import StoreError
 from switchyard.billing.teams import Team
-from switchyard.core.errors import NotFound
+from switchyard.core.errors import InvalidRequest, NotFound
 from switchyard.gateway.reload import reload_routing
+from switchyard.learning.rows import delete_rows
 from switchyard.proxy.admin_wire import KeyCreate, TeamChanges, TeamCreate, key_view, routing_view, team_view
 from switchyard.proxy.app_state import services_of
 from switchyard.proxy.body import read_request
@@ -76,6 +77,17 @@ async def update_team(request: Request, name: str) -> Response:
     updated = await admin.update_team(database_of(request), services_of(request).settings, name, body.changes())
     await _refresh(request)
     return _json(team_view(updated))
+
+
+@router.delete("/admin/learning/rows", openapi_extra=query(("team", {"type": "string"})))
+async def delete_learning_rows(request: Request) -> Response:
+    """Every learning row of one team (switchyard.learning.rows): its shadowed requests and feedback."""
+    require_admin(request)
+    team = request.query_params.get("team")
+    if not team:
+        raise InvalidRequest("Name the team whose learning rows to delete: ?team=<name>.", param="team")
+    num_deleted = await delete_rows(database_of(request), team=team)
+    return _json({"object": "learning_rows.deleted", "team": team, "deleted": num_deleted})
 
 
 @router.get("/admin/keys", openapi_extra=query(("team", {"type": "string"})))

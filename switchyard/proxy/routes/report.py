@@ -88,7 +88,8 @@ def _start_of(day: dt.date | None, *, days: int = 0) -> float | None:
 
 async def report_page(request: Request, team: str | None) -> HTMLResponse:
     """The report of `team` (None: every team) over `since`..`until`, as `switchyard report` writes report.html."""
-    from switchyard.billing.report import build_report, previous_period
+    from switchyard.billing.report import DriftReferences, build_report, previous_period
+    from switchyard.learning.rows import judged_answers
 
     database = database_of(request)
     services = services_of(request)
@@ -107,6 +108,12 @@ async def report_page(request: Request, team: str | None) -> HTMLResponse:
         previous_batches=(
             database.iter_usage(_start_of(before[0]), _start_of(before[1], days=1), team) if before else None
         ),
+        drift=DriftReferences.of(
+            services.thresholds,
+            psi_alert=services.settings.drift.psi_alert,
+            min_samples=services.settings.drift.min_samples,
+        ),
+        judged=await judged_answers(database, since=_start_of(since), until=_start_of(until, days=1)),
     )
     return HTMLResponse(built.html())
 

@@ -118,12 +118,13 @@ def test_the_page_has_the_header_headline_numbers_and_tables(page: str) -> None:
     # no batch lines, refusals, client-seen times or judged answers here: no table (a note instead)
     empty = {"cost_by_kind_day", "refusals", "latency_by_route", "confidence_by_model", "confidence_histogram"}
     empty.add("routing_versions")  # no routing version recorded: no panel
+    empty |= {"drift", "drift_by_day", "drift_bins"}  # no thresholds file given: no reference
     for name in COLUMNS:
         if name not in empty:
             assert f"Data: {name}.csv" in page
     assert "No batch requests in this period" in page
-    # + cost by team and model; + the confidence and client latency panels, which say why they are empty
-    assert page.count('<p class="explain">') == len(ALL_FIGURES) + 2 + 2
+    # + cost by team and model; + the confidence, client latency and drift panels, which say why they are empty
+    assert page.count('<p class="explain">') == len(ALL_FIGURES) + 2 + 3
 
 
 def test_the_page_references_nothing_outside_itself(page: str) -> None:

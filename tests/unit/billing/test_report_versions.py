@@ -1,6 +1,6 @@
 """The report's routing versions: each version's auto and cascade requests side by side (cost per
 request, escalation, strong-call share, judged quality where labels exist), in its table, the
-summary and the page."""
+summary and the page; the judged quality joined from the learning rows."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import pytest
 from switchyard.billing.report import build_report
 from switchyard.billing.report.tables import build_summary, build_tables
 from switchyard.billing.report.versions import COLUMNS
+from switchyard.billing.store import open_database
+from switchyard.learning.rows import LearningRow, insert_row, judged_answers
 from tests.unit.billing.test_report import aggregate, batches_of, rec
 
 CURRENT, CANDIDATE = "v-aaaaaaaaaaaa", "v-bbbbbbbbbbbb"
@@ -76,3 +78,21 @@ def test_no_versions_no_panel():
     records = [r for r in _records() if r.routing_version is None]
     report = asyncio.run(build_report(batches_of(records)))
     assert report.tables["routing_versions"].rows == () and 'id="routing-versions"' not in report.html()
+
+
+async def test_judged_answers_join_the_learning_rows_by_request_id(tmp_path):
+    """The quality of the answer the client got: the label's for the answering model, else the
+    client's feedback; a row with neither is left out."""
+    database = await open_database(f"sqlite:///{tmp_path / 'ledger.db'}")
+    try:
+        labelled = {"small": {"answered": True, "quality": 0.0}, "big": {"answered": False, "quality": 1.0}}
+        for row in (
+            LearningRow("a1", 1.0, None, "auto", "k1", labelled, label_source="judge"),
+            LearningRow("a2", 2.0, None, "auto", "k2", {"small": {"answered": True}}, feedback=0.8),
+            LearningRow("a3", 3.0, None, "auto", "k3", {"small": {"answered": True}}),
+            LearningRow("a4", 99.0, None, "auto", "k4", labelled, label_source="judge"),
+        ):
+            await insert_row(database, row)
+        assert await judged_answers(database, since=0.0, until=50.0) == {"a1": 0.0, "a2": 0.8}
+    finally:
+        await database.aclose()

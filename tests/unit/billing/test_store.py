@@ -96,6 +96,7 @@ async def test_spend_since_counts_teams_and_keys_from_the_given_instant(database
             usage("a", started_at=DAY1, key_id="key_a"),
             usage("b", started_at=DAY2, key_id="key_b", team="ads", cost_usd=0.5),
             usage("anon", started_at=DAY2, team=None),
+            usage("a", 1001, started_at=DAY1, key_id="key_a", cost_usd=9.0, is_shadow=True),  # the platform pays
         ]
     )
     assert await database.spend_since(DAY1) == {
@@ -114,6 +115,17 @@ async def test_the_summary_reads_utc_days_inclusively_by_model_or_day(database: 
             usage("b", started_at=DAY2, model="large", cost_usd=1.0, batch_id="batch_1"),  # a batch's line
             usage("c", started_at=DAY2, team="ads", cost_usd=4.0),
             usage("d", started_at=DAY2 + 86_400, cost_usd=8.0),  # 2026-11-22: outside
+            # a shadow call: the platform pays, its cost kept apart
+            usage(
+                "a",
+                1001,
+                started_at=DAY1,
+                model="large",
+                cost_usd=0.5,
+                is_shadow=True,
+                prompt_tokens=0,
+                completion_tokens=0,
+            ),
         ]
     )
     start, end = dt.date(2026, 11, 20), dt.date(2026, 11, 21)
@@ -130,6 +142,7 @@ async def test_the_summary_reads_utc_days_inclusively_by_model_or_day(database: 
         "requests": 2,  # a (two attempts) and b
         "batch_requests": 1,
         "batch_cost_usd": pytest.approx(1.0),
+        "shadow_cost_usd": pytest.approx(0.5),
         "data": [
             {
                 "model": "large",
@@ -139,6 +152,7 @@ async def test_the_summary_reads_utc_days_inclusively_by_model_or_day(database: 
                 "requests": 1,
                 "batch_requests": 1,
                 "batch_cost_usd": pytest.approx(1.0),
+                "shadow_cost_usd": pytest.approx(0.5),
             },
             {
                 "model": "small",
@@ -148,6 +162,7 @@ async def test_the_summary_reads_utc_days_inclusively_by_model_or_day(database: 
                 "requests": 1,
                 "batch_requests": 0,
                 "batch_cost_usd": 0.0,
+                "shadow_cost_usd": 0.0,
             },
         ],
     }

@@ -48,6 +48,7 @@ async def test_refusals_are_kept_and_change_no_usage_summary(database_url: str) 
             "requests": 0,
             "batch_requests": 0,
             "batch_cost_usd": 0.0,
+            "shadow_cost_usd": 0.0,
             "data": [],
         }
         spent = await database.spend_since(T0 - 1)

@@ -16,7 +16,15 @@ from tests.servers.postgres import database_url, postgres_server, postgres_url  
 
 DAY = dt.date(2026, 11, 20)
 T0 = dt.datetime(2026, 11, 20, 9, tzinfo=dt.UTC).timestamp()
-ROW_KEYS = ["cost_usd", "prompt_tokens", "completion_tokens", "requests", "batch_requests", "batch_cost_usd"]
+ROW_KEYS = [
+    "cost_usd",
+    "prompt_tokens",
+    "completion_tokens",
+    "requests",
+    "batch_requests",
+    "batch_cost_usd",
+    "shadow_cost_usd",
+]
 
 
 def attempt(request_id: str, number: int = 1, **changes) -> UsageRecord:
@@ -87,15 +95,15 @@ async def test_every_group_has_the_same_shape_and_adds_up_to_the_totals(database
 async def test_by_key_and_by_team(database: Database) -> None:
     by_key = await database.usage_summary(DAY, DAY, group_by="key", team=None)
     assert list(rows(by_key, "key").items()) == [
-        ("key_a", (0.8, 40, 20, 3, 1, 0.2)),
-        ("key_b", (0.1, 10, 5, 1, 0, 0.0)),
-        (None, (0.1, 10, 5, 1, 0, 0.0)),  # no key: last
+        ("key_a", (0.8, 40, 20, 3, 1, 0.2, 0.0)),
+        ("key_b", (0.1, 10, 5, 1, 0, 0.0, 0.0)),
+        (None, (0.1, 10, 5, 1, 0, 0.0, 0.0)),  # no key: last
     ]
     by_team = await database.usage_summary(DAY, DAY, group_by="team", team=None)
     assert rows(by_team, "team") == {
-        None: (0.1, 10, 5, 1, 0, 0.0),
-        "ads": (0.1, 10, 5, 1, 0, 0.0),
-        "search": (0.8, 40, 20, 3, 1, 0.2),
+        None: (0.1, 10, 5, 1, 0, 0.0, 0.0),
+        "ads": (0.1, 10, 5, 1, 0, 0.0, 0.0),
+        "search": (0.8, 40, 20, 3, 1, 0.2, 0.0),
     }
     own = await database.usage_summary(DAY, DAY, group_by="team", team="search")
     assert list(rows(own, "team")) == ["search"]  # a team reads its own row only
@@ -114,13 +122,13 @@ async def test_by_route_names_requests_as_the_reports_route_mix(database: Databa
     await database.insert_usage(ROUTED)
     by_route = await database.usage_summary(DAY, DAY, group_by="route", team=None)
     assert rows(by_route, "route") == {
-        "auto:small": (0.1, 10, 5, 1, 0, 0.0),
-        "auto:small→large": (0.2, 20, 10, 1, 0, 0.0),
-        "cascade:accepted": (0.1, 10, 5, 1, 0, 0.0),
-        "cascade:escalated": (0.5, 20, 10, 1, 0, 0.0),  # both attempts
-        "cascade:failed": (0.1, 10, 5, 1, 0, 0.0),
-        "direct": (0.2, 10, 5, 1, 1, 0.2),
-        "unrecorded": (0.1, 10, 5, 1, 0, 0.0),
+        "auto:small": (0.1, 10, 5, 1, 0, 0.0, 0.0),
+        "auto:small→large": (0.2, 20, 10, 1, 0, 0.0, 0.0),
+        "cascade:accepted": (0.1, 10, 5, 1, 0, 0.0, 0.0),
+        "cascade:escalated": (0.5, 20, 10, 1, 0, 0.0, 0.0),  # both attempts
+        "cascade:failed": (0.1, 10, 5, 1, 0, 0.0, 0.0),
+        "direct": (0.2, 10, 5, 1, 1, 0.2, 0.0),
+        "unrecorded": (0.1, 10, 5, 1, 0, 0.0, 0.0),
     }
     # the same names and counts as the report's route mix, read from the same ledger
     one_day = [r for r in LEDGER + ROUTED if r.started_at < T0 + 86_400]
