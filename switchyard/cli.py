@@ -16,6 +16,7 @@ from switchyard.billing.private_valkey import PrivateValkey, PrivateValkeyError,
 from switchyard.cli_billing import keys_app, teams_app
 from switchyard.cli_models import models_app
 from switchyard.cli_report import report
+from switchyard.cli_rollout import rollout_app
 from switchyard.core.settings import DEFAULT_CONFIG_NAME, ConfigError, workers_refusal
 from switchyard.core.urls import redact_credentials
 from switchyard.evals.classifier_cli import app as classifier_app
@@ -28,6 +29,7 @@ app.add_typer(classifier_app, name="classifier")
 app.add_typer(teams_app, name="teams")
 app.add_typer(keys_app, name="keys")
 app.add_typer(models_app, name="models")
+app.add_typer(rollout_app, name="rollout")
 app.command("report")(report)
 engine_app = typer.Typer(no_args_is_help=True, add_completion=False, help="The embedded CPU engine.")
 app.add_typer(engine_app, name="engine")
@@ -180,7 +182,9 @@ def _run(settings, start_lines: Sequence[str] = ()) -> None:
             except PrivateValkeyError as exc:  # interactive requests do not need it: serve them
                 problem = str(exc)
         try:
-            app_ = create_app(settings, private_valkey_url=private.url if private is not None else None)
+            app_ = create_app(
+                settings, private_valkey_url=private.url if private is not None else None, reload_signal=True
+            )
         except ThresholdsError as exc:
             raise cli_error(str(exc)) from exc
         if settings.billing.resolved_database_url() is not None:  # a server without a ledger leaves them to one with

@@ -98,6 +98,7 @@ async def _write(
     from switchyard.billing.report import build_report, previous_period
     from switchyard.billing.store import open_database
     from switchyard.billing.store.errors import StoreError
+    from switchyard.learning.rows import judged_answers
 
     try:
         database = await open_database(url)
@@ -125,6 +126,7 @@ async def _write(
             previous_batches=database.iter_usage(*earlier, team) if earlier else None,
             previous_total=await database.count_usage(*earlier, team) if earlier else None,
             drift=_drift_references(settings),
+            judged=await judged_answers(database, since=since, until=until),
         )
     except SwitchyardError as exc:  # an unknown team
         raise cli_error(exc.message) from exc

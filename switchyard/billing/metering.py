@@ -49,6 +49,7 @@ class RequestTags:
     score: float | None = None
     ceiling_model: str | None = None  # the strongest model the route could have reached
     batch_id: str | None = None  # a batch's line (the batch tier)
+    routing_version: str | None = None  # the routing version that routed it (auto, cascade)
     is_shadow: bool = False  # a shadow or judge call (switchyard.learning): never answered the client
 
 
@@ -146,9 +147,13 @@ class RequestMeter:
     def num_attempts(self) -> int:
         return self.totals.num_attempts
 
-    def routed(self, route: str | None, score: float | None, ceiling_model: str | None) -> None:
+    def routed(
+        self, route: str | None, score: float | None, ceiling_model: str | None, routing_version: str | None = None
+    ) -> None:
         """How the request was routed, once decided (before its first attempt): its records say so."""
-        self.tags = replace(self.tags, route=route, score=score, ceiling_model=ceiling_model)
+        self.tags = replace(
+            self.tags, route=route, score=score, ceiling_model=ceiling_model, routing_version=routing_version
+        )
 
     @property
     def total_cost_usd(self) -> float:
@@ -348,6 +353,7 @@ class RequestMeter:
                     threshold=self.threshold,
                     request_ttfb_ms=request_ttfb_ms,
                     request_duration_ms=request_duration_ms,
+                    routing_version=tags.routing_version,
                 )
             )
         self.begin_attempt()

@@ -46,6 +46,7 @@ class UsageRecord:
     # byte and its end, from the request's arrival); None on every other attempt and on old rows.
     request_ttfb_ms: float | None = None
     request_duration_ms: float | None = None
+    routing_version: str | None = None  # the routing version that routed the request (auto, cascade)
 
 
 # An attempt whose answer went to the client: completed, or cut short by the client leaving.

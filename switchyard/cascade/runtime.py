@@ -111,6 +111,19 @@ class Cascade:
         self.hedge_losses: Counter[str] = Counter()  # the rung whose answer was dropped for the winner's
         self.metrics = metrics  # the app's
 
+    def with_rungs(self, rungs: list[Rung], drift: DriftMonitor | None) -> Cascade:
+        """The same ladder judged by other scorers and thresholds (another routing version, with the
+        drift windows of its own reference): its counters and thrash guard are this one's, so the
+        metrics count every version's requests."""
+        other = Cascade(rungs, self.policy, self.executor, self.guard, self.metrics, drift)
+        other.judged, other.moved_up, other.hedges, other.hedge_losses = (
+            self.judged,
+            self.moved_up,
+            self.hedges,
+            self.hedge_losses,
+        )
+        return other
+
     # -- deciding what to do ---------------------------------------------------------------------
 
     def plan(

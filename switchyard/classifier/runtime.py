@@ -62,6 +62,7 @@ class MicroBatcher:
         self._threadpools = ThreadpoolController() if blas_threads is not None else None
         self.num_batches = 0
         self.num_scored = 0
+        self._is_retiring = False  # close once nothing waits for a score
 
     @staticmethod
     def _key(text: str) -> str:
@@ -123,6 +124,8 @@ class MicroBatcher:
             self._batch_task = None
         if self._queued:  # what arrived while the worker was busy goes now, as one batch
             self._start_batch()
+        elif self._is_retiring:
+            self.close()
 
     def _settle(self, batch: list[tuple[str, str]], outcome: np.ndarray | Exception) -> None:
         """Each text of `batch` gets its row from `outcome`, or `outcome` as its error."""
@@ -154,6 +157,13 @@ class MicroBatcher:
         self._cache.move_to_end(key)
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
+
+    def close_when_idle(self) -> None:
+        """Close once every prompt queued or being scored has its score (a reload replaced this
+        classifier: the requests already asking still get their answer)."""
+        self._is_retiring = True
+        if self._batch_task is None and not self._queued:
+            self.close()
 
     def close(self) -> None:
         if self._timer is not None:

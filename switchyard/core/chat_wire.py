@@ -226,6 +226,9 @@ class ModelCard(_Open):
     capabilities: dict[str, bool | int | None] = Field(default_factory=dict)
     tiers: dict[str, list[str]] | None = None  # `auto`: each tier and its models, lowest tier first
     ladder: list[str] | None = None  # `cascade`: its rungs, cheapest first
+    # `auto`, `cascade`: the routing version of each role (current, and candidate during a rollout)
+    routing_versions: dict[str, str] | None = None
+    rollout_share: float | None = None  # the candidate's share of requests, during a rollout
 
 
 class ModelList(_Open):

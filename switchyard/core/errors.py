@@ -9,7 +9,8 @@
     │   ├── PromptTooLong               400 string_above_max_length (over server.max_prompt_chars)
     │   ├── ContextLengthExceeded       400 context_length_exceeded
     │   ├── UnsupportedParameter        400 unsupported_parameter (the model lacks a capability asked for)
-    │   └── WrongModelKind              400 unsupported_model     (a chat model asked for embeddings, …)
+    │   ├── WrongModelKind              400 unsupported_model     (a chat model asked for embeddings, …)
+    │   └── ReloadRefused               400 reload_refused        (a routing file that cannot be used; the old stays)
     ├── AuthenticationFailed            401 invalid_api_key       (teams configured, key unknown)
     ├── ModelNotAllowed                 403 model_not_allowed     (not among the team's models)
     ├── Forbidden                       403 permission_denied     (another team's usage)
@@ -158,6 +159,13 @@ class WrongModelKind(InvalidRequest):
     """A chat model asked for embeddings, or an embedding model for a completion."""
 
     code = "unsupported_model"
+
+
+class ReloadRefused(InvalidRequest):
+    """`POST /admin/reload` found a thresholds file or classifier artifact it cannot use: the
+    version routing before it goes on routing; the message says which file and why."""
+
+    code = "reload_refused"
 
 
 _ENDPOINTS = {"chat": "/v1/chat/completions, /v1/completions and /v1/responses", "embedding": "/v1/embeddings"}

@@ -155,6 +155,14 @@ class Metrics:
             ("entry", "outcome"),
             registry=r,
         )
+        self.routing_version_requests = Counter(
+            "switchyard_routing_version_requests",
+            "Requests to auto or cascade that reached a model, once when they ended, by the routing version "
+            "that routed them (thresholds file and classifier artifact), its role (current, candidate) and how "
+            "they ended (accepted, escalated, failed; as switchyard_routed_requests_total).",
+            ("version", "role", "outcome"),
+            registry=r,
+        )
         self.request_ttfb = Histogram(
             "switchyard_request_ttfb_seconds",
             "Time from the proxy receiving a request to the first byte of its answer's body, as the client "

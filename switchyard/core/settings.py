@@ -207,6 +207,22 @@ class RoutingSettings(StrictModel):
     auto: AutoRoutingSettings = Field(default_factory=AutoRoutingSettings)
 
 
+class RolloutSettings(StrictModel):
+    """A candidate routing version answering a share of `auto` and `cascade` requests beside the
+    current one (docs/learning.md): its thresholds file, and its classifier artifact when it has
+    its own. A candidate file that does not exist (after `switchyard rollout promote`) is no rollout."""
+
+    candidate: Path | None = None
+    candidate_artifact: Path | None = None  # default: routing.auto.classifier_artifact
+    share: float = Field(default=0.0, ge=0, le=1)  # by a hash of the request id
+
+    @model_validator(mode="after")
+    def _needs_candidate(self) -> RolloutSettings:
+        if self.candidate is None and (self.candidate_artifact is not None or self.share > 0):
+            raise ValueError("candidate_artifact and share need candidate (the candidate's thresholds file)")
+        return self
+
+
 class ThrashSettings(StrictModel):
     """The thrash guard (see cascade/thrash.py)."""
 
@@ -334,6 +350,7 @@ class Settings(BaseSettings):
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     cascade: CascadeSettings = Field(default_factory=CascadeSettings)
+    rollout: RolloutSettings = Field(default_factory=RolloutSettings)
     drift: DriftSettings = Field(default_factory=DriftSettings)
     shadow: ShadowSettings = Field(default_factory=ShadowSettings)
     models: list[ModelSettings] = Field(default_factory=list)

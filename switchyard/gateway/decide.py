@@ -1,7 +1,8 @@
 """Where a request goes, decided before any call and before the first byte.
 
 In this order: the caller's rate limits, then the route (`auto`), the cascade's first rung that
-can serve the request (`cascade`) or the named model and its capabilities, then saturation
+can serve the request (`cascade`) or the named model and its capabilities (`auto` and `cascade`
+by the routing version `Routings.pick` gives the request, kept in the decision to its end), then saturation
 admission, then the worst-case reservation in the caller's budgets, then the cascade's plan when
 the admitted model is a rung. A request no model may serve is refused here, before any call: like
 every refusal before a call, it is no attempt (its caller's refusal is one record of its own,
@@ -22,6 +23,7 @@ from switchyard.core.errors import InvalidRequest, ModelNotAllowed, RateLimitExc
 from switchyard.core.estimates import worst_case_tokens
 from switchyard.core.request_context import RequestContext
 from switchyard.gateway.auto_router import CASCADE_MODEL, auto_not_configured, cascade_not_configured
+from switchyard.gateway.routings import VERSION_HEADER, Routing
 from switchyard.gateway.services import Services
 
 
@@ -44,6 +46,7 @@ class Decision:
     plan: Plan | None = None  # the cascade's rungs, when the cascade answers
     score: float | None = None  # the classifier's (auto)
     ceiling: str | None = None  # the strongest model the route could have reached (auto, cascade)
+    routing: Routing | None = None  # the routing version that decided it (auto, cascade)
 
 
 def allowed(team: Team | None, entry: ModelEntry, asked_for: str) -> ModelEntry:
@@ -73,14 +76,17 @@ async def decide(
     headers = await _rate_headers(services, ctx, parsed)
     is_near = False
     score = ceiling = None
+    routing = cascade = None
     if parsed.model == "auto":
-        if services.auto_router is None:
-            raise auto_not_configured()
         # Only "auto" routes by what is left; everything else is held to its reservation below.
         headroom = await services.budgets.headroom(principal)
-        decision = await services.auto_router.route(parsed, asked.quality, team, headroom, needed)
+        routing = services.routings.pick(ctx.request_id)  # kept to the end: a reload changes no request under way
+        router, cascade = routing.auto_router, routing.cascade
+        if router is None:
+            raise auto_not_configured()
+        decision = await router.route(parsed, asked.quality, team, headroom, needed)
         entry, score = decision.entry, decision.score
-        ceiling = services.auto_router.strongest(team).name
+        ceiling = router.strongest(team).name
         headers["x-switchyard-route"] = decision.reason
         adapted = with_default_adapter(services, team, entry)
         if adapted is not entry:
@@ -88,13 +94,15 @@ async def decide(
             headers["x-switchyard-route"] += f"+adapter:{adapted.name}"
         if decision.score is not None:
             headers["x-switchyard-score"] = f"{decision.score:.4f}"
-        margin = services.cascade.policy.hedge_margin if services.cascade is not None else None
+        margin = cascade.policy.hedge_margin if cascade is not None else None
         is_near = margin is not None and decision.margin is not None and decision.margin <= margin
     elif parsed.model == CASCADE_MODEL:
-        if services.cascade is None:
+        routing = services.routings.pick(ctx.request_id)
+        cascade = routing.cascade
+        if cascade is None:
             raise cascade_not_configured()
-        allowed(team, services.cascade.rungs[0].entry, CASCADE_MODEL)  # the cascade is the team's if its first rung is
-        first, notes = services.cascade.first_capable(needed)
+        allowed(team, cascade.rungs[0].entry, CASCADE_MODEL)  # the cascade is the team's if its first rung is
+        first, notes = cascade.first_capable(needed)
         entry = allowed(team, first, CASCADE_MODEL)
         headers["x-switchyard-route"] = f"cascade->{entry.name}" + "".join(notes)
     else:
@@ -104,13 +112,15 @@ async def decide(
         lacking = entry.capabilities.lacks(needed)
         if lacking:
             raise unsupported(entry.name, lacking)
+    if routing is not None:
+        headers[VERSION_HEADER] = routing.version
     admission = await services.saturation.admit(entry, asked.priority, ctx, needed)
     if admission.is_degraded:
         headers["x-switchyard-degraded"] = "1"
     await _reserve(services, ctx, admission.entry, parsed)
     plan = None
-    if services.cascade is not None and parsed.model in ("auto", CASCADE_MODEL):
-        planned = services.cascade.plan(admission.entry, parsed, asked.cascade_mode, is_near, ctx, needed=needed)
+    if cascade is not None:
+        planned = cascade.plan(admission.entry, parsed, asked.cascade_mode, is_near, ctx, needed=needed)
         if isinstance(planned, str):
             headers["x-switchyard-cascade"] = planned
         elif planned is not None:  # None: admission degraded the request to a model that is no rung
@@ -119,7 +129,7 @@ async def decide(
                 ceiling = plan.rungs[-1].entry.name
     if parsed.model == CASCADE_MODEL and ceiling is None:
         ceiling = admission.entry.name
-    return Decision(admission.entry, headers, needed, plan, score, ceiling)
+    return Decision(admission.entry, headers, needed, plan, score, ceiling, routing)
 
 
 async def _decide_embedding(

@@ -177,6 +177,25 @@ def live_families(state) -> Iterator[LiveFamily]:
         yield from _cascade_families(state.cascade)
     if state.drift is not None:
         yield from _drift_families(state.drift)
+    yield from _routing_families(state)
+
+
+def _routing_families(state) -> Iterator[LiveFamily]:
+    """1 for each routing version running, 0 for one a reload replaced (several workers keep a
+    gauge's last value: a version gone must say so)."""
+    info = _gauge(
+        "switchyard_routing_version_info",
+        "1 for each routing version (thresholds file and classifier artifact) routing auto and cascade "
+        "requests, by role (current, candidate); 0 for one a reload replaced.",
+        ("version", "role"),
+    )
+    running = {(routing.version, routing.role) for routing in state.routings}
+    for version, role in sorted(state.routing_history | running):
+        info.add([version, role], (version, role) in running)
+    share = _gauge("switchyard_rollout_share", "The candidate routing version's share of auto and cascade requests.")
+    share.add([], state.routings.share if state.routings.candidate is not None else 0.0)
+    yield info
+    yield share
 
 
 class LiveGauges(Collector):

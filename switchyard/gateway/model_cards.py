@@ -5,7 +5,8 @@ A model's card shows its kind (chat or embedding), its base model when it is a L
 (`parent`), its tier, context window, readiness and capabilities (the backend's report
 under the config's `capabilities:`). The cards of `auto` and `cascade` show what at least one of
 the models they may pick can do (both pass over a model that cannot serve a request for one that
-can), and which models those are: `auto`'s `tiers`, the cascade's `ladder`.
+can), and which models those are: `auto`'s `tiers`, the cascade's `ladder`, and the routing
+versions that route them (`routing_versions`, role -> version; `rollout_share` during a rollout).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def _route_names(services) -> list[str]:
 
 def _route_card(services, name: str, team: Team | None) -> ModelCard | None:
     tiers = ladder = None
+    routings = services.routings
     if name == CASCADE_MODEL:
         first = services.cascade.rungs[0].entry  # the cascade refuses a team that may not use it
         entries = [rung.entry for rung in services.cascade.rungs] if team is None or team.may_use(first.name) else []
@@ -75,6 +77,8 @@ def _route_card(services, name: str, team: Team | None) -> ModelCard | None:
         capabilities=capabilities,
         tiers=tiers,
         ladder=ladder,
+        routing_versions={routing.role: routing.version for routing in routings},
+        rollout_share=routings.share if routings.candidate is not None else None,
     )
 
 

@@ -178,7 +178,12 @@ async def relay(
         decision = await decide(services, parsed, ctx, asked, needs(parsed))
         # the deadline, once: from the start, by the model that answers first
         ctx = replace(ctx, deadline=Deadline.after(started_at, services.executor.request_timeout_s(decision.entry)))
-        meter.routed(_route_of(decision), decision.score, decision.ceiling)
+        meter.routed(
+            _route_of(decision),
+            decision.score,
+            decision.ceiling,
+            decision.routing.version if decision.routing is not None else None,
+        )
         answer, answered = await _execute(services, decision, parsed, ctx, shape)
         relayed = replace(answer, started_at=started_at, meter=meter, decision=decision, answered=answered)
         return relayed
@@ -210,7 +215,7 @@ async def _execute(
     services: Services, decision: Decision, parsed: AnyRequest, ctx: RequestContext, shape: AnswerShape
 ) -> tuple[Relayed, Answered]:
     if decision.plan is not None and not isinstance(parsed, EmbeddingRequest):
-        return await _relay_cascade(services, decision.plan, parsed, decision.headers, ctx, shape)
+        return await _relay_cascade(services, decision, decision.plan, parsed, ctx, shape)
     meter = ctx.meter
     if parsed.stream:
         # Decide before the first byte: retries, fallbacks and errors up to the first chunk are real
@@ -230,15 +235,17 @@ async def _execute(
 
 async def _relay_cascade(
     services: Services,
+    decision: Decision,
     plan: Plan,
     parsed: GenerationRequest,
-    route_headers: dict[str, str],
     ctx: RequestContext,
     shape: AnswerShape,
 ) -> tuple[Relayed, Answered]:
-    """The cascade meters each rung's attempt itself, cancellations included; the answer's is finished here."""
-    assert services.cascade is not None
-    answered, meter = await services.cascade.run(plan, parsed, ctx)
+    """The cascade meters each rung's attempt itself, cancellations included; the answer's is finished
+    here. The cascade is the one of the routing version that made the plan."""
+    assert decision.routing is not None and decision.routing.cascade is not None
+    route_headers = decision.headers
+    answered, meter = await decision.routing.cascade.run(plan, parsed, ctx)
     assert answered.cascade is not None
     headers = (
         _answer_headers(answered)

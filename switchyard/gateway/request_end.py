@@ -115,6 +115,9 @@ def _count_seen(services: Services, line: RequestLine, relayed: Relayed, meter: 
         services.metrics.request_seen(
             requested_model=line.requested_model or "", escalation=totals.escalation, ttfb_s=ttfb_s, ttlb_s=ttlb_s
         )
+        routing = relayed.decision.routing if relayed.decision is not None else None
+        if routing is not None:
+            services.metrics.routing_version_requests.labels(routing.version, routing.role, totals.escalation).inc()
 
 
 def model_label(services: Services, requested: str) -> str:

@@ -3,9 +3,10 @@
 `build_services()` is the one place that builds the HTTP session, the model registry (backends
 started), the resilient executor, prices, the database and its ledger writer, the directory of
 teams and keys, budgets and rate limits (in this process or in Valkey), the saturation gate, the
-auto router (with its classifier) and the cascade. The app's lifespan, `switchyard eval collect`
+routing versions (`gateway/routings.py`: the auto router with its classifier, and the cascade;
+a reload swaps them, `gateway/reload.py`). The app's lifespan, `switchyard eval collect`
 and the benchmarks all use it. What can be checked before anything starts (the thresholds file,
-the cascade section, the classifier artifact) is checked by `check_startup()`, which `create_app`
+the cascade section, the classifier artifact) is checked by `check_startup()` (gateway/routings.py), which `create_app`
 calls at once so that a bad file stops the start with a message.
 
 Shutdown order: in-flight requests are drained first (by the caller, bounded), then reservations
@@ -19,12 +20,10 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import aiohttp
-import numpy as np
 
 from switchyard.backends.base import Backend
 from switchyard.backends.registry import ModelRegistry, build_http_session, build_registry
@@ -35,83 +34,38 @@ from switchyard.billing.ledger import LedgerWriter
 from switchyard.billing.limits import BudgetScope, LocalLimiter, open_limiter
 from switchyard.billing.store import Database, open_database
 from switchyard.billing.teams import Principal, Team, yaml_keys
-from switchyard.cascade.build import RungSpec, build_cascade, rung_specs
 from switchyard.cascade.runtime import Cascade
-from switchyard.classifier.by_value import ValueRule
-from switchyard.classifier.model import ArtifactError, ComplexityClassifier, default_artifact
-from switchyard.classifier.runtime import MicroBatcher
 from switchyard.core.drift import DriftMonitor
 from switchyard.core.metrics import Metrics, multiprocess_dir
 from switchyard.core.prices import Price
 from switchyard.core.settings import Settings
 from switchyard.core.supervision import SupervisedTask
-from switchyard.core.thresholds import ThresholdsError, ThresholdsFile, read_thresholds
-from switchyard.gateway.auto_router import AutoRouter, resolve_thresholds, resolve_value_rule
+from switchyard.core.thresholds import ThresholdsFile
+from switchyard.gateway.auto_router import AutoRouter
 from switchyard.gateway.gauges import LiveGauges, SharedGauges
 from switchyard.gateway.live_streams import LiveStreams
+from switchyard.gateway.routings import (
+    EmbedTexts,
+    Routing,
+    RoutingParts,
+    Routings,
+    ScoreBatch,
+    StartupCheck,
+    build_routings,
+    check_startup,
+)
 from switchyard.gateway.saturation import SaturationGate
 from switchyard.gateway.tiers import TierSlots
 
 logger = logging.getLogger("switchyard")
 
-ScoreBatch = Callable[[list[str]], np.ndarray]
-# The loaded classifier's embedding of texts (blocking: run it off the event loop); None until loaded.
-EmbedTexts = Callable[[list[str]], np.ndarray | None]
-
-
-@dataclass(frozen=True, slots=True)
-class StartupCheck:
-    """What the settings resolve to before anything runs."""
-
-    thresholds: ThresholdsFile | None
-    cascade_specs: list[RungSpec]
-    auto_thresholds: dict[str, list[float]] | None
-    auto_value: ValueRule | None = None  # routing by value
-
-
-def check_startup(settings: Settings) -> StartupCheck:
-    """Read the thresholds file and check the cascade and auto sections (ThresholdsError if unusable)."""
-    path = settings.routing.thresholds_file
-    thresholds = read_thresholds(path) if path is not None else None
-    try:
-        specs = rung_specs(settings.cascade, thresholds)
-    except ValueError as exc:
-        raise ThresholdsError(str(exc)) from exc
-    auto = settings.routing.auto
-    auto_thresholds = value = None
-    if auto.tiers:
-        tolerance = {str(mode): points for mode, points in (auto.tolerance or {}).items()}
-        try:
-            value = resolve_value_rule(auto.tiers, auto.quality_models, tolerance, thresholds)
-            artifact = auto.classifier_artifact or default_artifact(by_value=value is not None)
-            if value is None:
-                auto_thresholds = resolve_thresholds(auto.tiers, auto.thresholds, thresholds)
-                ComplexityClassifier.read_metadata(artifact)
-                if path is not None and thresholds is not None and thresholds.routing is not None:
-                    _check_thresholds_fit(path, Path(artifact))
-            else:  # the score's thresholds are not used; the artifact must know every tier's model
-                auto_thresholds = {}
-                ComplexityClassifier.check_quality_models(artifact, value.quality_models)
-        except (ValueError, ArtifactError) as exc:
-            raise ThresholdsError(f"routing.auto: {exc}") from exc
-    return StartupCheck(thresholds, specs, auto_thresholds, value)
-
-
-def _check_thresholds_fit(path: Path, artifact: Path) -> None:
-    """A thresholds file inside an artifact's folder holds thresholds on that artifact's scores:
-    on another artifact's scores, whose scale differs, they would route wrong without a sign."""
-    folder = path.parent
-    if (folder / "metadata.json").is_file() and folder.resolve() != artifact.resolve():
-        raise ValueError(
-            f"the thresholds file {path} was picked for the classifier in {folder}, but the classifier is "
-            f"{artifact}: set routing.auto.classifier_artifact to {folder}, or use {artifact}/thresholds.yaml"
-        )
+__all__ = ["EmbedTexts", "ScoreBatch", "Services", "StartupCheck", "build_services", "check_startup", "model_prices"]
 
 
 @dataclass(slots=True)
 class Services:
     settings: Settings
-    thresholds: ThresholdsFile | None
+    routings: Routings  # swapped whole by a reload (gateway/reload.py)
     session: aiohttp.ClientSession
     registry: ModelRegistry
     prices: dict[str, Price]
@@ -123,14 +77,36 @@ class Services:
     tier_slots: TierSlots
     attempt_counts: Counter
     saturation: SaturationGate
-    auto_router: AutoRouter | None
-    cascade: Cascade | None
     metrics: Metrics = field(default_factory=Metrics)
-    drift: DriftMonitor | None = None  # the drift gauges' windows (core/drift.py)
     streams: LiveStreams = field(default_factory=LiveStreams)
     shared_gauges: SharedGauges | None = None  # one of several workers (proxy/metrics.py)
     background: list[SupervisedTask] = field(default_factory=list)
-    embed_texts: EmbedTexts | None = None  # the auto router's classifier embedder (switchyard.learning)
+    routing_parts: RoutingParts | None = None  # what a reload builds routers on (None: offline)
+    routing_history: set[tuple[str, str]] = field(default_factory=set)  # (version, role) replaced by reloads
+    reloading: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def thresholds(self) -> ThresholdsFile | None:
+        return self.routings.current.thresholds
+
+    @property
+    def auto_router(self) -> AutoRouter | None:
+        """The current version's (a request is routed by the version `routings.pick` gives it)."""
+        return self.routings.current.auto_router
+
+    @property
+    def cascade(self) -> Cascade | None:
+        return self.routings.current.cascade
+
+    @property
+    def drift(self) -> DriftMonitor | None:
+        """The current version's drift windows (core/drift.py), against its thresholds file's reference."""
+        return self.routings.current.drift
+
+    @property
+    def embed_texts(self) -> EmbedTexts | None:
+        """The current version's classifier embedder (switchyard.learning); None until loaded or replaced."""
+        return self.routings.current.embed_texts
 
     def background_tasks(self) -> list[SupervisedTask]:
         """Every supervised long-running task: ours and the backends' (readiness shows them)."""
@@ -170,21 +146,16 @@ async def build_services(
             ResiliencePolicy(**settings.resilience.model_dump()),
         )
         metrics = Metrics()
-        drift = None if is_offline else build_drift_monitor(settings, check)
-        auto_router, embed_texts = None, None
-        if not is_offline and check.auto_thresholds is not None:
-            auto_router, embed_texts = _build_auto_router(
-                settings, check, registry, prices, score_batch, metrics, drift
-            )
-            stack.callback(_close_router, auto_router)
-        cascade = None
-        if check.cascade_specs and not is_offline:
-            cascade = build_cascade(settings.cascade, check.cascade_specs, registry, executor, metrics, drift)
+        parts = None
+        routings = Routings(Routing(check.version, "current", check, None, None))
+        if not is_offline:
+            parts = RoutingParts(settings, registry, prices, executor, metrics, score_batch)
+            routings = build_routings(parts, check)
         # closed in the reverse order: budgets settled, then the ledger flushed, then the database
         accounts = await stack.enter_async_context(_accounts(settings, is_offline))
         services = Services(
             settings=settings,
-            thresholds=check.thresholds,
+            routings=routings,
             session=session,
             registry=registry,
             prices=prices,
@@ -201,12 +172,10 @@ async def build_services(
                 wait_s=settings.resilience.saturation_wait_s,
                 max_waiting=settings.resilience.saturation_max_waiting,
             ),
-            auto_router=auto_router,
-            cascade=cascade,
             metrics=metrics,
-            drift=drift,
-            embed_texts=embed_texts,
+            routing_parts=parts,
         )
+        stack.callback(_close_scorers, services)
         if multiprocess_dir() is None or is_offline:
             metrics.registry.register(LiveGauges(services))
         else:
@@ -288,9 +257,9 @@ async def _close_backends(registry: ModelRegistry) -> None:
         await entry.backend.aclose()
 
 
-def _close_router(router: AutoRouter) -> None:
-    if router.scorer is not None:
-        router.scorer.close()
+def _close_scorers(services: Services) -> None:
+    for scorer in services.routings.scorers():
+        scorer.close()
 
 
 def _log_failed_start(task: asyncio.Task) -> None:
@@ -326,74 +295,6 @@ def model_prices(settings: Settings, registry: ModelRegistry) -> dict[str, Price
         if price is not None:
             prices[entry.name] = price
     return prices
-
-
-def _build_auto_router(
-    settings: Settings,
-    check: StartupCheck,
-    registry: ModelRegistry,
-    prices: dict[str, Price],
-    score_batch: ScoreBatch | None,
-    metrics: Metrics,
-    drift: DriftMonitor | None,
-) -> tuple[AutoRouter, EmbedTexts | None]:
-    """The classifier loads on its worker thread at the first batch; a warm-up batch starts that now.
-    Also returns its embedder (None: a `score_batch` replaces the classifier)."""
-    auto, value = settings.routing.auto, check.auto_value
-    assert check.auto_thresholds is not None
-    embed_texts: EmbedTexts | None = None
-    if score_batch is None:
-        artifact = auto.classifier_artifact or default_artifact(by_value=value is not None)
-        loaded: list[ComplexityClassifier] = []
-
-        def score_batch(texts: list[str]) -> np.ndarray:
-            if not loaded:
-                loaded.append(ComplexityClassifier.load(artifact, num_threads=auto.threads))
-            if value is not None:  # the score, then each tier's predicted quality
-                return loaded[0].score_with_quality(texts, value.quality_models)
-            return loaded[0].score(texts)
-
-        def embed_texts(texts: list[str]) -> np.ndarray | None:
-            return np.asarray(loaded[0].embedder.encode(texts), dtype=np.float32) if loaded else None
-
-    batcher = MicroBatcher(
-        score_batch, max_batch=auto.max_batch, max_wait_ms=auto.max_wait_ms, cache_size=auto.cache_size
-    )
-    router = AutoRouter(
-        registry,
-        auto.tiers,
-        check.auto_thresholds,
-        batcher,
-        default_tier=auto.default_tier or auto.tiers[0],
-        deadline_ms=auto.deadline_ms,
-        prices=prices,
-        metrics=metrics,
-        read_system_prompt=auto.read_system_prompt,
-        value=value,
-        drift=drift,
-    )
-    if auto.warm_up:
-        warm_up = asyncio.get_running_loop().create_task(batcher.score("warm-up", deadline_s=600))
-        warm_up.add_done_callback(lambda task: task.cancelled() or task.exception())
-    return router, embed_texts
-
-
-def build_drift_monitor(settings: Settings, check: StartupCheck) -> DriftMonitor | None:
-    """The drift windows of the loaded version (None: `drift.enabled` is off, or nothing is routed)."""
-    has_classifier = check.auto_thresholds is not None
-    judged = [spec.model for spec in check.cascade_specs[:-1]]  # the last rung is never judged
-    if not settings.drift.enabled or not (has_classifier or judged):
-        return None
-    balanced = (check.auto_thresholds or {}).get("balanced") or []
-    return DriftMonitor.of(
-        check.thresholds,
-        window=settings.drift.window,
-        min_samples=settings.drift.min_samples,
-        psi_alert=settings.drift.psi_alert,
-        classifier_threshold=balanced[0] if balanced else None,
-        judged_rungs=judged,
-        has_classifier=has_classifier,
-    )
 
 
 def _yaml_teams(settings: Settings) -> list[tuple[Team, list]]:

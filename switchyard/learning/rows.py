@@ -151,6 +151,28 @@ async def read_rows(database: Database, *, since: float | None = None) -> list[L
     return [_row(values) for values in rows]
 
 
+async def judged_answers(
+    database: Database, *, since: float | None = None, until: float | None = None
+) -> dict[str, float]:
+    """Request id -> the quality of the answer its client got (0..1): the label's for the model that
+    answered, else the client's own score (`POST /v1/feedback`); rows with neither are left out.
+    What the report's routing versions join by request id."""
+    rows = await database.fetch(
+        "SELECT request_id, models, feedback FROM learning_rows WHERE created_at >= ? AND created_at < ?",
+        since if since is not None else float("-inf"),
+        until if until is not None else float("inf"),
+    )
+    judged: dict[str, float] = {}
+    for request_id, models, feedback in rows:
+        outcomes = orjson.loads(models) if models else {}
+        quality = next((o.get("quality") for o in outcomes.values() if o.get("answered")), None)
+        if quality is None:
+            quality = feedback
+        if quality is not None:
+            judged[request_id] = float(quality)
+    return judged
+
+
 def _row(values: tuple[Any, ...]) -> LearningRow:
     (
         request_id,

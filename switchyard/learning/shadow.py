@@ -84,6 +84,7 @@ class Kept:
     model: str  # the model that answered
     result: CompletionResult | None  # its whole answer; None: it streamed (asked again, whole, by the job)
     score: float | None  # the classifier's (auto)
+    routing_version: str | None = None  # the routing version that routed it (gateway/routings.py)
 
 
 class _OverBudget(Exception):
@@ -155,9 +156,19 @@ class Shadow:
         if not isinstance(parsed, ChatCompletionRequest):
             self.count("skipped")  # a completions request: no conversation to grade
             return
-        score = relayed.decision.score if relayed.decision is not None else None
+        decision = relayed.decision
+        score = decision.score if decision is not None else None
+        version = decision.routing.version if decision is not None and decision.routing is not None else None
         kept = Kept(
-            request_id, created_at, principal, parsed, parsed.model, answered.entry.name, answered.result, score
+            request_id,
+            created_at,
+            principal,
+            parsed,
+            parsed.model,
+            answered.entry.name,
+            answered.result,
+            score,
+            version,
         )
         try:
             self.queue.put_nowait(kept)
@@ -438,6 +449,7 @@ class Shadow:
             embedding=embedding,
             features=features_of(scored_text),
             score=kept.score,
+            routing_version=kept.routing_version,
             label_source=label.source if label is not None else None,
             label_detail=label.detail if label is not None else None,
         )

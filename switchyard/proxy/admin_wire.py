@@ -1,4 +1,5 @@
-"""The admin API's and /v1/usage's wire shapes: request bodies in, JSON views of teams and keys out."""
+"""The admin API's and /v1/usage's wire shapes: request bodies in, JSON views of teams, keys and
+routing versions out."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict, Field
 
 from switchyard.billing.teams import LIMITS, ApiKey, Team
+from switchyard.gateway.routings import Routing, Routings
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 MAX_USD = LIMITS.max_usd
@@ -92,4 +94,23 @@ def key_view(key: ApiKey) -> dict[str, Any]:
         "created_at": _iso(key.created_at),
         "expires_at": _iso(key.expires_at),
         "revoked_at": _iso(key.revoked_at),
+    }
+
+
+def routing_view(routings: Routings) -> dict[str, Any]:
+    """`GET /admin/routing`: the routing versions running, and the files each was read from."""
+    candidate = routings.candidate
+    return {
+        "object": "routing",
+        "current": _version_view(routings.current),
+        "candidate": _version_view(candidate) | {"share": routings.share} if candidate is not None else None,
+    }
+
+
+def _version_view(routing: Routing) -> dict[str, Any]:
+    check = routing.check
+    return {
+        "version": routing.version,
+        "thresholds_file": str(check.thresholds_path) if check.thresholds_path is not None else None,
+        "classifier_artifact": str(check.artifact) if check.artifact is not None else None,
     }

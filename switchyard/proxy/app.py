@@ -14,6 +14,7 @@ from switchyard.backends.defaults import load_settings
 from switchyard.batch.runner import open_batch_tier, start_batch_worker
 from switchyard.core.settings import Settings
 from switchyard.core.tracing import SpanExporter, build_tracing
+from switchyard.gateway.reload import reload_on_sighup
 from switchyard.gateway.services import ScoreBatch, build_services, check_startup
 from switchyard.learning.shadow import start_shadow
 from switchyard.proxy.error_handlers import install_error_handlers
@@ -37,6 +38,8 @@ def create_app(
     score_batch: ScoreBatch | None = None,
     span_exporter: SpanExporter | None = None,
     private_valkey_url: str | None = None,
+    reload_signal: bool = False,
+    reload_parent_pid: int | None = None,
 ) -> FastAPI:
     """Build the app. A thresholds file is read here, so a bad one stops the start (ThresholdsError).
 
@@ -44,6 +47,9 @@ def create_app(
     `span_exporter` receives the request spans in place of `tracing.otlp_endpoint` (and turns
     tracing on). `private_valkey_url` is the private Valkey `switchyard serve` started for the batch
     queue when `billing.redis_url` is left out (budgets and rate limits stay in this process).
+    `reload_signal`: SIGHUP reloads the routing files (`switchyard serve`); `reload_parent_pid`:
+    this is one of `serve --workers N`, whose parent passes SIGHUP to every worker, so that
+    `POST /admin/reload` reaches them all.
     """
     settings = settings if settings is not None else load_settings(None)
     check = check_startup(settings)
@@ -55,8 +61,11 @@ def create_app(
         async with (
             build_services(settings, check=check, backends=backends, score_batch=score_batch) as services,
             open_batch_tier(services, private_valkey_url) as batch,
+            contextlib.AsyncExitStack() as stack,
         ):
             app.state.services, app.state.batch = services, batch
+            if reload_signal:
+                stack.enter_context(reload_on_sighup(services))
             # the batch tier's lines run with what this process's interactive requests leave
             batch_worker = (
                 start_batch_worker(services, batch, lambda: len(in_flight.tasks))
@@ -83,6 +92,7 @@ def create_app(
     app.state.in_flight = in_flight
     app.state.shadow = None  # switchyard.learning.shadow.Shadow, once started (shadow.rate > 0)
     app.state.settings = settings
+    app.state.reload_parent_pid = reload_parent_pid
     install_error_handlers(app)
     install_openapi(app)
     for router in ROUTERS:

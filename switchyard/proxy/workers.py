@@ -13,6 +13,10 @@ does; the parent waits for them and exits 0 (a second signal kills them at once)
 dies otherwise is started again in its slot, with the same spill file, which it replays; but one
 that dies before any worker has finished its start (the database unreachable, say) stops them all,
 and `serve` returns uvicorn's startup-failure code, 3, as one process exits with.
+
+SIGHUP to the parent is passed to every worker: each reloads its routing files
+(`switchyard.gateway.reload`). `POST /admin/reload` reloads the worker that took it, then sends
+the parent SIGHUP, so every worker reloads (one whose files are unchanged keeps what it runs).
 """
 
 from __future__ import annotations
@@ -104,6 +108,7 @@ class _Supervisor:
         host, port = self.sock.getsockname()[:2]
         logger.info("switchyard: %d workers on http://%s:%d (parent pid %d)", self.num_workers, host, port, os.getpid())
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._on_hangup)
         try:
             self.slots = [self._start(index) for index in range(self.num_workers)]
             while not self.stopping.wait(0.2):
@@ -176,6 +181,10 @@ class _Supervisor:
             logger.info("switchyard: stopping %d workers (they finish their requests)", self.num_workers)
         self._signal_workers(signal.SIGKILL if self.num_signals > 1 else signal.SIGTERM)
 
+    def _on_hangup(self, sig: int, frame: FrameType | None) -> None:
+        logger.info("switchyard: SIGHUP, the %d workers reload their routing files", self.num_workers)
+        self._signal_workers(signal.SIGHUP)
+
     def _signal_workers(self, sig: int) -> None:
         """Each worker's stop is idempotent: a second SIGTERM changes nothing."""
         for slot in self.slots:
@@ -213,8 +222,9 @@ def _worker_main(settings: Settings, index: int, sock: socket.socket, parent_pid
     from switchyard.proxy.edge import raise_nofile_limit, uvicorn_config
     from switchyard.proxy.log_limits import install_repeat_filter
 
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until its app reloads on it: a reload must not kill a worker
     settings.billing.spill_path = worker_spill_path(settings.billing.spill_path.expanduser(), index)
-    app = create_app(settings)
+    app = create_app(settings, reload_signal=True, reload_parent_pid=parent_pid)
     raise_nofile_limit()  # each worker has its own open-file table, so its own connection cap
     config = uvicorn_config(app, settings.server)
     install_repeat_filter()

@@ -33,6 +33,14 @@ def _refusal(data: dict) -> str:
             "  routing.auto: Value error, quality_models must name a model for each tier (small, large), not for small",
         ),
         (
+            {"rollout": {"share": 0.1}},
+            "  rollout: Value error, candidate_artifact and share need candidate (the candidate's thresholds file)",
+        ),
+        (
+            {"rollout": {"candidate": "c.yaml", "share": 1.5}},
+            "  rollout.share: Input should be less than or equal to 1",
+        ),
+        (
             {"models": [LLAMA], "cascade": {"ladder": ["llama"]}},
             "  cascade: Value error, a cascade ladder needs at least two rungs",
         ),

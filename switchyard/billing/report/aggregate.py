@@ -19,6 +19,7 @@ from switchyard.billing.report.drift import DriftReferences, new_drift_sums
 from switchyard.billing.report.refusals import Refusals
 from switchyard.billing.report.requests import OUTCOMES, ROUTED_KINDS, RequestTrace, RequestTracker
 from switchyard.billing.report.reservoir import Reservoir
+from switchyard.billing.report.versions import VersionSums, is_strong_answer
 
 NO_TEAM = "(none)"
 # an attempt's kind: a shadow call (paid by the platform), a batch's line, or any other
@@ -130,9 +131,11 @@ class Aggregator:
         reservoir_size: int = 4096,
         hosting: Mapping[str, str] | None = None,
         drift: DriftReferences | None = None,
+        judged: Mapping[str, float] | None = None,
     ) -> None:
         self.since, self.until, self.team = since, until, team
         self.drift = new_drift_sums(drift)  # None: no reference to compare with
+        self.judged = judged or {}  # request id -> its answer's judged quality (learning rows)
         self.hosting_overrides = dict(hosting or {})  # model -> hosting, over what its records say
         self.reservoir_size = reservoir_size
         self.num_records = 0
@@ -160,6 +163,7 @@ class Aggregator:
         self.client_added_ms: dict[str, Reservoir] = {}
         self.savings: dict[tuple[date, str], SavingsSums] = defaultdict(SavingsSums)
         self.num_requests = 0  # requests joined from their attempts (shadow-only ones left out)
+        self.by_version: dict[tuple[str, str], VersionSums] = defaultdict(VersionSums)  # (version, entry)
         self.refusals = Refusals()  # refused requests: counted apart, in no other figure
         self._tracker = RequestTracker(self._add_request)
 
@@ -236,6 +240,13 @@ class Aggregator:
                 self._sample(self.client_ttfb_ms, label, trace.client_ttfb_ms)
             if trace.sent_attempt_ms is not None:
                 self._sample(self.client_added_ms, label, max(trace.client_duration_ms - trace.sent_attempt_ms, 0.0))
+        if trace.kind in ROUTED_KINDS and trace.routing_version is not None:
+            self.by_version[(trace.routing_version, trace.kind)].add(
+                cost_usd=trace.cost_usd,
+                is_escalated=trace.escalation == "escalated",
+                is_strong=is_strong_answer(trace.answer_cost_usd, trace.answer_ceiling_usd),
+                quality=self.judged.get(trace.request_id),
+            )
         if trace.kind in ROUTED_KINDS:
             savings = self.savings[(trace.day, trace.kind)]
             savings.requests += 1

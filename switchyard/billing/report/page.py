@@ -87,8 +87,10 @@ def cell(column: str, value: Cell) -> tuple[str, bool]:
         return value, False
     if column.endswith("_usd") or "usd_per_mtok" in column:
         return usd(value), True
-    if column in ("share", "escalation_rate"):
+    if column in ("share", "escalation_rate", "strong_share"):
         return percent(value), True
+    if column == "judged_quality" and isinstance(value, float):
+        return f"{value:.3f}", True
     if column.endswith("_pct"):
         return percent(value, 1.0), True
     if isinstance(value, float):
@@ -135,6 +137,21 @@ def render_refusals(table: Table) -> str:
         f'<p class="explain">{num_refused:,} requests answered with an error before any model was called, per '
         "team and key by reason (budget, rate_limit, else the error code sent). They are in no other figure "
         "or number: they used no tokens, cost nothing and have no latency.</p>" + render_table(table) + "</section>"
+    )
+
+
+def render_versions(table: Table) -> str:
+    """The routing versions that routed auto and cascade requests, side by side (a panel; nothing
+    when no request recorded one)."""
+    if not table.rows:
+        return ""
+    return (
+        '<section class="panel" id="routing-versions"><h2>Routing versions</h2>'
+        '<p class="explain">Each version of the thresholds file and classifier artifact that routed auto and '
+        "cascade requests (during a rollout: the current one and the candidate). Cost per request, the share of "
+        "requests a rung above the first answered (escalation), the share answered at the strongest model's cost "
+        "(strong share, priced answers only), and the judged quality of the answers where shadow labels or "
+        "feedback exist.</p>" + render_table(table) + "</section>"
     )
 
 
@@ -339,6 +356,8 @@ def render_page(
                 sections.append(render_team_model(tables["cost_by_team_model"]))
         nav = "<nav>" + "".join(f'<a href="#{anchor}">{escape(title)}</a>' for anchor, title in links) + "</nav>"
         body = render_kpis(summary) + render_comparison(since, until, summary) + "\n".join(sections)
+    if "routing_versions" in tables:
+        body += render_versions(tables["routing_versions"])
     if "refusals" in tables:
         body += render_refusals(tables["refusals"])
     title = f"Switchyard usage report · {period} · {team_text}"

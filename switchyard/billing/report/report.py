@@ -122,6 +122,7 @@ async def build_report(
     previous_batches: AsyncIterable[list[UsageRecord]] | None = None,
     previous_total: int | None = None,
     drift: DriftReferences | None = None,
+    judged: Mapping[str, float] | None = None,
 ) -> Report:
     """The report over the records of `batches` whose UTC day is in since..until (inclusive, either
     open) and, when `team` is given, of that team. `prices` (model → `Price`) adds the list prices
@@ -129,10 +130,11 @@ async def build_report(
     (model → `self-hosted` or `commercial`) overrides what the records say. `previous_batches`: the
     records of `previous_period(since, until)`, compared in the summary. `drift`: the loaded
     version's references, for the Drift section (None: it says there is none). `progress` shows a bar on
-    stderr over `total` records (`count_usage`), and one over `previous_total`.
+    stderr over `total` records (`count_usage`), and one over `previous_total`. `judged` (request id
+    -> the judged quality of its answer, 0..1) adds judged quality to the routing versions' table.
     """
     since, until = _as_day(since), _as_day(until)
-    aggregator = Aggregator(since=since, until=until, team=team, hosting=hosting, drift=drift)
+    aggregator = Aggregator(since=since, until=until, team=team, hosting=hosting, drift=drift, judged=judged)
     before = previous_period(since, until)
     earlier = Aggregator(since=before[0], until=before[1], team=team, hosting=hosting) if before else None
     with _progress_bar() if progress else contextlib.nullcontext() as bar:

@@ -89,6 +89,9 @@ class RequestTrace:
     cost_usd: float = 0.0  # every attempt that was not a shadow call
     ceiling_cost_usd: float = 0.0  # completed attempts on the strongest model the route could reach
     num_without_ceiling: int = 0  # completed attempts with no ceiling recorded (counted at their own cost)
+    routing_version: str | None = None  # the routing version that routed it (auto, cascade)
+    answer_cost_usd: float | None = None  # the answer's own cost, and the strongest model's for its tokens
+    answer_ceiling_usd: float | None = None
 
     def add(self, record: UsageRecord, day: date) -> None:
         if record.started_at < self.first_started_at:
@@ -104,6 +107,7 @@ class RequestTrace:
         self.is_fallback_route |= "fallback" in route
         self.route_tier = self.route_tier or tier_in_route(record.route)
         self.cost_usd += record.cost_usd
+        self.routing_version = self.routing_version or record.routing_version
         if self.first_attempt == 0 or record.attempt < self.first_attempt:
             self.first_attempt, self.first_tier = record.attempt, record.tier
         if record.status == "escalated":
@@ -114,6 +118,7 @@ class RequestTrace:
         elif is_answer(record.status, record.attempt, self.answer_status, self.answer_attempt):
             self.answer_attempt, self.answer_model, self.answer_status = record.attempt, record.model, record.status
             self.answer_tier, self.answer_escalated_from = record.tier, record.escalated_from
+            self.answer_cost_usd, self.answer_ceiling_usd = record.cost_usd, record.ceiling_cost_usd
         if record.request_duration_ms is not None:
             self.client_ttfb_ms, self.client_duration_ms = record.request_ttfb_ms, record.request_duration_ms
             self.sent_attempt_ms = record.duration_ms

@@ -27,6 +27,8 @@ from switchyard.billing.report.refusals import COLUMNS as REFUSAL_COLUMNS
 from switchyard.billing.report.refusals import refusal_rows, refusals_summary
 from switchyard.billing.report.requests import OUTCOMES, ROUTED_KINDS
 from switchyard.billing.report.reservoir import Reservoir
+from switchyard.billing.report.versions import COLUMNS as VERSION_COLUMNS
+from switchyard.billing.report.versions import version_rows
 from switchyard.core.prices import Price
 
 COLUMNS: dict[str, tuple[str, ...]] = {
@@ -72,6 +74,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "drift_by_day": DRIFT_BY_DAY_COLUMNS,
     "drift_bins": DRIFT_BINS_COLUMNS,
     "refusals": REFUSAL_COLUMNS,
+    "routing_versions": VERSION_COLUMNS,
 }  # fmt: skip
 ROUTE_ORDER = ("auto:", "cascade:accepted", "cascade:escalated", "cascade:failed", "direct", "unrecorded")
 
@@ -178,6 +181,7 @@ def build_tables(
     for name, drift in drift_rows(agg.drift).items():
         rows[name].extend(drift)
     rows["refusals"].extend(refusal_rows(agg.refusals, key_prefixes))
+    rows["routing_versions"].extend(version_rows(agg.by_version))
     return {name: Table(name, COLUMNS[name], tuple(rows[name])) for name in COLUMNS}
 
 
@@ -249,6 +253,7 @@ def build_summary(agg: Aggregator) -> dict[str, Any]:
         },
         "cost_by_team_model": _by_team_model(agg),
         "refusals": refusals_summary(agg.refusals),
+        "routing_versions": [dict(zip(VERSION_COLUMNS, row, strict=True)) for row in version_rows(agg.by_version)],
         "drift": drift_summary(agg.drift),  # None: no reference in the thresholds file
         "previous": None,  # the previous period and the change from it: `compare.compare_periods`
         "change": None,

@@ -206,7 +206,15 @@ def _sqlite_4(db: sqlite3.Connection) -> None:
         db.execute(statement)
 
 
-SQLITE: list[Callable[[sqlite3.Connection], None]] = [_sqlite_1, _sqlite_2, _sqlite_3, _sqlite_4]
+# The routing version (thresholds file and classifier artifact) that routed an auto or cascade
+# request (switchyard.gateway.routings), for the report's comparison of versions during a rollout.
+def _sqlite_5(db: sqlite3.Connection) -> None:
+    present = {row[1] for row in db.execute("PRAGMA table_info(usage)")}
+    if "routing_version" not in present:
+        db.execute("ALTER TABLE usage ADD COLUMN routing_version TEXT")
+
+
+SQLITE: list[Callable[[sqlite3.Connection], None]] = [_sqlite_1, _sqlite_2, _sqlite_3, _sqlite_4, _sqlite_5]
 
 POSTGRES: list[str] = [
     """
@@ -351,4 +359,5 @@ POSTGRES: list[str] = [
         RETURN NULL;
     END $$;
     """,
+    "ALTER TABLE usage ADD COLUMN IF NOT EXISTS routing_version TEXT;",  # number 5: see _sqlite_5
 ]

@@ -1,4 +1,5 @@
-"""`/admin`: teams, keys, any team's usage and the analysts' report, behind `auth.admin_key`.
+"""`/admin`: teams, keys, any team's usage, the analysts' report and the routing versions (reload
+included), behind `auth.admin_key`.
 
 Every route checks the admin key before anything else, so anything under /admin without it is a
 401 — unknown paths and methods included. The report, a page a browser opens, also takes the key
@@ -10,6 +11,8 @@ directory).
 from __future__ import annotations
 
 import logging
+import os
+import signal
 
 import orjson
 from fastapi import APIRouter, HTTPException, Request
@@ -22,8 +25,9 @@ from switchyard.billing import admin
 from switchyard.billing.store.errors import StoreError
 from switchyard.billing.teams import Team
 from switchyard.core.errors import InvalidRequest, NotFound
+from switchyard.gateway.reload import reload_routing
 from switchyard.learning.rows import delete_rows
-from switchyard.proxy.admin_wire import KeyCreate, TeamChanges, TeamCreate, key_view, team_view
+from switchyard.proxy.admin_wire import KeyCreate, TeamChanges, TeamCreate, key_view, routing_view, team_view
 from switchyard.proxy.app_state import services_of
 from switchyard.proxy.body import read_request
 from switchyard.proxy.openapi import json_body, query
@@ -136,6 +140,31 @@ async def report(request: Request) -> Response:
     if refused is not None:
         return refused
     return await report_page(request, request.query_params.get("team"))
+
+
+@router.get("/admin/routing")
+async def routing(request: Request) -> Response:
+    """The routing versions running: the current one, and the candidate during a rollout."""
+    require_admin(request)
+    return _json(routing_view(services_of(request).routings))
+
+
+@router.post("/admin/reload")
+async def reload(request: Request) -> Response:
+    """Read the thresholds file(s) and classifier artifact(s) again and route by what they hold
+    (a 400 `reload_refused` keeps the old ones, saying why). One of `serve --workers N`: the
+    parent is then asked (SIGHUP) to reload every worker."""
+    require_admin(request)
+    reloaded = await reload_routing(services_of(request))
+    parent_pid = request.app.state.reload_parent_pid
+    if parent_pid is not None:
+        os.kill(parent_pid, signal.SIGHUP)
+    body = routing_view(reloaded.routings) | {
+        "changed": reloaded.is_changed,
+        "previous": routing_view(reloaded.previous),
+        "workers": "signalled" if parent_pid is not None else "this process",
+    }
+    return _json(body)
 
 
 class _Unknown:

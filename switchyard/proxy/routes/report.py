@@ -89,6 +89,7 @@ def _start_of(day: dt.date | None, *, days: int = 0) -> float | None:
 async def report_page(request: Request, team: str | None) -> HTMLResponse:
     """The report of `team` (None: every team) over `since`..`until`, as `switchyard report` writes report.html."""
     from switchyard.billing.report import DriftReferences, build_report, previous_period
+    from switchyard.learning.rows import judged_answers
 
     database = database_of(request)
     services = services_of(request)
@@ -112,6 +113,7 @@ async def report_page(request: Request, team: str | None) -> HTMLResponse:
             psi_alert=services.settings.drift.psi_alert,
             min_samples=services.settings.drift.min_samples,
         ),
+        judged=await judged_answers(database, since=_start_of(since), until=_start_of(until, days=1)),
     )
     return HTMLResponse(built.html())
 

@@ -117,6 +117,7 @@ def test_the_page_has_the_header_headline_numbers_and_tables(page: str) -> None:
     assert "2 of 4 cascade requests answered by a higher rung" in page
     # no batch lines, refusals, client-seen times or judged answers here: no table (a note instead)
     empty = {"cost_by_kind_day", "refusals", "latency_by_route", "confidence_by_model", "confidence_histogram"}
+    empty.add("routing_versions")  # no routing version recorded: no panel
     empty |= {"drift", "drift_by_day", "drift_bins"}  # no thresholds file given: no reference
     for name in COLUMNS:
         if name not in empty:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from switchyard.billing.store import StoreUnavailable, open_database
+from switchyard.billing.store import StoreUnavailable, migrations, open_database
 from tests.unit.billing.test_store import DAY1, usage
 
 _OLD_COLUMNS = (
@@ -53,7 +53,8 @@ async def test_an_old_ledger_file_keeps_its_rows_and_gains_the_daily_aggregate(t
     assert len(await again.read_usage()) == 3
     await again.aclose()
     with contextlib.closing(sqlite3.connect(path)) as db:
-        assert db.execute("SELECT version FROM schema_migrations").fetchall() == [(1,), (2,), (3,), (4,)]
+        every = [(version,) for version in range(1, len(migrations.SQLITE) + 1)]
+        assert db.execute("SELECT version FROM schema_migrations").fetchall() == every
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 

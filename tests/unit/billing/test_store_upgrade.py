@@ -11,6 +11,7 @@ from tests.servers.postgres import database_url, postgres_server, postgres_url  
 from tests.unit.billing.test_store import usage
 
 NEW_COLUMNS = ("confidence", "threshold", "request_ttfb_ms", "request_duration_ms")
+LATER_COLUMNS = ("routing_version",)  # added by a later migration than those under test here
 
 
 async def test_an_old_database_gains_the_columns_and_keeps_its_rows(
@@ -22,7 +23,7 @@ async def test_an_old_database_gains_the_columns_and_keeps_its_rows(
         before.setattr(migrations, "SQLITE", migrations.SQLITE[:2])
         before.setattr(migrations, "POSTGRES", migrations.POSTGRES[:2])
         old = await open_database(database_url)
-        old_columns = [c for c in USAGE_COLUMNS if c not in NEW_COLUMNS]
+        old_columns = [c for c in USAGE_COLUMNS if c not in NEW_COLUMNS + LATER_COLUMNS]
         record = usage("old", requested_model="cascade", escalated_from="small")
         values = dict(zip(USAGE_COLUMNS, usage_values(record), strict=True))
         placeholders = ", ".join("?" for _ in old_columns)
@@ -45,3 +46,30 @@ async def test_an_old_database_gains_the_columns_and_keeps_its_rows(
     again = await open_database(database_url)  # a second start migrates nothing
     assert len(await again.read_usage()) == 2
     await again.aclose()
+
+
+async def test_an_old_database_gains_the_routing_version(
+    database_url: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rows from before the routing version was kept read back without one; new rows keep it."""
+    with monkeypatch.context() as before:
+        before.setattr(migrations, "SQLITE", migrations.SQLITE[:3])
+        before.setattr(migrations, "POSTGRES", migrations.POSTGRES[:3])
+        old = await open_database(database_url)
+        old_columns = [c for c in USAGE_COLUMNS if c not in LATER_COLUMNS]
+        record = usage("old", requested_model="auto")
+        values = dict(zip(USAGE_COLUMNS, usage_values(record), strict=True))
+        placeholders = ", ".join("?" for _ in old_columns)
+        await old.execute(
+            f"INSERT INTO usage ({', '.join(old_columns)}) VALUES ({placeholders})", *(values[c] for c in old_columns)
+        )
+        await old.aclose()
+    database = await open_database(database_url)
+    try:
+        assert await database.read_usage(request_id="old") == [record]
+        routed = usage("new", requested_model="auto", routing_version="v-0123456789ab")
+        assert await database.insert_usage([routed]) == 1
+        assert (await database.read_usage(request_id="new"))[0].routing_version == "v-0123456789ab"
+    finally:
+        await database.aclose()
