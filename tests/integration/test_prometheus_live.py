@@ -108,11 +108,15 @@ def proxy(tmp_path):
             # a health probe late on a busy machine must not take a tier out of the routes
             upstream={"health_interval_s": 0.2, "health_timeout_s": 30},
             billing={"ledger_path": None},
+            drift={"window": 10, "min_samples": 1},  # a reference from the first 10 values (the warm-up below)
         )
         # the score is read out of the prompt, so the route is known in advance
         app = create_app(settings, score_batch=lambda texts: np.array([float(t.rsplit("=", 1)[-1]) for t in texts]))
         base = stack.enter_context(serve_in_thread(app))
         assert wait_until(lambda: app.state.services.registry.get("tiny").backend.is_ready(), timeout_s=60)
+        for i in range(10):  # the drift monitors' warm-up: the waves' scores and confidences then have a PSI
+            assert _chat(base, "auto", f"score=0.{2 + 7 * (i % 2)}").status_code == 200
+            assert _chat(base, "cascade").status_code == 200
         yield base
 
 
