@@ -39,6 +39,7 @@ from overhead import Server, free_port, start  # noqa: E402
 from results import write_section  # noqa: E402
 
 from switchyard.backends.defaults import DEFAULT_THRESHOLDS  # noqa: E402
+from switchyard.classifier.model import DEFAULT_ARTIFACT  # noqa: E402
 from switchyard.learning.graders import choice_of, final_number  # noqa: E402
 
 ADMIN, KEY, WARM_UP_KEY = "admin-learning-bench", "sk-learning-bench", "sk-learning-warm-up"
@@ -75,7 +76,15 @@ def config(
     body = {
         "server": {"log_level": "warning"},
         "models": models,
-        "routing": {"thresholds_file": str(folder / "thresholds.yaml"), "auto": {"tiers": ["small", "large"]}},
+        "routing": {
+            "thresholds_file": str(folder / "thresholds.yaml"),
+            "auto": {"tiers": ["small", "large"], "classifier_artifact": str(folder / "classifier")},
+        },
+        "rollout": {
+            "candidate": str(folder / "candidate.yaml"),
+            "candidate_artifact": str(folder / "candidate-classifier"),
+            "share": 0.5,
+        },
         "cascade": {"ladder": [WEAK, STRONG]},
         "billing": {"ledger_path": str(folder / f"{name}.sqlite3"), "redis_url": "none"},
         "auth": {"admin_key": ADMIN},
@@ -146,6 +155,9 @@ async def traffic(server: Server, items: list[Item], key: str = KEY) -> list[Rep
     return replies
 
 
+_SCRAPED = r"(switchyard_(?:shadow_requests_total|drift_psi|drift_rate|cascade_thrash_trips_total)\{[^}]*\}) (\S+)"
+
+
 async def scrape(server: Server) -> dict[str, float]:
     """The /metrics samples this bench reads: shadow outcomes and drift."""
     url = server.base_url.removesuffix("/v1") + "/metrics"
@@ -154,7 +166,7 @@ async def scrape(server: Server) -> dict[str, float]:
             text = await response.text()
     found = {}
     for line in text.splitlines():
-        match = re.match(r"(switchyard_(?:shadow_requests_total|drift_psi|drift_rate)\{[^}]*\}) (\S+)", line)
+        match = re.match(_SCRAPED, line)
         if match:
             found[match.group(1)] = float(match.group(2))
     return found
@@ -195,12 +207,31 @@ def psi(samples: dict[str, float], signal: str) -> float:
     return samples.get(f'switchyard_drift_psi{{signal="{signal}"}}', float("nan"))
 
 
+def _plain_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD__")} | {"COLUMNS": "120"}
+
+
 def retune(path: Path, out: Path, plot: Path) -> tuple[int, str]:
     argv = [sys.executable, "-m", "switchyard", "eval", "retune", "--config", str(path), "--since", "1d"]
     argv += ["--out", str(out), "--plot", str(plot)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD__")} | {"COLUMNS": "120"}
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT)
+    done = subprocess.run(argv, capture_output=True, text=True, env=_plain_env(), cwd=ROOT)
     return done.returncode, done.stdout + done.stderr
+
+
+def promote(path: Path, server: Server) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "switchyard", "rollout", "promote", "--config", str(path)]
+    argv += ["--url", server.base_url.removesuffix("/v1"), "--admin-key", ADMIN]
+    return subprocess.run(argv, capture_output=True, text=True, env=_plain_env(), cwd=ROOT)
+
+
+async def admin(server: Server, method: str, path: str) -> dict:
+    url = server.base_url.removesuffix("/v1") + path
+    async with aiohttp.ClientSession() as session:
+        async with session.request(method, url, headers={"authorization": f"Bearer {ADMIN}"}) as response:
+            body = await response.json()
+            if response.status != 200:
+                raise RuntimeError(f"{method} {path}: {response.status} {body}")
+            return body
 
 
 def latency_ratio(on: list[Reply], off: list[Reply]) -> tuple[float, float]:
@@ -219,6 +250,7 @@ async def main(args) -> str:
     items = world_items(args.n)
     choice, word = items[: args.n], items[args.n :]
     shutil.copyfile(DEFAULT_THRESHOLDS, folder / "thresholds.yaml")
+    shutil.copytree(DEFAULT_ARTIFACT, folder / "classifier")
     lines = []
     port = free_port()
     world = start("world", [sys.executable, str(BENCH / "learning_world.py"), str(port), str(args.n)], port, folder)
@@ -253,9 +285,22 @@ async def main(args) -> str:
                 phases[phase] = replies
                 latency_on += replies
             drifted = await shadow_idle(on)
-            code, output = retune(on_path, folder / "candidate.yaml", BENCH / "curves" / "learning-retune.png")
+            off.stop()
+            plot = BENCH / "curves" / "learning-retune.png"
+            code, output = await asyncio.to_thread(retune, on_path, folder / "candidate.yaml", plot)
             print(output, file=sys.stderr)
-            lines += report(phases, drifted, latency_ratio(latency_on, latency_off), during, code, output)
+            if code != 0:
+                raise RuntimeError(f"eval retune exited {code}")
+            print(f"rollout: {await admin(on, 'POST', '/admin/reload')}", file=sys.stderr, flush=True)
+            phases["rollout (half each)"] = await traffic(on, word[args.n : 2 * args.n])
+            await shadow_idle(on)
+            promoted = await asyncio.to_thread(promote, on_path, on)
+            print(promoted.stdout + promoted.stderr, file=sys.stderr)
+            if promoted.returncode != 0:
+                raise RuntimeError(f"rollout promote exited {promoted.returncode}")
+            phases["promoted"] = await traffic(on, word[2 * args.n : 3 * args.n])
+            after = await shadow_idle(on)
+            lines += report(phases, drifted, after, latency_ratio(latency_on, latency_off), during, code, output)
         finally:
             on.stop()
             off.stop()
@@ -265,34 +310,41 @@ async def main(args) -> str:
     return "\n".join(lines)
 
 
-def report(phases, drifted, latency, during: float, code: int, output: str) -> list[str]:
+def report(phases, drifted, after, latency, during: float, code: int, output: str) -> list[str]:
     lines = [
         "## The learning loop, through the served process (`bench/learning.py`)",
         "",
         f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores. Two models on a scripted fake upstream"
-        " (bench/learning_world.py); `switchyard serve --config`, every auto and cascade request shadowed.",
+        " (bench/learning_world.py): multiple-choice questions, then word problems the weak model gets"
+        " wrong, sure of itself, when they are two-step; `switchyard serve --config`, every auto and"
+        " cascade request shadowed (`shadow.rate: 1`); quality is the share of answers right.",
         "",
-        "| phase | route | quality | USD per 1k requests | strong share |",
-        "| --- | --- | --- | --- | --- |",
+        "| phase | route | routing version | requests | quality | USD per 1k requests | strong share |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for phase, replies in phases.items():
         for route in ROUTES:
-            s = summary(replies, route)
-            lines.append(
-                f"| {phase} | {route} | {s['quality']:.3f} | {s['cost_per_1k']:.4f} | {s['strong_share']:.2f} |"
-            )
+            for version in sorted({r.version or "-" for r in replies if r.route == route}):
+                s = summary([r for r in replies if (r.version or "-") == version], route)
+                lines.append(
+                    f"| {phase} | {route} | {version} | {s['n']} | {s['quality']:.3f} | {s['cost_per_1k']:.4f}"
+                    f" | {s['strong_share']:.2f} |"
+                )
     lines += [
         "",
-        f"Drift after the shift: PSI classifier_score {psi(drifted, 'classifier_score'):.2f},"
-        f" cascade_confidence {psi(drifted, 'cascade_confidence'):.2f}"
-        f" (alert at 0.2). Shadow: {shadow(drifted, 'sampled'):.0f} sampled,"
-        f" {shadow(drifted, 'labelled'):.0f} labelled, {shadow(drifted, 'over_budget'):.0f} over budget.",
+        f"Drift after the shift (`switchyard_drift_psi`, the alert at 0.2): classifier_score"
+        f" {psi(drifted, 'classifier_score'):.2f}, cascade_confidence {psi(drifted, 'cascade_confidence'):.2f};"
+        f" after the promotion, against the new version's reference: {psi(after, 'classifier_score'):.2f} and"
+        f" {psi(after, 'cascade_confidence'):.2f}.",
+        f"Cascade thrash-guard trips: {sum(v for k, v in after.items() if 'thrash_trips' in k):.0f}."
+        f" Shadow jobs: {shadow(after, 'sampled'):.0f} sampled, {shadow(after, 'labelled'):.0f} labelled,"
+        f" {shadow(after, 'over_budget'):.0f} over budget, {shadow(after, 'dropped'):.0f} dropped.",
         "",
-        f"Client latency with every request shadowed, against the proxy with shadowing off (same rounds):"
-        f" p50 {latency[0]:.2f}x, p95 {latency[1]:.2f}x; {during:.0f} of"
-        f" {shadow(drifted, 'labelled'):.0f} shadow jobs ended while a round was running, the rest after it.",
+        f"Client latency of the shadowed proxy against one with shadowing off, the same rounds of the first two"
+        f" phases, one proxy at a time: p50 {latency[0]:.2f}x, p95 {latency[1]:.2f}x. Shadow calls wait for an"
+        f" idle proxy: {during:.0f} of the jobs ended while a round was running, the rest after it.",
         "",
-        f"`switchyard eval retune` exited {code}:",
+        f"`switchyard eval retune --config … --since 1d` exited {code}:",
         "",
         "```",
         *output.strip().splitlines(),

@@ -3,8 +3,8 @@ whose answers are right or wrong, and sure or unsure, by a script the demonstrat
 
 Prompts come in two kinds. Multiple-choice questions (A-D): the weak model gets a quarter wrong,
 and when it is wrong it is unsure from its first token (a low mean log-probability), which is
-what the shipped cascade scorer (`first_mean_logprob`) sees. Word problems, half of them with one
-product (the weak model wrong 15% of the time) and half with two ("crates" of "cartons": wrong
+what the shipped cascade scorer (`first_mean_logprob`) sees. Word problems, two thirds of them with one
+product (the weak model wrong 15% of the time) and a third with two ("crates" of "cartons": wrong
 90%): a wrong answer is fluent, its one unsure token the final number, after the first 16 tokens
 the shipped scorer reads; a scorer over the whole answer (`min_logprob`) can tell. Which problems
 are hard shows in the prompt, so a re-tuned classifier can route them. The
@@ -60,7 +60,7 @@ def make_items(kind: str, count: int, seed: int) -> list[Item]:
         else:
             per, boxes, given = rng.randrange(3, 40), rng.randrange(2, 15), rng.randrange(1, 20)
             name, noun = rng.choice(_NAMES), rng.choice(_NOUNS)
-            if rng.random() < 0.5:  # one product: the weak model mostly right
+            if rng.random() < 0.65:  # one product: the weak model mostly right
                 truth, shape = str(per * boxes - given), "word"
                 prompt = (
                     f"{name} buys {boxes} boxes with {per} {noun} in each and gives away {given} {noun}. "
