@@ -90,6 +90,18 @@ class CascadeCurve:
     cost_usd: np.ndarray
 
 
+def _midpoints(ordered: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per run of equal values (starting at `ends[:-1]`), a threshold between it and the run below."""
+    firsts = ordered[ends[:-1]]
+    below = np.concatenate([[-np.inf], firsts[:-1]])
+    finite = firsts[np.isfinite(firsts)]
+    gap = float(finite[1] - finite[0]) / 2 if len(finite) > 1 else 0.5
+    with np.errstate(invalid="ignore"):
+        middle = (below + firsts) / 2
+    first_finite = np.isfinite(firsts) & ~np.isfinite(below)
+    return np.where(first_finite, firsts - gap, np.where(np.isfinite(firsts), middle, firsts))
+
+
 def cascade_curve(confidence: np.ndarray, data: CascadeData) -> CascadeCurve:
     n = len(confidence)
     order = np.argsort(confidence, kind="stable")
@@ -100,9 +112,12 @@ def cascade_curve(confidence: np.ndarray, data: CascadeData) -> CascadeCurve:
     ends = np.concatenate([[0], cuts, [n]])
     cum_q = np.concatenate([[0.0], np.cumsum(gain_q)])[ends]
     cum_c = np.concatenate([[0.0], np.cumsum(gain_c)])[ends]
-    # escalate when confidence < threshold: the first value kept, or +inf past the end
-    thresholds = np.concatenate([ordered[ends[:-1]], [np.inf]])
-    # Answers with nothing to judge (-inf) are always escalated, as the proxy does.
+    # Escalate when confidence < threshold: halfway between the last value escalated and the first
+    # kept (a threshold on a value itself moved that value's ties across when rounded to be
+    # written), or +inf past the end. Answers with nothing to judge (-inf) are always escalated, as
+    # the proxy does; the point that keeps every other answer sits as far under the smallest
+    # finite value as the next one above it (or 0.5).
+    thresholds = np.concatenate([_midpoints(ordered, ends), [np.inf]])
     start = 1 if n and ordered[0] == -np.inf else 0
     return CascadeCurve(
         thresholds=thresholds[start:],

@@ -22,6 +22,21 @@ def _trace(i: int, weak_ok: bool, logprobs: list[float] | None, strong_ok: bool 
     )
 
 
+def test_a_threshold_rounded_to_be_written_keeps_the_ties_on_its_side():
+    """Right answers sharing one confidence with many decimals: the threshold that keeps them,
+    rounded as the thresholds file writes it, still keeps every one (it once sat on their value and
+    rounded up past it, escalating them all in the proxy)."""
+    from switchyard.evals.cascade import _finite
+
+    traces = [_trace(i, True, [-0.123456781234]) for i in range(6)] + [_trace(9, False, [-3.0])]
+    data = CascadeData.of(traces, "weak", "strong")
+    confidence = data.confidence(FeatureScorer("mean_logprob"))
+    curve = cascade_curve(confidence, data)
+    index = pick_threshold(curve, data, quality_fraction=1.0)
+    written = float(_finite(float(curve.thresholds[index])))
+    assert operating_point(data, confidence, written)["escalation_rate"] == pytest.approx(1 / 7)
+
+
 def test_the_curve_by_hand():
     traces = [
         _trace(0, True, [-0.1]),
@@ -35,7 +50,8 @@ def test_the_curve_by_hand():
     assert curve.escalation_rate.tolist() == [0, 0.25, 0.5, 0.75, 1.0]
     assert curve.quality.tolist() == pytest.approx([0.5, 0.75, 0.75, 0.75, 0.75])
     assert curve.cost_usd.tolist() == pytest.approx([0.001, 0.0035, 0.006, 0.0085, 0.011])
-    assert curve.thresholds[1] == -1.0  # escalate confidence < -1.0: only the -2.0 answer
+    # escalate confidence < -1.5 (halfway to the next value): only the -2.0 answer; -2.5: none
+    assert curve.thresholds.tolist()[:2] == [-2.5, -1.5]
     point = operating_point(data, confidence, curve.thresholds[1])
     assert (point["quality"], point["escalation_rate"]) == (0.75, 0.25)
     assert point["auroc"] == 1.0
