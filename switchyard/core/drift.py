@@ -30,6 +30,7 @@ WARM_UP_BINS = 10
 CLASSIFIER_SCORE = "classifier_score"
 CASCADE_CONFIDENCE = "cascade_confidence"
 SIGNALS = (CLASSIFIER_SCORE, CASCADE_CONFIDENCE)
+WEAK_WIN_RATE = "weak_win_rate"  # a rate only: the share of graded shadow pairs the weak side won or tied
 
 
 def bin_of(edges: Sequence[float], value: float) -> int:
@@ -154,6 +155,7 @@ class DriftMonitor:
         self.classifier_threshold = classifier_threshold
         self.classifier = SignalWindow(classifier_reference, window) if has_classifier else None
         self.rungs = {rung: SignalWindow(ref, window) for rung, ref in (rung_references or {}).items()}
+        self.weak_wins: deque[bool] = deque(maxlen=window)  # graded shadow pairs (switchyard.learning)
 
     @classmethod
     def of(
@@ -191,6 +193,10 @@ class DriftMonitor:
         if window is not None:
             window.observe(confidence, escalated)
 
+    def observe_label(self, weak_won: bool) -> None:
+        """A graded shadow pair: the weak side's answer as good as the strong side's, or not."""
+        self.weak_wins.append(weak_won)
+
     def readings(self) -> list[Reading]:
         out = []
         if self.classifier is not None:
@@ -209,6 +215,9 @@ class DriftMonitor:
             )
         if self.rungs:
             out.append(self._cascade_reading())
+        if self.weak_wins:
+            wins = self.weak_wins
+            out.append(Reading(WEAK_WIN_RATE, None, sum(wins) / len(wins), None, len(wins), None, 0))
         return out
 
     def _cascade_reading(self) -> Reading:

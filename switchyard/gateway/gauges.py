@@ -374,7 +374,8 @@ def _drift_families(drift: DriftMonitor) -> Iterator[LiveFamily]:
     rate = _gauge(
         "switchyard_drift_rate",
         "The strong-call share (signal classifier_score) or escalation rate (cascade_confidence), observed "
-        "in the live window or predicted by the loaded version.",
+        "in the live window or predicted by the loaded version; the share of graded shadow pairs the weak "
+        "side won or tied (weak_win_rate, observed).",
         ("signal", "kind"),
         "livemostrecent",
     )

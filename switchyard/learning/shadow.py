@@ -253,6 +253,10 @@ class Shadow:
             logger.info("the judge of %s failed: %s", kept.request_id, exc.log_message)
             label = None
         await self._write_row(kept, sides, label)
+        weak, strong = sides[0][0], sides[1][0]
+        drift = self.services.drift
+        if label is not None and drift is not None and weak != strong:
+            drift.observe_label(label.quality[weak] >= label.quality[strong])
         return "labelled" if label is not None else "unlabelled"
 
     # -- the other side ----------------------------------------------------------------------------

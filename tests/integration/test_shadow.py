@@ -220,6 +220,22 @@ def test_usage_and_metrics_show_shadow_apart(proxy: Proxy) -> None:
     assert sampled is not None and float(sampled.group(1)) >= 1
     assert labelled is not None and float(labelled.group(1)) >= 1
 
+    # the judged win rate of the weak side: the share of graded pairs (this proxy's rows) where the
+    # cheaper model's answer was as good as the dearer one's
+    def weak_win_rate() -> float | None:
+        found = re.search(
+            r'switchyard_drift_rate\{kind="observed",signal="weak_win_rate"\} ([0-9.]+)',
+            httpx.get(proxy.base + "/metrics", timeout=30).text,
+        )
+        return float(found.group(1)) if found else None
+
+    def graded_share() -> float:
+        graded = [r for r in proxy.rows().values() if r.label_source in ("verifiable", "judge")]
+        wins = [r.models["m-small"]["quality"] >= r.models["m-large"]["quality"] for r in graded]
+        return sum(wins) / len(wins)
+
+    assert wait_until(lambda: weak_win_rate() == pytest.approx(graded_share()))
+
 
 def test_feedback_is_stored_on_the_teams_own_requests_only(proxy: Proxy) -> None:
     request_id, _ = proxy.chat("m-large", "score=0.9 Say hello.")  # not shadowed: a feedback-only row

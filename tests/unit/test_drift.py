@@ -144,3 +144,12 @@ def test_the_cascade_psi_is_the_worst_rung_and_rates_pool_the_rungs() -> None:
     assert reading.psi == pytest.approx(psi(_reference(values, 0.5).shares, [100] + [0] * 9))
     assert reading.observed_rate == pytest.approx((10 + 100) / 200)
     assert reading.predicted_rate == pytest.approx((100 * 0.1 + 100 * 0.5) / 200)
+
+
+def test_the_weak_sides_judged_win_rate_is_a_rate_over_the_window() -> None:
+    monitor = DriftMonitor(window=4, min_samples=1, psi_alert=0.2, has_classifier=False)
+    assert all(r.signal != "weak_win_rate" for r in monitor.readings())  # nothing graded yet
+    for won in (True, False, False, True, True):  # the window keeps the last 4
+        monitor.observe_label(won)
+    [reading] = [r for r in monitor.readings() if r.signal == "weak_win_rate"]
+    assert (reading.observed_rate, reading.num_samples, reading.psi, reading.predicted_rate) == (0.5, 4, None, None)
