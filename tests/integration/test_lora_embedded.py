@@ -266,7 +266,16 @@ def test_a_client_that_leaves_frees_the_adapter(sdk, trained, proxy, monkeypatch
     pool = _pool(app)
     _ask(sdk, "adapter-a")
     release = _hold_at_token(monkeypatch, 2)
-    body = {"model": "adapter-a", "messages": MESSAGES, "stream": True, "max_tokens": MAX_TOKENS, "logprobs": True}
+    # greedy: sampled at the default temperature the tiny adapter may end at its first token (EOS),
+    # and whether it did depended on the random state the tests before it left
+    body = {
+        "model": "adapter-a",
+        "messages": MESSAGES,
+        "stream": True,
+        "max_tokens": MAX_TOKENS,
+        "logprobs": True,
+        "temperature": 0,
+    }
     try:
         with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=TIMEOUT_S) as response:
             data_lines = (line for line in response.iter_lines() if line.startswith("data: "))
