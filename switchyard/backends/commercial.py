@@ -35,19 +35,28 @@ from switchyard.core.errors import (
     InvalidRequest,
     UnsupportedParameter,
 )
+from switchyard.core.import_lock import IMPORT_LOCK
 from switchyard.core.prices import Price
 from switchyard.core.requests import GenerationRequest
 from switchyard.core.tracing import traceparent_headers
 from switchyard.core.urls import replica_label
 
+_imported: list[Any] = []
 
-def _litellm():
-    # The price map would otherwise be fetched from the network at import.
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    os.environ.setdefault("LITELLM_TELEMETRY", "False")
-    import litellm
 
-    return litellm
+def _litellm() -> Any:
+    """The litellm module; its first import (several seconds, in `start`'s thread) holds the import
+    lock the model loads hold (core/import_lock.py), later calls only read it."""
+    if not _imported:
+        with IMPORT_LOCK:
+            # The price map would otherwise be fetched from the network at import.
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            os.environ.setdefault("LITELLM_TELEMETRY", "False")
+            import litellm
+
+            if not _imported:
+                _imported.append(litellm)
+    return _imported[0]
 
 
 _UNSUPPORTED = re.compile(r"does not support parameters: \[['\"]?([^'\",\]]+)")

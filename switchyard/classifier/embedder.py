@@ -23,6 +23,7 @@ import numpy as np
 from switchyard.backends.embedded.minilm import EMBEDDING_DIM as MINILM_DIM
 from switchyard.backends.embedded.minilm import model_path, shared_minilm
 from switchyard.core.file_locks import file_lock
+from switchyard.core.import_lock import IMPORT_LOCK
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -51,7 +52,7 @@ class Embedder:
         self._num_threads = num_threads
 
     def _load(self):
-        with self._lock:
+        with IMPORT_LOCK, self._lock:  # IMPORT_LOCK first wherever both are held (core/import_lock.py)
             if self._model is None:
                 self._model = _load_minilm(self._num_threads)
         return self._model
@@ -90,7 +91,7 @@ class StaticEmbedder:
         self._special: np.ndarray | None = None
 
     def _load(self):
-        with self._lock:
+        with IMPORT_LOCK, self._lock:  # IMPORT_LOCK first wherever both are held (core/import_lock.py)
             if self._table is None:
                 from tokenizers import Tokenizer
 

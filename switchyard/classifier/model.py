@@ -14,6 +14,7 @@ import numpy as np
 
 from switchyard.classifier.embedder import EMBEDDERS, EMBEDDING_MODEL, Embedder, embedder_for
 from switchyard.classifier.features import feature_matrix
+from switchyard.core.import_lock import IMPORT_LOCK
 
 ARTIFACT_VERSION = 1  # a calibrated scikit-learn head (with its priors)
 HEADS_ARTIFACT_VERSION = 2  # a head from classifier/heads.py: older readers refuse it by its version
@@ -152,10 +153,14 @@ class ComplexityClassifier:
         cls, directory: str | Path = DEFAULT_ARTIFACT, embedder=None, num_threads: int | None = None
     ) -> ComplexityClassifier:
         """`embedder`: default, the one the artifact was trained with (its metadata says which)."""
+        with IMPORT_LOCK:  # unpickling imports scikit-learn's modules (core/import_lock.py)
+            return cls._load(Path(directory), embedder, num_threads)
+
+    @classmethod
+    def _load(cls, directory: Path, embedder, num_threads: int | None) -> ComplexityClassifier:
         import joblib
         import sklearn
 
-        directory = Path(directory)
         metadata = cls.read_metadata(directory)
         trained_with = metadata.get("libraries", {}).get("scikit-learn", "")
         if trained_with.split(".")[:2] != sklearn.__version__.split(".")[:2]:

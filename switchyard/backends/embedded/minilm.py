@@ -12,6 +12,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from switchyard.core.import_lock import IMPORT_LOCK
+
 EMBEDDING_DIM = 384
 MAX_TOKENS = 256  # the model's max_seq_length: longer inputs are refused, never cut silently
 
@@ -28,7 +30,7 @@ def model_path() -> Path:
 def shared_minilm(num_threads: int | None = None) -> Any:
     """The process's SentenceTransformer (loaded on first call, a few seconds; blocking: call it
     off the event loop). `num_threads` sets torch's threads when this call loads it."""
-    with _lock:
+    with IMPORT_LOCK, _lock:  # in this order wherever both are held
         if not _loaded:
             os.environ["HF_HUB_OFFLINE"] = "1"
             import torch

@@ -15,13 +15,13 @@ import logging
 import os
 import shutil
 import tempfile
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from switchyard.backends.embedded.split_gguf import SplitGguf, joined_gguf, package_folder
 from switchyard.backends.embedded.threads import choose_wait_policy
 from switchyard.core.file_locks import file_lock
+from switchyard.core.import_lock import IMPORT_LOCK
 
 logger = logging.getLogger("switchyard.engine")
 
@@ -95,7 +95,7 @@ def is_installed(name: str) -> bool:
     return name in BUILTIN_MODELS and all(package_folder(p) is not None for p in BUILTIN_MODELS[name][0])
 
 
-_LOAD_LOCK = threading.Lock()
+_LOAD_LOCK = IMPORT_LOCK  # loads also import lazily (core/import_lock.py)
 
 
 class ModelSourceError(ValueError):
