@@ -145,7 +145,8 @@ def test_a_multiple_choice_answer_is_graded_directly_after_the_client_has_it(pro
     shadow_calls = [r for r in proxy.states["large"].records if "four" in str(r.body)]
     assert len(shadow_calls) == 1 and shadow_calls[0].started_at >= ended.at[request_id]
     # the ledger: the shadow call is a record of the same request, marked, of the same team
-    assert wait_until(lambda: any(r.is_shadow for r in read_ledger(proxy.app, request_id=request_id)))
+    # (both shadow records: the ledger writer may have flushed one before the other)
+    assert wait_until(lambda: sum(r.is_shadow for r in read_ledger(proxy.app, request_id=request_id)) == 2)
     records = read_ledger(proxy.app, request_id=request_id)
     shadow = [r for r in records if r.is_shadow]
     # the small model's answer came without logprobs (the client did not ask): it answered once
@@ -206,7 +207,8 @@ def test_an_open_cascade_answer_goes_to_the_judge_and_no_prompt_text_is_stored(p
 def test_usage_and_metrics_show_shadow_apart(proxy: Proxy) -> None:
     request_id, _ = proxy.chat("auto", CHOICE_PROMPT, key=BETA)
     proxy.labelled_row(request_id)
-    assert wait_until(lambda: any(r.is_shadow for r in read_ledger(proxy.app, request_id=request_id)))
+    # both shadow records (the small model again, with logprobs; the large one) before reading usage
+    assert wait_until(lambda: sum(r.is_shadow for r in read_ledger(proxy.app, request_id=request_id)) == 2)
     usage = httpx.get(proxy.base + "/v1/usage", headers={"authorization": f"Bearer {BETA}"}, timeout=30).json()
     records = [r for r in read_ledger(proxy.app) if r.team == "beta"]
     shadow_usd = sum(r.cost_usd for r in records if r.is_shadow)
