@@ -10,6 +10,11 @@ import orjson
 # other work, never a hang. What a test waits for is the model saying it is ready.
 MODEL_LOAD_BOUND_S = 900.0
 
+# Bounds a `switchyard` process's start or exit (it imports torch and transformers: seconds here, a
+# minute or more on a slower machine under the suite's load), never a hang. What a test waits for is
+# the process answering /health/live, or exiting.
+PROCESS_BOUND_S = 600.0
+
 
 def wait_until(predicate: Callable[[], object], timeout_s: float = 30.0, interval_s: float = 0.01) -> bool:
     """Poll `predicate` until it is truthy or `timeout_s` passes; return whether it became true.

@@ -25,7 +25,7 @@ from switchyard.batch.line_queue import GROUP, STREAM
 from tests.conftest import closed_port
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
-from tests.helpers import read_ledger, wait_until
+from tests.helpers import PROCESS_BOUND_S, read_ledger, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +63,9 @@ def _serve(config: Path, log: Path) -> tuple[subprocess.Popen, str]:
     port = closed_port()
     process = _start(["serve", "--config", str(config), "--port", str(port)], log)
     url = f"http://127.0.0.1:{port}"
-    assert wait_until(lambda: _is_live(url) or process.poll() is not None, timeout_s=120), log.read_text()[-3000:]
+    assert wait_until(lambda: _is_live(url) or process.poll() is not None, timeout_s=PROCESS_BOUND_S), log.read_text()[
+        -3000:
+    ]
     assert process.poll() is None, log.read_text()[-3000:]
     return process, url
 
@@ -117,7 +119,7 @@ def test_a_proxy_killed_mid_batch_leaves_nothing_undone_or_done_twice(tmp_path, 
                 )
             assert wait_until(lambda: state.num_requests == 4)  # the first proxy holds four lines at the upstream
             first.send_signal(signal.SIGKILL)
-            first.wait(timeout=30)
+            first.wait(timeout=PROCESS_BOUND_S)
 
             # a proxy and a worker take over: the four held lines are claimed again once idle for 5 s
             # (a live process touches its own lines well within that, even on a busy machine)
@@ -129,7 +131,7 @@ def test_a_proxy_killed_mid_batch_leaves_nothing_undone_or_done_twice(tmp_path, 
             processes.append(worker)
             # both drain: each has taken lines (held at the upstream) before any is answered
             draining = {second.pid, worker.pid}
-            assert wait_until(lambda: draining <= _pids_that_took_lines(valkey), timeout_s=120), (
+            assert wait_until(lambda: draining <= _pids_that_took_lines(valkey), timeout_s=PROCESS_BOUND_S), (
                 tmp_path / "worker.log"
             ).read_text()[-3000:]
             gate.set()
@@ -137,7 +139,7 @@ def test_a_proxy_killed_mid_batch_leaves_nothing_undone_or_done_twice(tmp_path, 
                 seen: list = []
                 assert wait_until(
                     lambda: seen.append(client.batches.retrieve(batch.id)) or seen[-1].status == "completed",
-                    timeout_s=120,
+                    timeout_s=PROCESS_BOUND_S,
                     interval_s=0.1,
                 ), seen[-1]
                 done = seen[-1]
@@ -160,4 +162,4 @@ def test_a_proxy_killed_mid_batch_leaves_nothing_undone_or_done_twice(tmp_path, 
             if process.poll() is None:
                 process.terminate()
         for process in processes:
-            process.wait(timeout=60)
+            process.wait(timeout=PROCESS_BOUND_S)

@@ -25,7 +25,7 @@ import pytest
 from tests.conftest import closed_port
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
-from tests.helpers import read_ledger, wait_until
+from tests.helpers import PROCESS_BOUND_S, read_ledger, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -98,14 +98,14 @@ def replicas(postgres_server, valkey_session, tmp_path_factory) -> Iterator[Repl
                 urls.append(f"http://127.0.0.1:{port}")
                 logs.append(log)
             for url, process, log in zip(urls, processes, logs, strict=True):
-                assert wait_until(lambda url=url: _is_live(url), timeout_s=60), log.read_text()[-3000:]
+                assert wait_until(lambda url=url: _is_live(url), timeout_s=PROCESS_BOUND_S), log.read_text()[-3000:]
                 assert process.poll() is None, log.read_text()[-3000:]
             yield Replicas(urls, tmp / "replica-0.yaml", database_url, state, logs)
         finally:
             for process in processes:
                 process.terminate()
             for process in processes:
-                process.wait(timeout=30)
+                process.wait(timeout=PROCESS_BOUND_S)
 
 
 def _is_live(url: str) -> bool:
@@ -199,7 +199,12 @@ def test_rpm_and_tpm_hold_across_both_replicas(replicas):
 def _switchyard(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD__")}
     return subprocess.run(
-        [sys.executable, "-m", "switchyard", *args], env=env, capture_output=True, text=True, timeout=120, check=True
+        [sys.executable, "-m", "switchyard", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=PROCESS_BOUND_S,
+        check=True,
     )
 
 

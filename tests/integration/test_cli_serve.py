@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from tests.conftest import closed_port
-from tests.helpers import wait_until
+from tests.helpers import PROCESS_BOUND_S, wait_until
 
 
 def _switchyard(*args: str) -> list[str]:
@@ -47,7 +47,7 @@ def test_serve_with_the_minimal_contract_file(tmp_path, fake_upstream):
             _check_serving(port, process, log)
         finally:
             process.terminate()
-            process.wait(timeout=30)
+            process.wait(timeout=PROCESS_BOUND_S)
 
 
 def _check_serving(port: int, process: subprocess.Popen, log) -> None:
@@ -59,11 +59,13 @@ def _check_serving(port: int, process: subprocess.Popen, log) -> None:
         except httpx.TransportError:
             return False
 
-    assert wait_until(is_live, timeout_s=30), log.read_text()
+    assert wait_until(is_live, timeout_s=PROCESS_BOUND_S), log.read_text()
     with openai.OpenAI(base_url=base + "/v1", api_key="sk", max_retries=0) as sdk:
         reply = sdk.chat.completions.create(model="fake-small", messages=[{"role": "user", "content": "hi"}])
     assert reply.choices[0].message.content == "alpha bravo charlie delta echo "
-    assert wait_until(lambda: httpx.get(base + "/health/ready", timeout=30).status_code == 200, timeout_s=30)
+    assert wait_until(
+        lambda: httpx.get(base + "/health/ready", timeout=30).status_code == 200, timeout_s=PROCESS_BOUND_S
+    )
 
 
 def test_bad_config_exits_2_naming_the_key(tmp_path):

@@ -31,7 +31,7 @@ from switchyard.core.settings import BillingSettings, Settings
 from tests.conftest import closed_port
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
-from tests.helpers import read_ledger, wait_until
+from tests.helpers import PROCESS_BOUND_S, read_ledger, wait_until
 from tests.integration.test_batch import chat_line, jsonl, read_lines, sdk, submit, wait_for_status
 
 PRICE_OUT = 200.0  # USD per million output tokens: the fake's 5 tokens cost $0.001
@@ -111,13 +111,15 @@ def _serving(config: Path, *args: str) -> Iterator[Served]:
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        assert wait_until(lambda: _is_live(url) or process.poll() is not None, timeout_s=120), log.read_text()[-3000:]
+        assert wait_until(lambda: _is_live(url) or process.poll() is not None, timeout_s=PROCESS_BOUND_S), (
+            log.read_text()[-3000:]
+        )
         assert process.poll() is None, log.read_text()[-3000:]
         yield Served(process, url, log, config.parent / "valkey")
     finally:
         if process.poll() is None:
             process.kill()
-        process.wait(timeout=30)
+        process.wait(timeout=PROCESS_BOUND_S)
 
 
 async def _ask_at_once(url: str, key: str, num_requests: int) -> list[httpx.Response]:
@@ -154,7 +156,7 @@ def test_a_batch_completes_on_the_private_valkey_which_stops_with_the_proxy(tmp_
         assert (folder / "appendonlydir").is_dir()  # appendonly yes
 
         served.process.send_signal(signal.SIGTERM)  # uvicorn shuts down, then exits by the signal again
-        assert served.process.wait(timeout=60) == -signal.SIGTERM
+        assert served.process.wait(timeout=PROCESS_BOUND_S) == -signal.SIGTERM
         assert "Application shutdown complete" in served.log_text()
     assert wait_until(lambda: _is_gone(valkey_pid)), "valkey-server outlived the proxy"
     assert not (folder / "valkey.sock").exists()
@@ -168,7 +170,7 @@ def test_a_killed_proxy_leaves_no_valkey_behind_and_the_next_start_finds_its_dat
         with redis.Redis.from_url(f"unix://{served.folder}/valkey.sock") as client:
             client.set("switchyard:test:kept", "yes")
         served.process.kill()
-        served.process.wait(timeout=30)
+        served.process.wait(timeout=PROCESS_BOUND_S)
         assert wait_until(lambda: _is_gone(valkey_pid) and _is_gone(guard_pid)), "an orphan outlived the proxy"
     with _serving(config) as served:
         with redis.Redis.from_url(f"unix://{served.folder}/valkey.sock") as client:
@@ -203,7 +205,7 @@ def test_a_batch_worker_cannot_use_a_proxys_private_valkey_and_says_so(tmp_path)
         env=_env(),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=PROCESS_BOUND_S,
     )
     assert result.returncode == 2
     assert "a batch worker needs billing.redis_url (the queue)" in result.stderr
@@ -225,7 +227,7 @@ def test_workers_share_one_private_valkey_for_budgets_and_batches(tmp_path, upst
         with sdk(served.url + "/v1", "sk-budget") as client:
             assert client.batches.list().data == []
         served.process.send_signal(signal.SIGTERM)
-        assert served.process.wait(timeout=60) == 0, served.log_text()[-3000:]
+        assert served.process.wait(timeout=PROCESS_BOUND_S) == 0, served.log_text()[-3000:]
     assert wait_until(lambda: _is_gone(valkey_pid))
 
 

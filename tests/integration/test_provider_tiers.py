@@ -22,7 +22,7 @@ from tests.conftest import closed_port
 from tests.fakes.anthropic_upstream import AnthropicState, FakeAnthropicUpstream
 from tests.fakes.openai_upstream import FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
-from tests.helpers import MODEL_LOAD_BOUND_S, wait_until
+from tests.helpers import MODEL_LOAD_BOUND_S, PROCESS_BOUND_S, wait_until
 
 pytestmark = pytest.mark.slow  # a `switchyard serve` process that loads SmolLM2 twice, MiniLM and the classifier
 
@@ -86,7 +86,7 @@ def served(tmp_path_factory) -> Iterator[Served]:
             yield Served(base_url, openai_url, anthropic_url, gpt, claude, log, requests_log)
         finally:
             process.terminate()
-            process.wait(timeout=60)
+            process.wait(timeout=PROCESS_BOUND_S)
 
 
 def test_models_list_the_commercial_tier_and_what_auto_and_cascade_route_between(served):

@@ -25,7 +25,7 @@ from switchyard.proxy.app import create_app
 from tests.conftest import closed_port
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
-from tests.helpers import post_unread, wait_until
+from tests.helpers import PROCESS_BOUND_S, post_unread, wait_until
 
 TEAM_KEY = "sk-team-alpha-7f3a9c2e51"
 TIGHT_KEY = "sk-team-tight-0b8d44e6aa"
@@ -208,7 +208,7 @@ def test_a_client_that_leaves_gets_its_line_too(upstreams, caplog):
         def early() -> list[dict]:
             return [x for x in map(orjson.loads, proxy.lines()) if x["client_request_id"] == "left-early"]
 
-        assert wait_until(early, timeout_s=5)
+        assert wait_until(early, timeout_s=30)
         [line] = early()
         assert line["status"] == 499 and line["attempts"] == ["strong:cancelled"]
 
@@ -238,7 +238,7 @@ def test_switchyard_serve_writes_the_lines_to_stdout(tmp_path, upstreams):
     command = [sys.executable, "-m", "switchyard", "serve", "--config", str(config), "--port", str(port)]
     with log.open("wb") as out, subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT) as process:
         try:
-            assert wait_until(lambda: _is_live(base), timeout_s=30), log.read_text()
+            assert wait_until(lambda: _is_live(base), timeout_s=PROCESS_BOUND_S), log.read_text()
             proxy = Proxy(base, caplog=None)  # type: ignore[arg-type]
             ids = [
                 proxy.post({"model": "cheap", "messages": HI}).headers["x-request-id"],
@@ -254,7 +254,7 @@ def test_switchyard_serve_writes_the_lines_to_stdout(tmp_path, upstreams):
             assert [(x["request_id"], x["status"]) for x in logged()] == list(zip(ids, [200, 200, 401], strict=True))
         finally:
             process.terminate()
-            process.wait(timeout=30)
+            process.wait(timeout=PROCESS_BOUND_S)
     text = log.read_text()
     for secret in (TEAM_KEY, "sk-not-a-key", *UPSTREAM_KEYS.values()):
         assert secret not in text

@@ -25,7 +25,7 @@ from switchyard.gateway.routings import routing_version
 from tests.conftest import closed_port
 from tests.fakes.openai_upstream import FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
-from tests.helpers import wait_until
+from tests.helpers import PROCESS_BOUND_S, wait_until
 from tests.integration.test_workers import _env, _is_live, _switchyard, _worker_pids
 from tests.servers.valkey import valkey_session_fixture  # noqa: F401
 
@@ -65,14 +65,14 @@ def served(valkey_session, tmp_path) -> Iterator[tuple[str, subprocess.Popen, Pa
             process = subprocess.Popen(command, env=_env(), stdout=out, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
         try:
-            assert wait_until(lambda: _is_live(url) or process.poll() is not None, timeout_s=60)
+            assert wait_until(lambda: _is_live(url) or process.poll() is not None, timeout_s=PROCESS_BOUND_S)
             assert process.poll() is None, log.read_text()[-3000:]
-            assert wait_until(lambda: len(_worker_pids(process.pid)) == 2, timeout_s=60)
+            assert wait_until(lambda: len(_worker_pids(process.pid)) == 2, timeout_s=PROCESS_BOUND_S)
             yield url, process, thresholds
         finally:
             if process.poll() is None:
                 process.terminate()
-            process.wait(timeout=30)
+            process.wait(timeout=PROCESS_BOUND_S)
 
 
 def _versions_by_worker(parent_pid: int) -> dict[int, set[str]]:

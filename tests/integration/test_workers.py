@@ -31,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import closed_port
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
-from tests.helpers import read_ledger, wait_until
+from tests.helpers import PROCESS_BOUND_S, read_ledger, wait_until
 from tests.servers.valkey import valkey_fixture, valkey_session_fixture  # noqa: F401
 
 BUDGET_USD = 0.05
@@ -104,13 +104,13 @@ def _serving(
             )
         url = f"http://127.0.0.1:{port}"
         try:
-            assert wait_until(lambda: _is_live(url) or process.poll() is not None, timeout_s=60)
+            assert wait_until(lambda: _is_live(url) or process.poll() is not None, timeout_s=PROCESS_BOUND_S)
             assert process.poll() is None, log.read_text()[-3000:]
             yield Workers(url, process, f"sqlite:///{tmp / 'ledger.sqlite3'}", state, log)
         finally:
             if process.poll() is None:
                 process.terminate()
-            process.wait(timeout=30)
+            process.wait(timeout=PROCESS_BOUND_S)
 
 
 def _worker_pids(parent_pid: int) -> list[int]:
@@ -255,7 +255,7 @@ def test_sigterm_meters_every_request_once_and_exits_0(valkey, tmp_path):
         metrics_dir = Path(psutil.Process(_worker_pids(running.process.pid)[0]).environ()["PROMETHEUS_MULTIPROC_DIR"])
         assert metrics_dir.is_dir()
         running.process.send_signal(signal.SIGTERM)
-        assert running.process.wait(timeout=30) == 0, running.log.read_text()[-3000:]
+        assert running.process.wait(timeout=PROCESS_BOUND_S) == 0, running.log.read_text()[-3000:]
         assert not metrics_dir.exists()
         for thread in threads:
             thread.join(timeout=60)
@@ -332,7 +332,7 @@ def test_ctrl_c_reaching_the_parent_and_the_workers_alike_still_drains(valkey, t
         assert wait_until(lambda: _in_flight(running.url) == 0, timeout_s=30)  # streaming now
         assert wait_until(lambda: all(e.is_set() for e in streaming), timeout_s=60)  # and relayed to each client
         os.killpg(running.process.pid, signal.SIGINT)
-        assert running.process.wait(timeout=30) == 0, running.log.read_text()[-3000:]
+        assert running.process.wait(timeout=PROCESS_BOUND_S) == 0, running.log.read_text()[-3000:]
         for thread in threads:
             thread.join(timeout=60)
         records = [r for r in read_ledger(running.database_url) if (r.client_request_id or "").startswith("ctrl-c-")]
@@ -392,7 +392,7 @@ def test_a_worker_that_dies_is_started_again_and_its_counts_stay(valkey, tmp_pat
         # survivor" could be the victim, before the parent has noticed anything)
         assert wait_until(lambda: set(_worker_pids(workers.process.pid)) - {survivor, victim}, timeout_s=30)
         assert victim not in _worker_pids(workers.process.pid)
-        assert wait_until(lambda: _is_live(workers.url), timeout_s=30)
+        assert wait_until(lambda: _is_live(workers.url), timeout_s=PROCESS_BOUND_S)
         responses = asyncio.run(_send_all(workers.url, "sk-open", 8, concurrency=8, tag="after-kill"))
         assert [r.status_code for r in responses] == [200] * 8
         assert _scraped_requests_total(workers.url) == scraped + 8  # the dead worker's requests still count
@@ -407,7 +407,7 @@ def test_workers_that_cannot_start_stop_the_server_as_one_process_does(tmp_path)
     unreachable = f"postgresql://u:p@127.0.0.1:{closed_port()}/switchyard"
     config.write_text(config.read_text().replace("billing:\n", f"billing:\n  database_url: {unreachable}\n"))
     command = _switchyard("serve", "--config", str(config), "--port", str(closed_port()), "--workers", "2")
-    result = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=60)
+    result = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=PROCESS_BOUND_S)
     assert result.returncode == 3, result.stderr[-3000:]
     assert "could not start (exit code 3); stopping" in result.stderr
     assert "starting it again" not in result.stderr
@@ -439,8 +439,10 @@ def test_workers_started_again_leave_no_growing_pile_of_metric_files(workers):
 def _kill_a_worker_and_wait_for_its_successor(workers: Workers, folder: Path) -> None:
     victim, survivor = _worker_pids(workers.process.pid)
     os.kill(victim, signal.SIGKILL)
-    assert wait_until(lambda: len(set(_worker_pids(workers.process.pid)) - {survivor, victim}) == 1, timeout_s=30)
-    assert wait_until(lambda: _is_live(workers.url), timeout_s=30)
+    assert wait_until(
+        lambda: len(set(_worker_pids(workers.process.pid)) - {survivor, victim}) == 1, timeout_s=PROCESS_BOUND_S
+    )
+    assert wait_until(lambda: _is_live(workers.url), timeout_s=PROCESS_BOUND_S)
     assert wait_until(lambda: not list(folder.glob(f"*_{victim}.db")), timeout_s=30)
 
 
@@ -479,12 +481,12 @@ def _engine_serving(tmp_path: Path, env: dict[str, str]) -> Iterator[str]:
         )
     try:
         url = f"http://127.0.0.1:{port}"
-        assert wait_until(lambda: _is_live(url) or process.poll() is not None, timeout_s=60)
+        assert wait_until(lambda: _is_live(url) or process.poll() is not None, timeout_s=PROCESS_BOUND_S)
         assert process.poll() is None, log.read_text()[-3000:]
         yield url
     finally:
         process.terminate()
-        process.wait(timeout=30)
+        process.wait(timeout=PROCESS_BOUND_S)
 
 
 @pytest.mark.parametrize("args", [("--workers", "2"), ()], ids=["workers", "one-process"])
@@ -501,7 +503,7 @@ def test_a_start_on_a_taken_port_leaves_the_running_servers_spill_files_alone(tm
         taken.listen()
         port = taken.getsockname()[1]
         command = _switchyard("serve", "--config", str(config), "--port", str(port), *args)
-        result = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=60)
+        result = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=PROCESS_BOUND_S)
     assert result.returncode != 0
     assert f"127.0.0.1:{port}" in result.stderr, result.stderr[-3000:]
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("spill")) == sorted(p.name for p in spills)
