@@ -447,24 +447,19 @@ def _kill_a_worker_and_wait_for_its_successor(workers: Workers, folder: Path) ->
 
 
 @pytest.mark.slow
-def test_engine_serve_is_one_process_whatever_the_environment_says_of_workers(tmp_path):
+def test_engine_serve_is_one_process_and_leaves_the_proxys_spilled_ledger_records_alone(tmp_path):
     """`engine serve` has no workers: a SWITCHYARD__SERVER__WORKERS meant for the proxy (one
-    environment for the whole stack, say) must not stop it with the proxy's Valkey refusal."""
-    with _engine_serving(tmp_path, {"SWITCHYARD__SERVER__WORKERS": "2"}):
-        pass
+    environment for the whole stack, say) must not stop it with the proxy's Valkey refusal.
 
-
-@pytest.mark.slow
-def test_engine_serve_leaves_the_proxys_spilled_ledger_records_alone(tmp_path):
-    """The engine server and a proxy on one machine share the default `~/.cache/switchyard` paths:
+    And the engine server and a proxy on one machine share the default `~/.cache/switchyard` paths:
     the engine, which meters nothing for the proxy, must not take the proxy's spill files (into a
-    ledger of its own, the proxy's database never seeing those records)."""
+    ledger of its own, the proxy's database never seeing those records). One start shows both."""
     cache = tmp_path / ".cache" / "switchyard"
     cache.mkdir(parents=True)
     spills = {name: f'{{"request_id": "{name}"}}\n' for name in ("ledger-spill.jsonl", "ledger-spill.worker-1.jsonl")}
     for name, text in spills.items():
         (cache / name).write_text(text)
-    with _engine_serving(tmp_path, {"HOME": str(tmp_path)}):
+    with _engine_serving(tmp_path, {"HOME": str(tmp_path), "SWITCHYARD__SERVER__WORKERS": "2"}):
         pass
     assert {p.name: p.read_text() for p in cache.iterdir() if p.name.startswith("ledger-spill")} == spills
 
