@@ -110,9 +110,20 @@ async def test_a_conversation_reuses_its_earlier_turns_answer_included(on_and_of
 async def test_a_prefix_is_shared_with_a_request_still_running(make_engine):
     on = await make_engine(num_blocks=128, **BATCH)
     prefix = _tokens(0, 64)
-    # Long enough to be running still when the second one's prompt is in (a few steps later).
+    # Long enough to be running still when the second one's prompt is in (a few steps later): it is
+    # read as it comes and left once the second has ended, so only the steps both ran are compared.
     running = on.generate(prefix + _tokens(1, 3), SamplingParams(max_tokens=900, **GREEDY))
-    head = [await asyncio.wait_for(anext(running), TIMEOUT_S)]  # its prompt's blocks are in, and hashed
+    rest = [await asyncio.wait_for(anext(running), TIMEOUT_S)]  # its prompt's blocks are in, and hashed
+    joined_done = asyncio.Event()
+
+    async def read_running() -> None:
+        async for step in running:
+            rest.append(step)
+            if joined_done.is_set():
+                break
+        await running.aclose()
+
+    reader = asyncio.create_task(read_running())
     ledger = _allocator(on).ledger
     joining = on.generate(prefix + _tokens(2, 3), SamplingParams(max_tokens=8, **GREEDY))
     joined = [await asyncio.wait_for(anext(joining), TIMEOUT_S)]
@@ -120,13 +131,17 @@ async def test_a_prefix_is_shared_with_a_request_still_running(make_engine):
     assert len(ledger.shared_ref_counts) == 4  # both requests hold the prefix's 4 blocks
     joined += await asyncio.wait_for(_collect(joining), TIMEOUT_S)
     assert not ledger.shared_ref_counts
-    rest = head + await asyncio.wait_for(_collect(running), TIMEOUT_S)
+    joined_done.set()
+    await asyncio.wait_for(reader, TIMEOUT_S)
+    assert len(rest) < 900  # it was still running when the second ended
+    scheduler = on._manager.batch_processor.scheduler
+    assert await async_wait_until(lambda: not scheduler.active_requests and not scheduler.waiting_requests)
     _assert_nothing_held(on)
     # Only now the engine without the cache: two engines running at once on one model would race on
     # the `config.is_causal` that transformers sets for the length of each forward pass.
     off = await make_engine(num_blocks=128, prefix_caching=False, **BATCH)
     _assert_same_answer(joined, await _run(off, prefix + _tokens(2, 3)))
-    _assert_same_answer(rest, await _run(off, prefix + _tokens(1, 3), max_tokens=900))
+    _assert_same_answer(rest, await _run(off, prefix + _tokens(1, 3), max_tokens=len(rest)))
 
 
 async def test_cancelled_requests_release_their_blocks(on_and_off):
