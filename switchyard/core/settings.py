@@ -332,6 +332,14 @@ class ShadowSettings(StrictModel):
         return self.rate > 0
 
 
+class ModelAlias(StrictModel):
+    """What a `model_aliases` pattern resolves to: a model name (or `auto`, `cascade`) and, for
+    `auto`, the quality mode its requests route by unless they name one (`x-switchyard-quality`)."""
+
+    model: str = Field(min_length=1)
+    quality: Literal["economy", "balanced", "max"] | None = None
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="SWITCHYARD__",
@@ -355,6 +363,9 @@ class Settings(BaseSettings):
     shadow: ShadowSettings = Field(default_factory=ShadowSettings)
     models: list[ModelSettings] = Field(default_factory=list)
     teams: dict[str, TeamSettings] = Field(default_factory=dict)  # empty: any key, every model
+    # glob -> a model name, or {model, quality}: the names clients send (claude-*-haiku-*) as models
+    # of this proxy; in order, the first match wins; a configured model's own name is never aliased
+    model_aliases: dict[str, str | ModelAlias] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _check_across_sections(self) -> Settings:

@@ -4,7 +4,8 @@ The relay runs every request the same way (budgets, routing, cascade, retries, m
 hands what the upstream answered to an `AnswerShape`: a chat completion's own bytes for
 `/v1/chat/completions` and `/v1/completions` (`PASS_THROUGH`), or a Responses API object for
 `/v1/responses` (`switchyard.gateway.responses_stream.ResponsesShape`, one per request: a stream's
-events are numbered).
+events are numbered), or an Anthropic Message for `/v1/messages`
+(`switchyard.gateway.messages_stream.MessagesShape`, whose refusals are Anthropic's errors too).
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ class AnswerShape:
         """The body of a request refused before its first byte (sent with the error's status and
         headers): the OpenAI-shaped error."""
         return error_body(exc)
+
+    def refusal_status(self, exc: SwitchyardError) -> int:
+        """The status a refusal is sent with."""
+        return exc.status_code
 
 
 PASS_THROUGH = AnswerShape()

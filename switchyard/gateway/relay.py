@@ -188,9 +188,8 @@ async def relay(
         relayed = replace(answer, started_at=started_at, meter=meter, decision=decision, answered=answered)
         return relayed
     except SwitchyardError as exc:
-        return Relayed(
-            exc.status_code, started_at, shape.refusal(exc), exc.headers(), meter=meter, decision=decision, error=exc
-        )
+        status, body = shape.refusal_status(exc), shape.refusal(exc)
+        return Relayed(status, started_at, body, exc.headers(), meter=meter, decision=decision, error=exc)
     except asyncio.CancelledError:
         if not left or this.cancelling() > 1:
             raise

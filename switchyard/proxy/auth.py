@@ -1,7 +1,8 @@
 """Who is calling and what they may ask: the key's principal, the admin key, and how the caller's
 requests meet a saturated backend (its priority tier, `switchyard.gateway.tiers`).
 
-A key is a bearer token (`Authorization: Bearer <key>`). The pages a browser opens (the reports)
+A key is a bearer token (`Authorization: Bearer <key>`), or Anthropic's `x-api-key: <key>` (what the
+`anthropic` SDK and Claude Code send). The pages a browser opens (the reports)
 also take it as the password of HTTP Basic auth, any user name (`allow_basic`): only pages that
 read, since a browser sends Basic credentials it has cached with every request to the host.
 """
@@ -41,13 +42,21 @@ def _presented_key(request: Request, allow_basic: bool) -> str | None:
     return basic_password(authorization) if allow_basic else None
 
 
+def authorization_of(request: Request) -> str | None:
+    """The `Authorization` header, or Anthropic's `x-api-key` as a bearer token when there is none."""
+    authorization = request.headers.get("authorization")
+    if authorization is None and (api_key := request.headers.get("x-api-key", "").strip()):
+        return f"Bearer {api_key}"
+    return authorization
+
+
 def authenticate(services: Services, request: Request, *, allow_basic: bool = False) -> Principal | None:
     """The caller (None when no team exists anywhere)."""
     try:
         password = basic_password(request.headers.get("authorization")) if allow_basic else None
         if password is not None and services.directory.is_enabled:
             return services.directory.identify(password)
-        return services.directory.authenticate(request.headers.get("authorization"))
+        return services.directory.authenticate(authorization_of(request))
     except UnknownKey as exc:
         raise AuthenticationFailed(str(exc)) from None
 

@@ -1,4 +1,5 @@
-"""How an exception reaches the client: one OpenAI-shaped body per error, never a stack trace."""
+"""How an exception reaches the client: one body per error, in the shape of the API it came in by
+(`error_response.errors_of`), never a stack trace."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from switchyard.core.errors import (
     RequestTooLarge,
     SwitchyardError,
 )
-from switchyard.proxy.error_response import error_response
+from switchyard.proxy.error_response import error_response, errors_of
 from switchyard.proxy.exchange import not_routed
 from switchyard.proxy.middleware.trailing_slash import PATH_AS_SENT
 
@@ -30,11 +31,11 @@ _HTTP_STATUS_TO_ERROR: dict[int, type[SwitchyardError]] = {
 }
 
 
-async def _handle_switchyard_error(_: Request, exc: Exception) -> Response:
+async def _handle_switchyard_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, SwitchyardError)
     if exc.status_code >= 500:
         logger.warning("%s: %s", type(exc).__name__, exc.log_message)
-    return error_response(exc)
+    return error_response(exc, errors_of(request.url.path))
 
 
 def _routing_error(request: Request, exc: StarletteHTTPException) -> SwitchyardError:
@@ -59,29 +60,30 @@ async def _handle_http_exception(request: Request, exc: Exception) -> Response:
     else:
         error = _HTTP_STATUS_TO_ERROR.get(exc.status_code, SwitchyardError)(str(exc.detail), code=None)
     error.status_code = exc.status_code
-    response = error_response(error)
+    response = error_response(error, errors_of(request.url.path))
     response.headers.update(exc.headers or {})  # a 405's `Allow`
     return response
 
 
-async def _handle_store_error(_: Request, exc: Exception) -> Response:
+async def _handle_store_error(request: Request, exc: Exception) -> Response:
     """The database behind usage, teams and keys: down or slow is a 503 (its address stays in the log)."""
+    shape = errors_of(request.url.path)
     if isinstance(exc, StoreUnavailable):
         logger.warning("database unavailable: %s", exc)
         return error_response(
-            DatabaseUnavailable("The usage database is unavailable; try again shortly.", retry_after_s=1)
+            DatabaseUnavailable("The usage database is unavailable; try again shortly.", retry_after_s=1), shape
         )
     if isinstance(exc, StoreConflict):
-        return error_response(Conflict(str(exc)))
+        return error_response(Conflict(str(exc)), shape)
     if isinstance(exc, StoreNotFound):
-        return error_response(NotFound(str(exc)))
+        return error_response(NotFound(str(exc)), shape)
     logger.error("database error: %s", exc)
-    return error_response(SwitchyardError("The usage database had an error."))
+    return error_response(SwitchyardError("The usage database had an error."), shape)
 
 
-async def _handle_unexpected(_: Request, exc: Exception) -> Response:
+async def _handle_unexpected(request: Request, exc: Exception) -> Response:
     logger.exception("unhandled error", exc_info=exc)
-    return error_response(SwitchyardError("The server had an internal error."))
+    return error_response(SwitchyardError("The server had an internal error."), errors_of(request.url.path))
 
 
 def install_error_handlers(app: FastAPI) -> None:

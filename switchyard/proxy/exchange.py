@@ -2,7 +2,7 @@
 (`switchyard.gateway.relay`), the relay's `Relayed` sent as an HTTP response, and ended once that
 response is over (`switchyard.gateway.request_end`: counted, refused, logged).
 
-- Model requests (`serve_model_request`): chat completions, completions, responses.
+- Model requests (`serve_model_request`): chat completions, completions, responses, messages.
 - Every other `/v1/` endpoint (`LoggedRoute`: a log line).
 - A `/v1/` path or method nothing serves (`not_routed`: the 404 or 405, logged, and counted when
   the path is a model's).
@@ -27,8 +27,10 @@ from switchyard.billing.teams import Principal
 from switchyard.core.chat_wire import ChatCompletionRequest, CompletionRequest
 from switchyard.core.embeddings_wire import EmbeddingRequest
 from switchyard.core.errors import SwitchyardError
+from switchyard.core.messages_wire import MessagesRequest
 from switchyard.core.responses_wire import ResponsesRequest
 from switchyard.core.tracing import annotate_request
+from switchyard.gateway.aliases import ALIAS_HEADER, alias_of
 from switchyard.gateway.answer_shape import PASS_THROUGH, AnswerShape
 from switchyard.gateway.decide import Asked
 from switchyard.gateway.relay import Origin, Relayed, relay
@@ -36,15 +38,15 @@ from switchyard.gateway.request_end import count_refused, end_exchange, meter_re
 from switchyard.gateway.request_log import CLIENT_CLOSED_REQUEST, RequestLine, write_line
 from switchyard.gateway.services import Services
 from switchyard.proxy.app_state import services_of, shadow_of
-from switchyard.proxy.auth import authenticate, saturation_priority
+from switchyard.proxy.auth import authenticate, authorization_of, saturation_priority
 from switchyard.proxy.body import read_request
-from switchyard.proxy.error_response import error_response
+from switchyard.proxy.error_response import error_response, errors_of
 from switchyard.proxy.streams import EventStreamResponse, client_left
 
-MODEL_PATHS = frozenset(("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings"))
+MODEL_PATHS = frozenset(("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages", "/v1/embeddings"))
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
-W = TypeVar("W", ChatCompletionRequest, CompletionRequest, ResponsesRequest, EmbeddingRequest)
+W = TypeVar("W", ChatCompletionRequest, CompletionRequest, ResponsesRequest, MessagesRequest, EmbeddingRequest)
 # How an API's request becomes the chat path's request, and how its answer is written.
 Prepare = Callable[[Any, Services], tuple[AnyRequest, AnswerShape]]
 
@@ -90,10 +92,13 @@ async def serve_model_request(request: Request, wire: type[W], prepare: Prepare 
             asked = await read_request(request, wire, services.settings.server)
             line.requested_model, line.is_stream = asked.model, bool(asked.stream)
             parsed, shape = prepare(asked, services)
+            alias = alias_of(services, parsed.model)
+            if alias is not None:
+                parsed.set_field("model", alias.model)
             if services.settings.logging.prompts:
                 line.prompt = parsed.model_dump(mode="json", include={"messages", "prompt"}, exclude_none=True)
             routing = Asked(
-                quality=request.headers.get("x-switchyard-quality"),
+                quality=request.headers.get("x-switchyard-quality") or (alias.quality if alias else None),
                 cascade_mode=request.headers.get("x-switchyard-cascade"),
                 priority=saturation_priority(services, request, principal),
             )
@@ -105,10 +110,13 @@ async def serve_model_request(request: Request, wire: type[W], prepare: Prepare 
                 received_at=received_at,
             )
             relayed = await relay(services, origin, principal, parsed, routing, shape)
+            if alias is not None:
+                relayed.headers[ALIAS_HEADER] = alias.model
             response, status = http_response(relayed), relayed.status
         except SwitchyardError as exc:
             line.requested_model = line.requested_model or exc.requested_model
-            response, status, refused = error_response(exc), exc.status_code, exc
+            errors = errors_of(request.scope["path"])
+            response, status, refused = error_response(exc, errors), errors.refusal_status(exc), exc
     except BaseException as exc:  # the client left (499), the server is stopping, or a bug (500)
         cut = isinstance(exc, asyncio.CancelledError | ClientDisconnect)
         end_exchange(services, line, relayed, CLIENT_CLOSED_REQUEST if cut else 500, started_at)
@@ -191,7 +199,7 @@ class LoggedRoute(APIRoute):
 def _identify(services: Services, request: Request) -> Principal | None:
     """The caller, for the log line only (the endpoint authenticates for itself)."""
     try:
-        return services.directory.authenticate(request.headers.get("authorization"))
+        return services.directory.authenticate(authorization_of(request))
     except UnknownKey:
         return None
 
