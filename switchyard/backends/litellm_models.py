@@ -29,6 +29,7 @@ def capabilities_of(litellm: Any, litellm_model: str, api_base: str | None = Non
         json_object="response_format" in supported,
         json_schema=bool(litellm.supports_response_schema(**where)),
         vision=bool(litellm.supports_vision(**where)),
+        documents=bool(litellm.supports_pdf_input(**where)),
         logprobs="logprobs" in supported,
         n="n" in supported,
         context_window=info.get("max_input_tokens"),  # LiteLLM's max_tokens is often the output limit

@@ -20,7 +20,7 @@ class CreateBatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     input_file_id: str = Field(min_length=1, max_length=200)
-    endpoint: Literal["/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings"]
+    endpoint: Literal["/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages", "/v1/embeddings"]
     completion_window: Literal["24h"]
     metadata: dict[str, str] | None = Field(default=None, max_length=MAX_METADATA_PAIRS)
 

@@ -37,12 +37,15 @@ from switchyard.billing.teams import Principal
 from switchyard.core.chat_wire import ChatCompletionRequest, CompletionRequest
 from switchyard.core.embeddings_wire import EmbeddingRequest
 from switchyard.core.errors import AuthenticationFailed, InvalidRequest, NotConfigured, SwitchyardError, error_body
+from switchyard.core.messages_wire import MessagesRequest
 from switchyard.core.prices import Price
 from switchyard.core.responses_wire import ResponsesRequest
 from switchyard.core.settings import Settings
 from switchyard.core.supervision import SupervisedTask
+from switchyard.gateway.aliases import alias_of
 from switchyard.gateway.answer_shape import PASS_THROUGH
 from switchyard.gateway.decide import Asked
+from switchyard.gateway.messages_stream import as_chat_request as as_chat_message
 from switchyard.gateway.parsing import parse_request
 from switchyard.gateway.relay import LineTerms, Origin, relay
 from switchyard.gateway.request_end import end_exchange
@@ -323,9 +326,14 @@ class BatchRunner:
             end_exchange(services, record_line, None, exc.status_code, started_at, refused=exc)
             return exc.status_code, error_body(exc).decode(), []
         record_line.requested_model = wire.model
+        alias = alias_of(services, parsed.model)
+        if alias is not None:
+            parsed.set_field("model", alias.model)
         collected = _Collected()
         terms = LineTerms(batch.id, self.prices, collected)
-        asked = Asked(priority="priority")  # a saturated model: wait for it, never a smaller one instead
+        asked = Asked(
+            quality=alias.quality if alias is not None else None, priority="priority"
+        )  # a saturated model: wait for it, never a smaller one instead
         try:
             relayed = await relay(services, Origin(request_id, terms=terms), principal, parsed, asked, shape)
         except asyncio.CancelledError:  # shutdown cut it short: what it spent is metered, the line runs again
@@ -361,6 +369,9 @@ class BatchRunner:
         if endpoint == "/v1/embeddings":
             embedding = parse_request(EmbeddingRequest, raw, limits)
             return embedding, embedding, PASS_THROUGH
+        if endpoint == "/v1/messages":
+            message = parse_request(MessagesRequest, raw, limits)
+            return message, *as_chat_message(message, self.services)
         asked = parse_request(ResponsesRequest, raw, limits)
         parsed, shape = as_chat_request(asked, self.services)
         return asked, parsed, shape

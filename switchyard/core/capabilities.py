@@ -16,7 +16,16 @@ from switchyard.core.chat_wire import WireRequest
 from switchyard.core.errors import UnsupportedParameter
 
 # The names used in the config, in /v1/models and in errors and route explanations.
-CAPABILITY_NAMES = ("tools", "parallel_tool_calls", "json_object", "json_schema", "vision", "logprobs", "n")
+CAPABILITY_NAMES = (
+    "tools",
+    "parallel_tool_calls",
+    "json_object",
+    "json_schema",
+    "vision",
+    "documents",
+    "logprobs",
+    "n",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +36,7 @@ class Capabilities:
     json_object: bool = True  # response_format json_object
     json_schema: bool = True  # response_format json_schema
     vision: bool = True  # image parts in messages
+    documents: bool = True  # file parts in messages (a Messages API `document` block: a PDF)
     logprobs: bool = True  # logprobs / top_logprobs
     n: bool = True  # n > 1
     context_window: int | None = None  # prompt + max_tokens, in tokens; None: unknown
@@ -53,6 +63,12 @@ EVERYTHING = Capabilities()  # what a backend that refuses for itself reports
 def _has_image(content: Any) -> bool:
     return isinstance(content, list) and any(
         isinstance(part, dict) and part.get("type") in ("image_url", "input_image", "image") for part in content
+    )
+
+
+def _has_document(content: Any) -> bool:
+    return isinstance(content, list) and any(
+        isinstance(part, dict) and part.get("type") in ("file", "document") for part in content
     )
 
 
@@ -89,6 +105,8 @@ def needs(request: Any) -> dict[str, str]:
             found["tools"] = "messages"
         if "vision" not in found and _has_image(message.get("content")):
             found["vision"] = "messages"
+        if "documents" not in found and _has_document(message.get("content")):
+            found["documents"] = "messages"
     logprobs = data.get("logprobs")  # a legacy completion's 0 asks for them too
     if (logprobs is not None and logprobs is not False) or data.get("top_logprobs"):
         found["logprobs"] = "logprobs" if logprobs is not None and logprobs is not False else "top_logprobs"

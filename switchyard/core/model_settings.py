@@ -93,6 +93,7 @@ class CapabilitySettings(StrictModel):
     json_object: bool | None = None
     json_schema: bool | None = None
     vision: bool | None = None
+    documents: bool | None = None
     logprobs: bool | None = None
     n: bool | None = None
 

@@ -171,6 +171,11 @@ def test_sdk_round_trip_answers_every_line_and_files_failures_beside_them(tmp_pa
         ("/v1/completions", {"model": "small", "prompt": "hi", "max_tokens": 5}, "text_completion"),
         ("/v1/responses", {"model": "small", "input": "hi", "max_output_tokens": 16}, "response"),
         ("/v1/embeddings", {"model": "embed", "input": ["hi", "there"]}, "list"),
+        (
+            "/v1/messages",
+            {"model": "small", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]},
+            "message",
+        ),
     ],
 )
 def test_completions_responses_and_embeddings_batches_answer_in_their_own_shapes(
@@ -183,7 +188,8 @@ def test_completions_responses_and_embeddings_batches_answer_in_their_own_shapes
         batch = client.batches.create(input_file_id=uploaded.id, endpoint=endpoint, completion_window="24h")
         done = wait_for_status(client, batch.id, ("completed",))
         output = read_lines(client, done.output_file_id)
-        assert [line["response"]["body"]["object"] for line in output] == [answer] * 3
+        bodies = [line["response"]["body"] for line in output]
+        assert [body.get("object", body.get("type")) for body in bodies] == [answer] * 3  # a Message has a type
         assert done.error_file_id is None
 
 

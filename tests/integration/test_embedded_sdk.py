@@ -173,3 +173,24 @@ async def test_concurrent_streams_match_their_solo_answers(embedded_proxy):
         solo = [await answer(p) for p in prompts]
         together = await asyncio.gather(*(answer(p) for p in prompts * 3))
     assert together == solo * 3
+
+
+def test_the_anthropic_sdk_is_answered_by_the_embedded_engine(embedded_proxy):
+    import anthropic
+
+    base = embedded_proxy[0].removesuffix("/v1")
+    with anthropic.Anthropic(base_url=base, api_key="k", max_retries=0) as client:
+        message = client.messages.create(model="tiny", max_tokens=8, system="Be brief.", messages=MESSAGES)
+        with client.messages.stream(model="tiny", max_tokens=8, messages=MESSAGES) as stream:
+            streamed = "".join(stream.text_stream)
+            final = stream.get_final_message()
+        counted = client.messages.with_raw_response.count_tokens(model="tiny", messages=MESSAGES)
+        document = {"type": "document", "source": {"type": "url", "url": "https://example.com/a.pdf"}}
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            client.messages.create(model="tiny", max_tokens=8, messages=[{"role": "user", "content": [document]}])
+    usage = message.usage
+    assert message.stop_reason in ("end_turn", "max_tokens") and usage.output_tokens > 0
+    assert usage.input_tokens + usage.cache_read_input_tokens > 0
+    assert final.usage.output_tokens > 0 and final.content[0].text == streamed
+    assert counted.headers["x-switchyard-token-count"] == "exact" and counted.parse().input_tokens > 0
+    assert refused.value.body["error"]["type"] == "invalid_request_error" and "documents" in refused.value.message

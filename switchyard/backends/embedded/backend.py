@@ -147,6 +147,7 @@ class EmbeddedBackend(Backend):
             json_object=True,
             json_schema=True,
             vision=False,
+            documents=False,
             logprobs=True,
             n=False,
             context_window=self.limits.context_window,

@@ -102,6 +102,7 @@ class EmbeddingBackend(Backend):
             json_object=False,
             json_schema=False,
             vision=False,
+            documents=False,
             logprobs=False,
             n=False,
             context_window=MAX_TOKENS,
