@@ -66,6 +66,10 @@ def _text_or_none(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def _per_mtok(usd_per_token: object) -> float | None:
+    return usd_per_token * 1e6 if isinstance(usd_per_token, int | float) else None
+
+
 def _retry_after_s(exc: Exception) -> float | None:
     response = getattr(exc, "response", None)
     value = getattr(response, "headers", {}).get("retry-after") if response is not None else None
@@ -133,11 +137,17 @@ class CommercialBackend(Backend):
         return self._capabilities
 
     def price(self) -> Price | None:
-        """LiteLLM's price map for this model (the config overrides it)."""
+        """LiteLLM's price map for this model, prompt-cache reads and writes included where it has
+        them (a price in the config replaces it whole)."""
         entry = _litellm().model_cost.get(self.litellm_model.split("/", 1)[-1]) or {}
         if "input_cost_per_token" not in entry:
             return None
-        return Price(entry["input_cost_per_token"] * 1e6, entry.get("output_cost_per_token", 0.0) * 1e6)
+        return Price(
+            entry["input_cost_per_token"] * 1e6,
+            entry.get("output_cost_per_token", 0.0) * 1e6,
+            _per_mtok(entry.get("cache_read_input_token_cost")),
+            _per_mtok(entry.get("cache_creation_input_token_cost")),
+        )
 
     @functools.cached_property
     def _openai_tokenizer(self) -> tuple[str, str] | None:

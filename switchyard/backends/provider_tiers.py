@@ -6,7 +6,7 @@ capable, inexpensive one in the tier `commercial`, which `auto` routes hard prom
 cascade climbs to from `local-small`, and a stronger one that clients name to use. The provider's
 base URL variable, when set, is the models' `base_url` (LiteLLM's `api_base`); the key is their
 `api_key`. Prices are the providers' list prices in USD per million tokens (input, output, cached
-input), as LiteLLM's model map has them.
+input and, where the provider charges for it, cache writes), as LiteLLM's model map has them.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ PROVIDERS = (
         "Anthropic",
         "ANTHROPIC_API_KEY",
         "ANTHROPIC_BASE_URL",
-        ProviderModel("claude-haiku-4-5", "anthropic/claude-haiku-4-5", Price(1.00, 5.00, 0.10)),
-        ProviderModel("claude-sonnet-4-5", "anthropic/claude-sonnet-4-5", Price(3.00, 15.00, 0.30)),
+        ProviderModel("claude-haiku-4-5", "anthropic/claude-haiku-4-5", Price(1.00, 5.00, 0.10, 1.25)),
+        ProviderModel("claude-sonnet-4-5", "anthropic/claude-sonnet-4-5", Price(3.00, 15.00, 0.30, 3.75)),
     ),
     Provider(
         "Gemini",
@@ -91,6 +91,7 @@ class LiveProvider:
             "input_usd_per_mtok": model.price.input_usd_per_mtok,
             "output_usd_per_mtok": model.price.output_usd_per_mtok,
             "cached_input_usd_per_mtok": model.price.cached_input_usd_per_mtok,
+            "cache_write_usd_per_mtok": model.price.cache_write_usd_per_mtok,
         }
         entry: dict[str, Any] = {
             "name": model.name,

@@ -119,6 +119,13 @@ def cached_prompt_tokens(usage: dict[str, Any] | None) -> int:
     return cached if isinstance(cached, int) and cached > 0 else 0
 
 
+def cache_write_tokens(usage: dict[str, Any] | None) -> int:
+    """Prompt tokens the upstream wrote to its prompt cache (`usage.cache_creation_input_tokens`,
+    as LiteLLM reports Anthropic's), 0 when it says none."""
+    written = (usage or {}).get("cache_creation_input_tokens")
+    return written if isinstance(written, int) and written > 0 else 0
+
+
 @dataclass
 class RequestMeter:
     """The metering of one client request; attempts are numbered in the order they were made."""
@@ -265,9 +272,16 @@ class RequestMeter:
             return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
         return (self.prompt_tokens_estimate if num_chunks else 0), num_chunks
 
-    def cost_of(self, model: str | None, prompt: int, completion: int, cached_prompt: int = 0) -> float:
+    def cost_of(
+        self, model: str | None, prompt: int, completion: int, cached_prompt: int = 0, cache_write: int = 0
+    ) -> float:
         price = self.prices.get(model) if model is not None else None
-        return price.cost_usd(prompt, completion, cached_prompt) if price is not None else 0.0
+        return price.cost_usd(prompt, completion, cached_prompt, cache_write) if price is not None else 0.0
+
+    def usage_cost_usd(self, model: str, usage: dict[str, Any]) -> float:
+        """What an attempt with this usage costs on `model`, its prompt-cache reads and writes priced."""
+        prompt, completion = self.tokens(usage, 0)
+        return self.cost_of(model, prompt, completion, cached_prompt_tokens(usage), cache_write_tokens(usage))
 
     def _write(
         self,
@@ -288,8 +302,8 @@ class RequestMeter:
         if self.counts is not None:
             self.counts[(entry.name, status)] += 1
         prompt, completion = self.tokens(usage, num_chunks)
-        cached_prompt = cached_prompt_tokens(usage)
-        cost = self.cost_of(entry.name, prompt, completion, cached_prompt)
+        cached_prompt, cache_write = cached_prompt_tokens(usage), cache_write_tokens(usage)
+        cost = self.cost_of(entry.name, prompt, completion, cached_prompt, cache_write)
         totals.cost_usd += cost
         totals.prompt_tokens += prompt
         totals.completion_tokens += completion
@@ -310,7 +324,14 @@ class RequestMeter:
         if self.metrics is not None:
             ttft_s = self.first_token_at - self.attempt_started_at if self.first_token_at is not None else None
             self.metrics.attempt_done(
-                team=self.team, model=entry.name, prompt=prompt, completion=completion, cost_usd=cost, ttft_s=ttft_s
+                team=self.team,
+                model=entry.name,
+                prompt=prompt,
+                completion=completion,
+                cost_usd=cost,
+                ttft_s=ttft_s,
+                cache_read=cached_prompt,
+                cache_write=cache_write,
             )
         if self.ledger is not None:
             tags = self.tags
@@ -346,7 +367,9 @@ class RequestMeter:
                     is_shadow=tags.is_shadow,
                     hosting=hosting_of(entry),
                     ceiling_cost_usd=(
-                        self.cost_of(tags.ceiling_model, prompt, completion, cached_prompt) if is_routed else None
+                        self.cost_of(tags.ceiling_model, prompt, completion, cached_prompt, cache_write)
+                        if is_routed
+                        else None
                     ),
                     batch_id=tags.batch_id,
                     confidence=self.confidence,
@@ -354,6 +377,8 @@ class RequestMeter:
                     request_ttfb_ms=request_ttfb_ms,
                     request_duration_ms=request_duration_ms,
                     routing_version=tags.routing_version,
+                    cache_read_tokens=cached_prompt if usage is not None else None,
+                    cache_write_tokens=cache_write if usage is not None else None,
                 )
             )
         self.begin_attempt()

@@ -47,6 +47,10 @@ class UsageRecord:
     request_ttfb_ms: float | None = None
     request_duration_ms: float | None = None
     routing_version: str | None = None  # the routing version that routed the request (auto, cascade)
+    # Of prompt_tokens, those the upstream read from its prompt cache and those it wrote to it
+    # (None: the upstream's usage was not at hand, or an old row).
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
 
 
 # An attempt whose answer went to the client: completed, or cut short by the client leaving.

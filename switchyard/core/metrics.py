@@ -103,6 +103,13 @@ class Metrics:
             ("team", "model", "kind"),
             registry=r,
         )
+        self.cache_tokens = Counter(
+            "switchyard_cache_tokens",
+            "Prompt tokens of attempts that the upstream read from its prompt cache (kind read) or wrote to it "
+            "(kind write), by team and model; they are among switchyard_tokens_total's prompt tokens.",
+            ("team", "model", "kind"),
+            registry=r,
+        )
         self.route_decisions = Counter(
             "switchyard_route_decisions",
             "model='auto' decisions by the tier chosen and why: score (the classifier's), value (routing "
@@ -183,7 +190,7 @@ class Metrics:
         # labelled children by their label values: `.labels()` validates and locks on every call,
         # and the same few models, teams and statuses come back request after request
         self._request_children: dict[tuple[str, str, str, str, int], tuple[Any, Any]] = {}
-        self._attempt_children: dict[tuple[str, str], tuple[Any, Any, Any, Any]] = {}
+        self._attempt_children: dict[tuple[str, str], tuple[Any, Any, Any, Any, Any, Any]] = {}
         self._seen_children: dict[tuple[str, str], tuple[Any, Any, Any]] = {}  # (entry point, outcome)
 
     def request_done(self, *, model: str, backend: str, tier: str, route: str, status: int, duration_s: float) -> None:
@@ -214,7 +221,16 @@ class Metrics:
         self.rate_limited.labels(team or "", limit).inc()
 
     def attempt_done(
-        self, *, team: str | None, model: str, prompt: int, completion: int, cost_usd: float, ttft_s: float | None
+        self,
+        *,
+        team: str | None,
+        model: str,
+        prompt: int,
+        completion: int,
+        cost_usd: float,
+        ttft_s: float | None,
+        cache_read: int = 0,
+        cache_write: int = 0,
     ) -> None:
         team = team or ""
         children = self._attempt_children.get((team, model))
@@ -224,12 +240,18 @@ class Metrics:
                 self.tokens.labels(team, model, "completion"),
                 self.cost.labels(team, model),
                 self.ttft.labels(model),
+                self.cache_tokens.labels(team, model, "read"),
+                self.cache_tokens.labels(team, model, "write"),
             )
             self._attempt_children[(team, model)] = children
-        prompt_tokens, completion_tokens, cost, ttft = children
+        prompt_tokens, completion_tokens, cost, ttft, cache_read_tokens, cache_write_tokens = children
         prompt_tokens.inc(prompt)
         completion_tokens.inc(completion)
         cost.inc(cost_usd)
+        if cache_read:
+            cache_read_tokens.inc(cache_read)
+        if cache_write:
+            cache_write_tokens.inc(cache_write)
         if ttft_s is not None:
             ttft.observe(max(ttft_s, 0.0))
 

@@ -79,10 +79,16 @@ class VLLMSettings(StrictModel):
 class PriceSettings(StrictModel):
     input_usd_per_mtok: float = Field(ge=0)
     output_usd_per_mtok: float = Field(ge=0)
-    cached_input_usd_per_mtok: float | None = Field(default=None, ge=0)  # prompt tokens from a prefix cache
+    cached_input_usd_per_mtok: float | None = Field(default=None, ge=0)  # prompt tokens read from a prompt cache
+    cache_write_usd_per_mtok: float | None = Field(default=None, ge=0)  # prompt tokens written to a prompt cache
 
     def to_price(self) -> Price:
-        return Price(self.input_usd_per_mtok, self.output_usd_per_mtok, self.cached_input_usd_per_mtok)
+        return Price(
+            self.input_usd_per_mtok,
+            self.output_usd_per_mtok,
+            self.cached_input_usd_per_mtok,
+            self.cache_write_usd_per_mtok,
+        )
 
 
 class CapabilitySettings(StrictModel):

@@ -20,7 +20,7 @@ from switchyard.backends.answered import Answered
 from switchyard.backends.base import AnyRequest
 from switchyard.backends.registry import ModelEntry
 from switchyard.billing.ledger import Ledger
-from switchyard.billing.metering import RequestMeter, RequestTags, RequestTotals, cached_prompt_tokens, usage_of
+from switchyard.billing.metering import RequestMeter, RequestTags, RequestTotals, usage_of
 from switchyard.billing.teams import Principal
 from switchyard.cascade.runtime import Plan
 from switchyard.core.capabilities import needs
@@ -284,7 +284,7 @@ def _without_usage(chunk: StreamChunk) -> StreamChunk | None:
 def _with_cost(chunk: StreamChunk, meter: RequestMeter, entry: ModelEntry) -> StreamChunk:
     """The usage chunk, with what the whole request cost (this attempt's tokens included)."""
     usage = chunk.parsed["usage"]
-    cost = meter.total_cost_usd + meter.cost_of(entry.name, *meter.tokens(usage, 0), cached_prompt_tokens(usage))
+    cost = meter.total_cost_usd + meter.usage_cost_usd(entry.name, usage)
     return StreamChunk.from_dict({**chunk.parsed, "usage": {**usage, "cost_usd": round(cost, 10)}})
 
 

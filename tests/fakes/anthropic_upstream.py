@@ -4,6 +4,12 @@ A request with `tools` is answered with `tool_use` content blocks (one per tool,
 `num_tool_calls`, each with `tool_input`) and stop_reason "tool_use"; streamed, each block is a
 `content_block_start` carrying the tool's id and name, then `input_json_delta` fragments. Once the
 last user message carries `tool_result` blocks, the answer is text again.
+
+Prompt caching as Anthropic's API does it: a request with `cache_control` breakpoints (on tools,
+system blocks or message blocks) caches the prompt up to its last breakpoint, `cached_prefix_tokens`
+tokens long. The first request with a prefix writes it (`cache_creation_input_tokens`), a later one
+with the same prefix reads it (`cache_read_input_tokens`); `input_tokens` counts only the rest. A
+stream's `message_start` carries the input and cache counts, its `message_delta` the output tokens.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ class AnthropicState:
     tool_input: dict[str, Any] = field(default_factory=lambda: {"city": "Paris"})
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    cached_prefix_tokens: int = 2048  # a prompt's tokens up to its last cache_control breakpoint
+    cached_prefixes: set[bytes] = field(default_factory=set)  # written to the cache, readable by a later request
 
 
 def _error(kind: str, message: str) -> bytes:
@@ -69,6 +77,32 @@ def _text_events(words: list[str]) -> list[tuple[str, dict[str, Any]]]:
     return events
 
 
+def _cached_prefix(body: dict[str, Any]) -> bytes | None:
+    """The request's prompt up to and including its last `cache_control` block (tools, then
+    system, then messages, Anthropic's order), None when it has no breakpoint."""
+    system = body.get("system")
+    blocks: list[Any] = list(body.get("tools") or []) + (system if isinstance(system, list) else [])
+    for message in body.get("messages") or []:
+        content = message.get("content")
+        blocks += content if isinstance(content, list) else [{"role": message.get("role"), "text": content}]
+    marked = [i for i, block in enumerate(blocks) if isinstance(block, dict) and block.get("cache_control")]
+    return orjson.dumps(blocks[: marked[-1] + 1]) if marked else None
+
+
+def _input_usage(body: dict[str, Any], state: AnthropicState) -> dict[str, int]:
+    prefix = _cached_prefix(body)
+    if prefix is None:
+        return {"input_tokens": 12}
+    is_read = prefix in state.cached_prefixes
+    state.cached_prefixes.add(prefix)
+    cached = state.cached_prefix_tokens
+    return {
+        "input_tokens": 12,
+        "cache_creation_input_tokens": 0 if is_read else cached,
+        "cache_read_input_tokens": cached if is_read else 0,
+    }
+
+
 class FakeAnthropicUpstream:
     def __init__(self, state: AnthropicState | None = None) -> None:
         self.state = state or AnthropicState()
@@ -111,7 +145,8 @@ class FakeAnthropicUpstream:
             await self._json(send, 401, _error("authentication_error", "invalid x-api-key"))
             return
         words = [w + " " for w in self.state.words][: body.get("max_tokens") or None]
-        usage = {"input_tokens": 12, "output_tokens": len(words)}
+        input_usage = _input_usage(body, self.state)
+        usage = {**input_usage, "output_tokens": len(words)}
         tool_uses = _tool_uses(body, self.state)
         stop_reason = "tool_use" if tool_uses else "end_turn"
         if not body.get("stream"):
@@ -146,7 +181,7 @@ class FakeAnthropicUpstream:
                         "content": [],
                         "stop_reason": None,
                         "stop_sequence": None,
-                        "usage": {"input_tokens": 12, "output_tokens": 1},
+                        "usage": {**input_usage, "output_tokens": 1},
                     },
                 },
             ),

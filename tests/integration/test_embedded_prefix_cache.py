@@ -120,13 +120,22 @@ def test_metrics_count_the_prompt_tokens_looked_up_and_found(served, sdk):
     def counts() -> dict[tuple[str, str], float]:
         text = httpx.get(base + "/metrics", timeout=30).text
         wanted = ("queries", "hits", "tokens")
-        return {
+        families = list(text_string_to_metric_families(text))
+        engine = {
             (s.name.removeprefix("switchyard_engine_prefix_cache_").removesuffix("_total"), s.labels["model"]): s.value
-            for family in text_string_to_metric_families(text)
+            for family in families
             if family.name.startswith("switchyard_engine_prefix_cache_")
             for s in family.samples
             if s.name.removeprefix("switchyard_engine_prefix_cache_").removesuffix("_total") in wanted
         }
+        metered = {  # the proxy's metering of the answers' usage, by model and team
+            ("metered_read", s.labels["model"]): s.value
+            for family in families
+            if family.name == "switchyard_cache_tokens"
+            for s in family.samples
+            if s.name == "switchyard_cache_tokens_total" and s.labels["kind"] == "read"
+        }
+        return engine | metered
 
     before = counts()
     assert ("queries", "tiny-off") not in before  # only models with prefix caching on
@@ -141,4 +150,5 @@ def test_metrics_count_the_prompt_tokens_looked_up_and_found(served, sdk):
     assert num_cached >= 2 * 3 * PAGE
     assert after[("queries", "tiny-batch")] - before[("queries", "tiny-batch")] == num_prompt
     assert after[("hits", "tiny-batch")] - before[("hits", "tiny-batch")] == num_cached
+    assert after[("metered_read", "tiny-batch")] - before.get(("metered_read", "tiny-batch"), 0) == num_cached
     assert after[("tokens", "tiny-batch")] >= 3 * PAGE  # the system prompt's blocks, kept for reuse

@@ -38,6 +38,7 @@ CONTRACT = {
     "switchyard_breaker_state": "gauge",
     "switchyard_cost_usd": "counter",
     "switchyard_tokens": "counter",
+    "switchyard_cache_tokens": "counter",
     "switchyard_budget_used_ratio": "gauge",
     "switchyard_queue_depth_tokens": "gauge",
     "switchyard_refusals": "counter",

@@ -140,6 +140,8 @@ def test_every_group_for_the_admin_and_a_teams_own_rows(proxy_url: str) -> None:
             "batch_requests",
             "batch_cost_usd",
             "shadow_cost_usd",
+            "cache_read_tokens",
+            "cache_write_tokens",
         ]
 
 

@@ -48,6 +48,8 @@ class Sums:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
+    cache_read_tokens: int = 0  # of the prompt tokens, read from a prompt cache
+    cache_write_tokens: int = 0  # of the prompt tokens, written to one
 
     def add(self, record: UsageRecord) -> None:
         self.attempts += 1
@@ -56,6 +58,8 @@ class Sums:
         self.prompt_tokens += record.prompt_tokens
         self.completion_tokens += record.completion_tokens
         self.cost_usd += record.cost_usd
+        self.cache_read_tokens += record.cache_read_tokens or 0
+        self.cache_write_tokens += record.cache_write_tokens or 0
 
     def merge(self, other: Sums) -> None:
         self.attempts += other.attempts
@@ -64,6 +68,8 @@ class Sums:
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
         self.cost_usd += other.cost_usd
+        self.cache_read_tokens += other.cache_read_tokens
+        self.cache_write_tokens += other.cache_write_tokens
 
     @property
     def tokens(self) -> int:

@@ -184,6 +184,7 @@ def render_kpis(summary: Mapping[str, Any]) -> str:
         ),
         *(_escalation_kpi(entry, escalation[entry]) for entry in ("cascade", "auto")),
         _batch_kpi(summary),
+        _cache_kpi(summary),
         _kpi(
             "Self-hosted tokens",
             percent(self_hosted["tokens"] / tokens) if self_hosted and tokens else "—",
@@ -202,6 +203,19 @@ def _escalation_kpi(entry: str, escalation: Mapping[str, Any]) -> str:
         percent(escalation["rate"]),
         f"{escalation['escalated_requests']:,} of {escalation['requests']:,} {entry} requests answered by a "
         "higher rung",
+    )
+
+
+def _cache_kpi(summary: Mapping[str, Any]) -> str:
+    """Prompt tokens read from and written to a prompt cache, and what that saved (reads at the
+    cached price, less what writes cost above the plain input price)."""
+    read, written = summary.get("cache_read_tokens", 0), summary.get("cache_write_tokens", 0)
+    if not (read or written):
+        return _kpi("Saved by prompt caching", "—", "no prompt tokens read from or written to a cache")
+    return _kpi(
+        "Saved by prompt caching",
+        usd(summary.get("cache_saved_usd", 0.0)),
+        f"{read:,} prompt tokens read from a cache · {written:,} written to one",
     )
 
 

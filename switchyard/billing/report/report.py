@@ -143,10 +143,10 @@ async def build_report(
             await _aggregate(earlier, previous_batches, bar, "reading the previous period", previous_total)
     aggregator.finish()
     tables = build_tables(aggregator, prices, key_prefixes)
-    summary = build_summary(aggregator)
+    summary = build_summary(aggregator, prices)
     if before is not None and earlier is not None and previous_batches is not None:
         earlier.finish()
-        summary["previous"], summary["change"] = compare_periods(summary, build_summary(earlier), *before)
+        summary["previous"], summary["change"] = compare_periods(summary, build_summary(earlier, prices), *before)
     plots = tuple(await asyncio.to_thread(_draw_figures, tables)) if aggregator.num_records else ()
     return Report(since, until, team, datetime.now(UTC), summary, tables, plots)
 

@@ -43,6 +43,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     ),
     "cost_by_team_model": (
         "team", "model", "requests", "attempts", "prompt_tokens", "completion_tokens", "cost_usd",
+        "cache_read_tokens", "cache_write_tokens",
     ),
     "route_mix": ("route", "requests", "share", *OUTCOMES, "cost_usd"),
     "escalation_by_day": ("day", "entry", "requests", "escalated_requests", "escalation_rate"),
@@ -58,6 +59,8 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "models": (
         "model", "hosting", "attempts", "completed", "prompt_tokens", "completion_tokens", "cost_usd",
         "usd_per_mtok", "price_input_usd_per_mtok", "price_output_usd_per_mtok",
+        "cache_read_tokens", "cache_write_tokens", "cache_saved_usd", "price_cached_input_usd_per_mtok",
+        "price_cache_write_usd_per_mtok",
     ),
     "latency_by_model": (
         "model", "latency_samples", "p50_latency_ms", "p95_latency_ms", "ttft_samples", "p50_ttft_ms", "p95_ttft_ms",
@@ -139,7 +142,17 @@ def build_tables(
         )
     for (team, model), s in sorted(agg.by_team_model.items()):
         rows["cost_by_team_model"].append(
-            (team, model, s.requests, s.attempts, s.prompt_tokens, s.completion_tokens, s.cost_usd)
+            (
+                team,
+                model,
+                s.requests,
+                s.attempts,
+                s.prompt_tokens,
+                s.completion_tokens,
+                s.cost_usd,
+                s.cache_read_tokens,
+                s.cache_write_tokens,
+            )  # fmt: skip
         )
     for label, r in sorted(agg.route_mix.items(), key=lambda item: _route_rank(item[0])):
         share = _ratio(r.requests, agg.num_requests)
@@ -161,10 +174,14 @@ def build_tables(
     for model, s in sorted(agg.by_model.items()):
         price = prices.get(model)
         price_in, price_out = (price.input_usd_per_mtok, price.output_usd_per_mtok) if price else (None, None)
+        price_read, price_write = (
+            (price.cached_input_usd_per_mtok, price.cache_write_usd_per_mtok) if price else (None, None)
+        )
         rows["models"].append(
             (
                 model, agg.hosting_of_model.get(model, "unknown"), s.attempts, s.completed, s.prompt_tokens,
                 s.completion_tokens, s.cost_usd, s.usd_per_mtok, price_in, price_out,
+                s.cache_read_tokens, s.cache_write_tokens, cache_saved_usd(s, price), price_read, price_write,
             )
         )  # fmt: skip
     for model in sorted(set(agg.latency_ms) | set(agg.ttft_ms)):
@@ -183,6 +200,18 @@ def build_tables(
     rows["refusals"].extend(refusal_rows(agg.refusals, key_prefixes))
     rows["routing_versions"].extend(version_rows(agg.by_version))
     return {name: Table(name, COLUMNS[name], tuple(rows[name])) for name in COLUMNS}
+
+
+def cache_saved_usd(sums: Sums, price: Price | None) -> float | None:
+    """What prompt caching saved on these attempts against pricing every prompt token as plain
+    input: reads at the cached price, less what writes cost above it (negative: it cost more;
+    None: no price)."""
+    if price is None:
+        return None
+    if not (sums.cache_read_tokens or sums.cache_write_tokens):
+        return 0.0
+    plain = price.cost_usd(sums.prompt_tokens, 0)
+    return plain - price.cost_usd(sums.prompt_tokens, 0, sums.cache_read_tokens, sums.cache_write_tokens)
 
 
 def build_latency_by_route(agg: Aggregator) -> Table:
@@ -209,8 +238,9 @@ def _savings_columns(s: SavingsSums) -> tuple[int, float, float, float, float | 
     )  # fmt: skip
 
 
-def build_summary(agg: Aggregator) -> dict[str, Any]:
-    """Headline numbers (the JSON summary's body, without the period and file list)."""
+def build_summary(agg: Aggregator, prices: Mapping[str, Price] | None = None) -> dict[str, Any]:
+    """Headline numbers (the JSON summary's body, without the period and file list); `prices`
+    (model -> `Price`) for what prompt caching saved."""
     routed = SavingsSums()
     for s in agg.savings.values():
         routed.requests += s.requests
@@ -232,6 +262,9 @@ def build_summary(agg: Aggregator) -> dict[str, Any]:
         "completion_tokens": t.completion_tokens,
         "cost_usd": t.cost_usd,
         "shadow_cost_usd": kinds[SHADOW].cost_usd if SHADOW in kinds else 0.0,  # in cost_usd, paid by the platform
+        "cache_read_tokens": t.cache_read_tokens,  # among prompt_tokens
+        "cache_write_tokens": t.cache_write_tokens,
+        "cache_saved_usd": _cache_saved_usd(agg, prices or {}),
         "savings": {
             "routed_requests": routed.requests,
             "realised_cost_usd": routed.realised_cost_usd,
@@ -284,6 +317,12 @@ def _escalation(agg: Aggregator) -> dict[str, dict[str, Any]]:
 def _latency_by_route(agg: Aggregator) -> dict[str, dict[str, Any]]:
     table = build_latency_by_route(agg)
     return {row["route"]: {k: v for k, v in row.items() if k != "route"} for row in table.records()}
+
+
+def _cache_saved_usd(agg: Aggregator, prices: Mapping[str, Price]) -> float:
+    """`cache_saved_usd` over every priced model."""
+    saved = (cache_saved_usd(s, prices.get(model)) for model, s in agg.by_model.items())
+    return sum(usd for usd in saved if usd is not None)
 
 
 def _by_team_model(agg: Aggregator) -> dict[str, dict[str, dict[str, float | int]]]:

@@ -214,7 +214,51 @@ def _sqlite_5(db: sqlite3.Connection) -> None:
         db.execute("ALTER TABLE usage ADD COLUMN routing_version TEXT")
 
 
-SQLITE: list[Callable[[sqlite3.Connection], None]] = [_sqlite_1, _sqlite_2, _sqlite_3, _sqlite_4, _sqlite_5]
+# Prompt caching: each attempt's prompt tokens read from and written to the upstream's prompt
+# cache (NULL on older rows), summed into the daily aggregate for /v1/usage.
+USAGE_ADDED_6 = ("cache_read_tokens", "cache_write_tokens")
+_SQLITE_CACHE_TOKENS = """
+ALTER TABLE usage_daily ADD COLUMN cache_read_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE usage_daily ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0;
+DROP TRIGGER usage_daily_grows;
+CREATE TRIGGER usage_daily_grows AFTER INSERT ON usage BEGIN
+    INSERT INTO usage_daily VALUES (
+        date(NEW.started_at, 'unixepoch'), COALESCE(NEW.team, ''), NEW.model, 1, NEW.attempt = 1,
+        NEW.prompt_tokens, NEW.completion_tokens, CASE WHEN NEW.is_shadow THEN 0 ELSE NEW.cost_usd END,
+        NEW.attempt = 1 AND NEW.batch_id IS NOT NULL, CASE WHEN NEW.batch_id IS NULL THEN 0 ELSE NEW.cost_usd END,
+        CASE WHEN NEW.is_shadow THEN NEW.cost_usd ELSE 0 END,
+        COALESCE(NEW.cache_read_tokens, 0), COALESCE(NEW.cache_write_tokens, 0))
+    ON CONFLICT (day, team, model) DO UPDATE SET
+        attempts = attempts + 1, requests = requests + excluded.requests,
+        prompt_tokens = prompt_tokens + excluded.prompt_tokens,
+        completion_tokens = completion_tokens + excluded.completion_tokens,
+        cost_usd = cost_usd + excluded.cost_usd,
+        batch_requests = batch_requests + excluded.batch_requests,
+        batch_cost_usd = batch_cost_usd + excluded.batch_cost_usd,
+        shadow_cost_usd = shadow_cost_usd + excluded.shadow_cost_usd,
+        cache_read_tokens = cache_read_tokens + excluded.cache_read_tokens,
+        cache_write_tokens = cache_write_tokens + excluded.cache_write_tokens;
+END;
+"""
+
+
+def _sqlite_6(db: sqlite3.Connection) -> None:
+    present = {row[1] for row in db.execute("PRAGMA table_info(usage)")}
+    for column in USAGE_ADDED_6:
+        if column not in present:
+            db.execute(f"ALTER TABLE usage ADD COLUMN {column} INTEGER")
+    for statement in _split(_SQLITE_CACHE_TOKENS):
+        db.execute(statement)
+
+
+SQLITE: list[Callable[[sqlite3.Connection], None]] = [
+    _sqlite_1,
+    _sqlite_2,
+    _sqlite_3,
+    _sqlite_4,
+    _sqlite_5,
+    _sqlite_6,
+]
 
 POSTGRES: list[str] = [
     """
@@ -360,4 +404,31 @@ POSTGRES: list[str] = [
     END $$;
     """,
     "ALTER TABLE usage ADD COLUMN IF NOT EXISTS routing_version TEXT;",  # number 5: see _sqlite_5
+    "".join(f"ALTER TABLE usage ADD COLUMN IF NOT EXISTS {column} BIGINT;\n" for column in USAGE_ADDED_6)
+    + """
+    ALTER TABLE usage_daily ADD COLUMN cache_read_tokens BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE usage_daily ADD COLUMN cache_write_tokens BIGINT NOT NULL DEFAULT 0;
+    CREATE OR REPLACE FUNCTION usage_daily_grow() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO usage_daily AS d VALUES (
+            (to_timestamp(NEW.started_at) AT TIME ZONE 'UTC')::date, COALESCE(NEW.team, ''), NEW.model,
+            1, CASE WHEN NEW.attempt = 1 THEN 1 ELSE 0 END,
+            NEW.prompt_tokens, NEW.completion_tokens, CASE WHEN NEW.is_shadow THEN 0 ELSE NEW.cost_usd END,
+            CASE WHEN NEW.attempt = 1 AND NEW.batch_id IS NOT NULL THEN 1 ELSE 0 END,
+            CASE WHEN NEW.batch_id IS NULL THEN 0 ELSE NEW.cost_usd END,
+            CASE WHEN NEW.is_shadow THEN NEW.cost_usd ELSE 0 END,
+            COALESCE(NEW.cache_read_tokens, 0), COALESCE(NEW.cache_write_tokens, 0))
+        ON CONFLICT (day, team, model) DO UPDATE SET
+            attempts = d.attempts + 1, requests = d.requests + excluded.requests,
+            prompt_tokens = d.prompt_tokens + excluded.prompt_tokens,
+            completion_tokens = d.completion_tokens + excluded.completion_tokens,
+            cost_usd = d.cost_usd + excluded.cost_usd,
+            batch_requests = d.batch_requests + excluded.batch_requests,
+            batch_cost_usd = d.batch_cost_usd + excluded.batch_cost_usd,
+            shadow_cost_usd = d.shadow_cost_usd + excluded.shadow_cost_usd,
+            cache_read_tokens = d.cache_read_tokens + excluded.cache_read_tokens,
+            cache_write_tokens = d.cache_write_tokens + excluded.cache_write_tokens;
+        RETURN NULL;
+    END $$;
+    """,
 ]

@@ -106,7 +106,7 @@ def check_group_by(group_by: str | None) -> None:
 
 _SUMS = (
     "SUM(cost_usd), SUM(prompt_tokens), SUM(completion_tokens), SUM(requests), SUM(batch_requests), "
-    "SUM(batch_cost_usd), SUM(shadow_cost_usd)"
+    "SUM(batch_cost_usd), SUM(shadow_cost_usd), SUM(cache_read_tokens), SUM(cache_write_tokens)"
 )
 # Shadow calls (switchyard.learning) are paid by the platform: their cost is counted apart.
 _ATTEMPT_SUMS = (
@@ -115,7 +115,9 @@ _ATTEMPT_SUMS = (
     "SUM(CASE WHEN attempt = 1 THEN 1 ELSE 0 END) AS requests, "
     "SUM(CASE WHEN attempt = 1 AND batch_id IS NOT NULL THEN 1 ELSE 0 END) AS batch_requests, "
     "SUM(CASE WHEN batch_id IS NULL THEN 0 ELSE cost_usd END) AS batch_cost_usd, "
-    "SUM(CASE WHEN is_shadow THEN cost_usd ELSE 0 END) AS shadow_cost_usd"
+    "SUM(CASE WHEN is_shadow THEN cost_usd ELSE 0 END) AS shadow_cost_usd, "
+    "SUM(COALESCE(cache_read_tokens, 0)) AS cache_read_tokens, "
+    "SUM(COALESCE(cache_write_tokens, 0)) AS cache_write_tokens"
 )
 # A request's route, as the report's route mix names it (`auto:<tier>`, with the tier of the first
 # model tried, `auto:<tier>→<tier>` when it escalated; `cascade:accepted`, `cascade:escalated` or
@@ -170,7 +172,8 @@ def summary_query(group_by: str | None, *, has_team: bool) -> tuple[str, bool]:
     labelled = (
         f"SELECT {_ROUTE_LABEL} AS route, r.cost_usd AS cost_usd, r.prompt_tokens AS prompt_tokens, "
         "r.completion_tokens AS completion_tokens, r.requests AS requests, r.batch_requests AS batch_requests, "
-        "r.batch_cost_usd AS batch_cost_usd, r.shadow_cost_usd AS shadow_cost_usd "
+        "r.batch_cost_usd AS batch_cost_usd, r.shadow_cost_usd AS shadow_cost_usd, "
+        "r.cache_read_tokens AS cache_read_tokens, r.cache_write_tokens AS cache_write_tokens "
         f"FROM ({per_request}) AS r "
         "LEFT JOIN usage AS a ON a.request_id = r.request_id AND a.attempt = r.answer_attempt"
     )
@@ -185,6 +188,8 @@ _SUMMED = (
     "batch_requests",
     "batch_cost_usd",
     "shadow_cost_usd",
+    "cache_read_tokens",
+    "cache_write_tokens",
 )
 _COSTS = ("cost_usd", "batch_cost_usd", "shadow_cost_usd")
 
@@ -195,25 +200,30 @@ def _group_value(group: Any) -> Any:
     return None if group == "" else group
 
 
+def _summary_row(group_by: str | None, row: tuple[Any, ...]) -> dict[str | None, Any]:
+    group, cost, prompt, completion, requests, batch_requests, batch_cost, shadow_cost, cache_read, cache_write = row
+    return {
+        group_by: _group_value(group),
+        "cost_usd": float(cost or 0.0),
+        "prompt_tokens": int(prompt or 0),
+        "completion_tokens": int(completion or 0),
+        "requests": int(requests or 0),
+        "batch_requests": int(batch_requests or 0),
+        "batch_cost_usd": float(batch_cost or 0.0),
+        "shadow_cost_usd": float(shadow_cost or 0.0),
+        "cache_read_tokens": int(cache_read or 0),
+        "cache_write_tokens": int(cache_write or 0),
+    }
+
+
 def summary(
     start: dt.date, end: dt.date, group_by: str | None, team: str | None, rows: list[tuple[Any, ...]]
 ) -> dict[str, Any]:
     """The usage summary's shape; `rows` are (group, cost_usd, prompt_tokens, completion_tokens,
-    requests, batch_requests, batch_cost_usd, shadow_cost_usd). Costs are rounded as every output rounds USD
+    requests, batch_requests, batch_cost_usd, shadow_cost_usd, cache_read_tokens, cache_write_tokens)
+    (the cache tokens are among the prompt tokens). Costs are rounded as every output rounds USD
     (`round_usd`); the daily aggregate's "no team" ('') is shown as null."""
-    data: list[dict[str | None, Any]] = [
-        {
-            group_by: _group_value(group),
-            "cost_usd": float(cost or 0.0),
-            "prompt_tokens": int(prompt or 0),
-            "completion_tokens": int(completion or 0),
-            "requests": int(requests or 0),
-            "batch_requests": int(batch_requests or 0),
-            "batch_cost_usd": float(batch_cost or 0.0),
-            "shadow_cost_usd": float(shadow_cost or 0.0),
-        }
-        for group, cost, prompt, completion, requests, batch_requests, batch_cost, shadow_cost in rows
-    ]
+    data = [_summary_row(group_by, row) for row in rows]
     totals = {
         key: sum(row[key] for row in data) if data else (0.0 if key.endswith("cost_usd") else 0) for key in _SUMMED
     }

@@ -48,11 +48,11 @@ TEAM_MODEL_RECORDS = [
 def test_cost_by_team_and_model_in_the_csv_the_summary_and_the_page(tmp_path) -> None:
     report = build(TEAM_MODEL_RECORDS)
     assert [tuple(r.values()) for r in report.tables["cost_by_team_model"].records()] == [
-        # team, model, requests (first attempts), attempts, prompt, completion, cost
-        ("(none)", "small-m", 1, 1, 100, 50, 0.5),
-        ("ads", "big-c", 1, 1, 100, 50, 2.0),
-        ("search", "big-c", 0, 1, 100, 50, 1.0),
-        ("search", "small-m", 2, 2, 100, 50, 0.25),
+        # team, model, requests (first attempts), attempts, prompt, completion, cost, cache read, cache written
+        ("(none)", "small-m", 1, 1, 100, 50, 0.5, 0, 0),
+        ("ads", "big-c", 1, 1, 100, 50, 2.0, 0, 0),
+        ("search", "big-c", 0, 1, 100, 50, 1.0, 0, 0),
+        ("search", "small-m", 2, 2, 100, 50, 0.25, 0, 0),
     ]
     report.write(tmp_path)
     with open(tmp_path / "cost_by_team_model.csv", newline="") as f:
@@ -65,6 +65,8 @@ def test_cost_by_team_and_model_in_the_csv_the_summary_and_the_page(tmp_path) ->
         "prompt_tokens": "100",
         "completion_tokens": "50",
         "cost_usd": "2.0",
+        "cache_read_tokens": "0",
+        "cache_write_tokens": "0",
     }
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["cost_by_team_model"]["search"] == {
@@ -246,3 +248,28 @@ def test_metering_records_the_models_hosting(backend_kind, hosting, recorded) ->
 def test_an_unknown_hosting_is_refused_with_the_key_named() -> None:
     with pytest.raises(ValueError, match="hosting"):
         Settings(models=[{"name": "m", "base_url": "http://127.0.0.1:9/v1", "hosting": "cloud"}])
+
+
+def test_prompt_cache_tokens_and_what_they_saved_in_the_models_table_the_summary_and_the_page() -> None:
+    from switchyard.core.prices import Price
+
+    price = Price(3.0, 15.0, cached_input_usd_per_mtok=0.3, cache_write_usd_per_mtok=3.75)
+    records = [
+        # 100 prompt tokens each: the first wrote 80 to the cache, the next two read them
+        rec("c1", 1, 1.0, "claude", "completed", 0.0, cache_read_tokens=0, cache_write_tokens=80),
+        rec("c2", 1, 2.0, "claude", "completed", 0.0, cache_read_tokens=80, cache_write_tokens=0),
+        rec("c3", 1, 3.0, "claude", "completed", 0.0, cache_read_tokens=80, cache_write_tokens=0),
+        rec("o1", 1, 4.0, "small-m", "completed", 0.0),  # an old row: no cache counts
+    ]
+    report = build(records, prices={"claude": price})
+    models = {row["model"]: row for row in report.tables["models"].records()}
+    saved = (160 * (3.0 - 0.3) - 80 * (3.75 - 3.0)) / 1e6
+    claude = models["claude"]
+    assert (claude["cache_read_tokens"], claude["cache_write_tokens"]) == (160, 80)
+    assert claude["cache_saved_usd"] == pytest.approx(saved)
+    assert (claude["price_cached_input_usd_per_mtok"], claude["price_cache_write_usd_per_mtok"]) == (0.3, 3.75)
+    assert (models["small-m"]["cache_read_tokens"], models["small-m"]["cache_saved_usd"]) == (0, None)  # no price
+    summary = report.summary_json()
+    assert (summary["cache_read_tokens"], summary["cache_write_tokens"]) == (160, 80)
+    assert summary["cache_saved_usd"] == pytest.approx(saved)
+    assert "Saved by prompt caching" in report.html() and "160 prompt tokens read from a cache" in report.html()

@@ -72,6 +72,8 @@ async def test_every_field_survives_the_round_trip(database: Database) -> None:
         threshold=-0.8,
         request_ttfb_ms=55.5,
         request_duration_ms=120.25,
+        cache_read_tokens=6,
+        cache_write_tokens=3,
     )
     assert await database.insert_usage([record]) == 1
     assert await database.read_usage(request_id="r1") == [record]
@@ -111,8 +113,18 @@ async def test_the_summary_reads_utc_days_inclusively_by_model_or_day(database: 
     await database.insert_usage(
         [
             usage("a", 1, started_at=DAY1),
-            usage("a", 2, started_at=DAY1, model="large", cost_usd=1.0, prompt_tokens=100, completion_tokens=50),
-            usage("b", started_at=DAY2, model="large", cost_usd=1.0, batch_id="batch_1"),  # a batch's line
+            usage(
+                "a",
+                2,
+                started_at=DAY1,
+                model="large",
+                cost_usd=1.0,
+                prompt_tokens=100,
+                completion_tokens=50,
+                cache_read_tokens=60,
+                cache_write_tokens=30,
+            ),
+            usage("b", started_at=DAY2, model="large", cost_usd=1.0, batch_id="batch_1", cache_read_tokens=4),
             usage("c", started_at=DAY2, team="ads", cost_usd=4.0),
             usage("d", started_at=DAY2 + 86_400, cost_usd=8.0),  # 2026-11-22: outside
             # a shadow call: the platform pays, its cost kept apart
@@ -143,6 +155,8 @@ async def test_the_summary_reads_utc_days_inclusively_by_model_or_day(database: 
         "batch_requests": 1,
         "batch_cost_usd": pytest.approx(1.0),
         "shadow_cost_usd": pytest.approx(0.5),
+        "cache_read_tokens": 64,  # among the prompt tokens
+        "cache_write_tokens": 30,
         "data": [
             {
                 "model": "large",
@@ -153,6 +167,8 @@ async def test_the_summary_reads_utc_days_inclusively_by_model_or_day(database: 
                 "batch_requests": 1,
                 "batch_cost_usd": pytest.approx(1.0),
                 "shadow_cost_usd": pytest.approx(0.5),
+                "cache_read_tokens": 64,
+                "cache_write_tokens": 30,
             },
             {
                 "model": "small",
@@ -163,6 +179,8 @@ async def test_the_summary_reads_utc_days_inclusively_by_model_or_day(database: 
                 "batch_requests": 0,
                 "batch_cost_usd": 0.0,
                 "shadow_cost_usd": 0.0,
+                "cache_read_tokens": 0,
+                "cache_write_tokens": 0,
             },
         ],
     }

@@ -49,6 +49,8 @@ async def test_refusals_are_kept_and_change_no_usage_summary(database_url: str) 
             "batch_requests": 0,
             "batch_cost_usd": 0.0,
             "shadow_cost_usd": 0.0,
+            "cache_read_tokens": 0,
+            "cache_write_tokens": 0,
             "data": [],
         }
         spent = await database.spend_since(T0 - 1)

@@ -3,6 +3,8 @@ columns when it is opened, on SQLite and PostgreSQL alike; its rows stay, with t
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 from switchyard.billing.store import migrations, open_database
@@ -11,7 +13,8 @@ from tests.servers.postgres import database_url, postgres_server, postgres_url  
 from tests.unit.billing.test_store import usage
 
 NEW_COLUMNS = ("confidence", "threshold", "request_ttfb_ms", "request_duration_ms")
-LATER_COLUMNS = ("routing_version",)  # added by a later migration than those under test here
+# added by later migrations than those under test here
+LATER_COLUMNS = ("routing_version", "cache_read_tokens", "cache_write_tokens")
 
 
 async def test_an_old_database_gains_the_columns_and_keeps_its_rows(
@@ -71,5 +74,45 @@ async def test_an_old_database_gains_the_routing_version(
         routed = usage("new", requested_model="auto", routing_version="v-0123456789ab")
         assert await database.insert_usage([routed]) == 1
         assert (await database.read_usage(request_id="new"))[0].routing_version == "v-0123456789ab"
+    finally:
+        await database.aclose()
+
+
+async def test_an_old_database_gains_the_cache_token_columns_and_sums(
+    database_url: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rows from before prompt-cache tokens were kept read back without them and add nothing to the
+    summary's cache sums; new rows are summed into the daily aggregate the old rows are in."""
+    assert migrations.USAGE_ADDED_6 == ("cache_read_tokens", "cache_write_tokens")
+    with monkeypatch.context() as before:
+        before.setattr(migrations, "SQLITE", migrations.SQLITE[:5])
+        before.setattr(migrations, "POSTGRES", migrations.POSTGRES[:5])
+        old = await open_database(database_url)
+        old_columns = [c for c in USAGE_COLUMNS if c not in migrations.USAGE_ADDED_6]
+        record = usage("old", prompt_tokens=100)
+        values = dict(zip(USAGE_COLUMNS, usage_values(record), strict=True))
+        placeholders = ", ".join("?" for _ in old_columns)
+        await old.execute(
+            f"INSERT INTO usage ({', '.join(old_columns)}) VALUES ({placeholders})", *(values[c] for c in old_columns)
+        )
+        await old.aclose()
+    database = await open_database(database_url)
+    try:
+        assert await database.read_usage(request_id="old") == [record]
+        assert record.cache_read_tokens is None and record.cache_write_tokens is None
+        cached = usage("new", prompt_tokens=2060, cache_read_tokens=2048, cache_write_tokens=0)
+        written = usage("newer", prompt_tokens=2060, cache_read_tokens=0, cache_write_tokens=2048)
+        assert await database.insert_usage([cached, written]) == 2
+        assert await database.read_usage(request_id="new") == [cached]
+        day = dt.datetime.fromtimestamp(record.started_at, dt.UTC).date()
+        summary = await database.usage_summary(day, day, group_by="model", team=None)
+        assert (summary["prompt_tokens"], summary["cache_read_tokens"], summary["cache_write_tokens"]) == (
+            4220,
+            2048,
+            2048,
+        )
+        by_key = await database.usage_summary(day, day, group_by="key", team=None)  # read from the attempts
+        assert (by_key["cache_read_tokens"], by_key["cache_write_tokens"]) == (2048, 2048)
     finally:
         await database.aclose()

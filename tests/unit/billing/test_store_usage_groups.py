@@ -24,6 +24,8 @@ ROW_KEYS = [
     "batch_requests",
     "batch_cost_usd",
     "shadow_cost_usd",
+    "cache_read_tokens",
+    "cache_write_tokens",
 ]
 
 
@@ -52,11 +54,28 @@ LEDGER = [
     attempt("r1", requested_model="auto", route="auto:classifier=0.20<0.45->small"),
     # the cascade escalated from small to large: one request, two attempts
     attempt("r2", requested_model="cascade", status="escalated", route="cascade->small"),
-    attempt("r2", 2, requested_model="cascade", model="large", tier="large", cost_usd=0.4, escalated_from="small"),
+    attempt(
+        "r2",
+        2,
+        requested_model="cascade",
+        model="large",
+        tier="large",
+        cost_usd=0.4,
+        escalated_from="small",
+        cache_read_tokens=4,
+    ),
     # the cascade accepted its first rung, for another key of another team
     attempt("r3", requested_model="cascade", team="ads", key_id="key_b"),
     # a model named directly, a batch's line
-    attempt("r4", requested_model="large", model="large", tier="large", cost_usd=0.2, batch_id="batch_1"),
+    attempt(
+        "r4",
+        requested_model="large",
+        model="large",
+        tier="large",
+        cost_usd=0.2,
+        batch_id="batch_1",
+        cache_write_tokens=2,
+    ),
     # before the ledger kept what was asked for: no key, no team, no route
     attempt("r5", key_id=None, team=None, tier=None),
     # the next day: outside a one-day period
@@ -83,6 +102,7 @@ def rows(summary: dict, group: str) -> dict:
 async def test_every_group_has_the_same_shape_and_adds_up_to_the_totals(database: Database) -> None:
     totals = await database.usage_summary(DAY, DAY, group_by=None, team=None)
     assert (totals["requests"], totals["cost_usd"], totals["batch_requests"]) == (5, 1.0, 1)
+    assert (totals["cache_read_tokens"], totals["cache_write_tokens"]) == (4, 2)
     for group in GROUP_BY[1:]:
         summary = await database.usage_summary(DAY, DAY, group_by=group, team=None)
         assert summary["group_by"] == group
@@ -95,15 +115,15 @@ async def test_every_group_has_the_same_shape_and_adds_up_to_the_totals(database
 async def test_by_key_and_by_team(database: Database) -> None:
     by_key = await database.usage_summary(DAY, DAY, group_by="key", team=None)
     assert list(rows(by_key, "key").items()) == [
-        ("key_a", (0.8, 40, 20, 3, 1, 0.2, 0.0)),
-        ("key_b", (0.1, 10, 5, 1, 0, 0.0, 0.0)),
-        (None, (0.1, 10, 5, 1, 0, 0.0, 0.0)),  # no key: last
+        ("key_a", (0.8, 40, 20, 3, 1, 0.2, 0.0, 4, 2)),
+        ("key_b", (0.1, 10, 5, 1, 0, 0.0, 0.0, 0, 0)),
+        (None, (0.1, 10, 5, 1, 0, 0.0, 0.0, 0, 0)),  # no key: last
     ]
     by_team = await database.usage_summary(DAY, DAY, group_by="team", team=None)
     assert rows(by_team, "team") == {
-        None: (0.1, 10, 5, 1, 0, 0.0, 0.0),
-        "ads": (0.1, 10, 5, 1, 0, 0.0, 0.0),
-        "search": (0.8, 40, 20, 3, 1, 0.2, 0.0),
+        None: (0.1, 10, 5, 1, 0, 0.0, 0.0, 0, 0),
+        "ads": (0.1, 10, 5, 1, 0, 0.0, 0.0, 0, 0),
+        "search": (0.8, 40, 20, 3, 1, 0.2, 0.0, 4, 2),
     }
     own = await database.usage_summary(DAY, DAY, group_by="team", team="search")
     assert list(rows(own, "team")) == ["search"]  # a team reads its own row only
@@ -122,13 +142,13 @@ async def test_by_route_names_requests_as_the_reports_route_mix(database: Databa
     await database.insert_usage(ROUTED)
     by_route = await database.usage_summary(DAY, DAY, group_by="route", team=None)
     assert rows(by_route, "route") == {
-        "auto:small": (0.1, 10, 5, 1, 0, 0.0, 0.0),
-        "auto:small→large": (0.2, 20, 10, 1, 0, 0.0, 0.0),
-        "cascade:accepted": (0.1, 10, 5, 1, 0, 0.0, 0.0),
-        "cascade:escalated": (0.5, 20, 10, 1, 0, 0.0, 0.0),  # both attempts
-        "cascade:failed": (0.1, 10, 5, 1, 0, 0.0, 0.0),
-        "direct": (0.2, 10, 5, 1, 1, 0.2, 0.0),
-        "unrecorded": (0.1, 10, 5, 1, 0, 0.0, 0.0),
+        "auto:small": (0.1, 10, 5, 1, 0, 0.0, 0.0, 0, 0),
+        "auto:small→large": (0.2, 20, 10, 1, 0, 0.0, 0.0, 0, 0),
+        "cascade:accepted": (0.1, 10, 5, 1, 0, 0.0, 0.0, 0, 0),
+        "cascade:escalated": (0.5, 20, 10, 1, 0, 0.0, 0.0, 4, 0),  # both attempts
+        "cascade:failed": (0.1, 10, 5, 1, 0, 0.0, 0.0, 0, 0),
+        "direct": (0.2, 10, 5, 1, 1, 0.2, 0.0, 0, 2),
+        "unrecorded": (0.1, 10, 5, 1, 0, 0.0, 0.0, 0, 0),
     }
     # the same names and counts as the report's route mix, read from the same ledger
     one_day = [r for r in LEDGER + ROUTED if r.started_at < T0 + 86_400]
