@@ -82,10 +82,12 @@ def run_print(
 ) -> PrintRun:
     """`claude -p PROMPT --output-format json` in `cwd`, pointed at `base_url`, with nothing of this
     process's environment but PATH (no key or setting of the machine's user leaks in); `headers` go
-    with each of its requests (ANTHROPIC_CUSTOM_HEADERS)."""
+    with each of its requests (ANTHROPIC_CUSTOM_HEADERS). Its temporary files go under `home`."""
+    (home / "tmp").mkdir(exist_ok=True)
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
+        "TMPDIR": str(home / "tmp"),  # else it leaves a probe directory in /tmp/claude-UID at each run
         "CLAUDE_CONFIG_DIR": str(home / ".claude"),
         "ANTHROPIC_BASE_URL": base_url,
         "ANTHROPIC_API_KEY": api_key,
