@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed-dev$(if $(GEMMA),-gemma)$(if $(QWEN),-qwen)
 # instructor and llama-index with openai 2.x (see test-clients-openai2)
 CLIENTS_OPENAI2_VENV := .venv-clients-openai2
 
-.PHONY: serve test coverage test-fast lint imports bench bench-served install clean image-test wheel-test
+.PHONY: serve test coverage test-fast lint imports bench bench-served install clean image-test wheel-test claude-code
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found; run 'make PYTHON=python3 ...'"; exit 1; }
@@ -56,7 +56,7 @@ OWN_ENV_TESTS := tests/clients/test_instructor.py tests/clients/test_llama_index
 COV ?=
 SIDE_RUNS := serial openai2
 TEST_ENV := SWITCHYARD_TEST_SKIPS=$(CURDIR)/$(TEST_SKIPS)
-test: lint
+test: lint claude-code
 	@rm -f .coverage .coverage.* $(foreach r,$(SIDE_RUNS),.coverage-side-$(r)) $(TEST_SKIPS)
 	@mkdir -p .pytest_cache
 	@$(MAKE) --no-print-directory -j3 test-main $(addprefix test-side-,$(SIDE_RUNS)) COV="$(COV)"
@@ -86,7 +86,7 @@ test-side-openai2: $(CLIENTS_OPENAI2_VENV)/.installed
 	$(call side_run,openai2,$(MAKE) --no-print-directory test-clients-openai2 CLIENTS_OPENAI2_ARGS="$(SIDE_ARGS)")
 
 # For the edit loop: the same checks, and the suite without the tests marked slow.
-test-fast: lint
+test-fast: lint claude-code
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not slow" -q
 
 lint: $(STAMP)
@@ -124,6 +124,19 @@ $(CLIENTS_OPENAI2_VENV)/.installed: $(STAMP) pyproject.toml Makefile
 CLIENTS_OPENAI2_ARGS ?=
 test-clients-openai2: $(CLIENTS_OPENAI2_VENV)/.installed
 	SWITCHYARD_CLIENTS_OPENAI2=1 $(CLIENTS_OPENAI2_VENV)/bin/python -m pytest -q $(CLIENTS_OPENAI2_ARGS) $(OWN_ENV_TESTS)
+
+# Claude Code (npm's @anthropic-ai/claude-code: a native binary, ~380 MB; about 6 s from npm's
+# registry here) for tests/clients/test_claude_code.py, pinned, into .ci/node (git-ignored). Without
+# npm, or when the install fails, this says so and goes on: that test skips saying why (and fails
+# under CI=true, tests/components.py).
+CLAUDE_CODE_VERSION := 2.1.332
+CLAUDE_CODE_STAMP := .ci/node/.installed-claude-code-$(CLAUDE_CODE_VERSION)
+claude-code:
+	@if [ -f $(CLAUDE_CODE_STAMP) ]; then :; \
+	elif ! command -v npm >/dev/null 2>&1; then echo "make: npm not found, so no Claude Code: its tests skip"; \
+	elif npm install --prefix .ci/node --no-audit --no-fund --loglevel=error \
+		@anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION); then touch $(CLAUDE_CODE_STAMP); \
+	else echo "make: could not install Claude Code $(CLAUDE_CODE_VERSION): its tests skip"; fi
 
 # The LiteLLM proxy, the baseline bench/overhead.py compares against, in a venv of its own: its
 # [proxy] extra pins a LiteLLM of its own, and from 1.108 on needs a package PyPI does not have.
@@ -171,4 +184,4 @@ wheel-test:
 	PYTHON=$(PYTHON) .ci/wheel-test.sh
 
 clean:
-	rm -rf $(VENV) .venv-litellm-proxy $(CLIENTS_OPENAI2_VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .venv-litellm-proxy $(CLIENTS_OPENAI2_VENV) .pytest_cache build *.egg-info .ci/node

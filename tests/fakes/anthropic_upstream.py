@@ -1,9 +1,10 @@
 """A fake Anthropic Messages API server (POST /v1/messages), streaming events and error bodies included.
 
 A request with `tools` is answered with `tool_use` content blocks (one per tool, up to
-`num_tool_calls`, each with `tool_input`) and stop_reason "tool_use"; streamed, each block is a
-`content_block_start` carrying the tool's id and name, then `input_json_delta` fragments. Once the
-last user message carries `tool_result` blocks, the answer is text again.
+`num_tool_calls`, each with `tool_input`; each calls `tool_name` when set) and stop_reason
+"tool_use"; streamed, each block is a `content_block_start` carrying the tool's id and name, then
+`input_json_delta` fragments. Once the last user message carries `tool_result` blocks, the answer
+is text again.
 
 Prompt caching as Anthropic's API does it: a request with `cache_control` breakpoints (on tools,
 system blocks or message blocks) caches the prompt up to its last breakpoint, `cached_prefix_tokens`
@@ -29,6 +30,7 @@ class AnthropicState:
     token_delay_s: float = 0.0
     num_tool_calls: int = 1
     tool_input: dict[str, Any] = field(default_factory=lambda: {"city": "Paris"})
+    tool_name: str | None = None  # the tool every call names; None: the request's tools in turn
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     cached_prefix_tokens: int = 2048  # a prompt's tokens up to its last cache_control breakpoint
@@ -49,7 +51,12 @@ def _tool_uses(body: dict[str, Any], state: AnthropicState) -> list[dict[str, An
     if not tools or _has_tool_result(messages[-1]):
         return []
     return [
-        {"type": "tool_use", "id": f"toolu_fake_{i}", "name": tools[i % len(tools)]["name"], "input": state.tool_input}
+        {
+            "type": "tool_use",
+            "id": f"toolu_fake_{i}",
+            "name": state.tool_name or tools[i % len(tools)]["name"],
+            "input": state.tool_input,
+        }
         for i in range(state.num_tool_calls)
     ]
 

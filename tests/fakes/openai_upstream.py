@@ -17,9 +17,9 @@ with the same fields changes it for every later request. Failure modes:
     "bad_shape"  stream one good chunk, then valid JSON that is not a chunk (a string `delta`)
 
 A chat request with `tools` (unless `tool_choice` is "none" or the last message is a tool's result)
-is answered with `num_tool_calls` calls of its tools in turn, each with `tool_arguments`, in OpenAI's
-format: `message.tool_calls`, or streamed `delta.tool_calls` (index, id and name first, then the
-arguments in fragments), and finish_reason "tool_calls".
+is answered with `num_tool_calls` calls of its tools in turn (each of `tool_name` when set), each
+with `tool_arguments`, in OpenAI's format: `message.tool_calls`, or streamed `delta.tool_calls`
+(index, id and name first, then the arguments in fragments), and finish_reason "tool_calls".
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ class FakeBehaviour:
     error_param: str | None = None  # the `param` of the "400" failure's error
     num_tool_calls: int = 1
     tool_arguments: str = '{"city": "Paris"}'
+    tool_name: str | None = None  # the tool every call names; None: the request's tools in turn
 
     def updated(self, override: dict[str, Any] | None) -> FakeBehaviour:
         return dataclasses.replace(self, **override) if override else self
@@ -163,7 +164,10 @@ def _tool_calls(body: dict[str, Any], behaviour: FakeBehaviour) -> list[dict[str
         {
             "id": f"call_fake_{i}",
             "type": "function",
-            "function": {"name": tools[i % len(tools)]["function"]["name"], "arguments": behaviour.tool_arguments},
+            "function": {
+                "name": behaviour.tool_name or tools[i % len(tools)]["function"]["name"],
+                "arguments": behaviour.tool_arguments,
+            },
         }
         for i in range(behaviour.num_tool_calls)
     ]
