@@ -24,7 +24,8 @@ class _Open(BaseModel):
 
 
 class MessageParam(_Open):
-    role: Literal["user", "assistant"]
+    # "system": a turn of instructions among the messages (Claude Code sends its environment so)
+    role: Literal["user", "assistant", "system"]
     content: str | list[dict[str, Any]]
 
 

@@ -88,6 +88,9 @@ def _messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         param, content = f"messages[{i}]", message["content"]
         if isinstance(content, str):
             chat.append({"role": message["role"], "content": content})
+        elif message["role"] == "system":  # a system message where it stands, as chat takes one
+            parts = [_text_part(block, f"{param}.content[{j}]") for j, block in enumerate(content)]
+            chat.append({"role": "system", "content": parts})
         elif message["role"] == "assistant":
             chat.append(_assistant(content, f"{param}.content"))
         else:

@@ -90,13 +90,10 @@ def _metered_once(served: Served, client_request_id: str, num_requests: int) -> 
     return records()
 
 
-# Claude Code 2.1.x sends its per-turn context as a `role: system` message (its beta
-# per-turn-control-2026-07-01). Switchyard's /v1/messages answers that with a 400 today; Claude Code
-# then resends the request with that text folded into the first user message (recorded in the
-# fixture's `system_turn_refused`), so each turn costs a refused request first.
-SYSTEM_TURNS_REFUSED = pytest.mark.xfail(
-    strict=True, reason="/v1/messages refuses a `role: system` message (Claude Code's per-turn context)"
-)
+# Claude Code 2.1.x sends its per-turn context as a `role: system` message among the messages (its
+# beta per-turn-control-2026-07-01). Refused, it would resend the request with that text folded into
+# the first user message (recorded in the fixture's `system_turn_refused`), each turn costing a
+# refused request first: the proxy takes it as the system message it is.
 
 
 def test_claude_code_answers_through_an_openai_compatible_model(proxy: Served) -> None:
@@ -112,7 +109,8 @@ def test_claude_code_answers_through_an_openai_compatible_model(proxy: Served) -
     assert [r.path for r in sent] == ["/v1/chat/completions"]
     body = sent[0].body
     assert body["model"] == UPSTREAM_MODEL and body["stream"] is True
-    assert body["messages"][0]["role"] == "system" and body["messages"][-1]["role"] == "user"
+    # its system blocks first, the prompt, then its per-turn context as a system message where it stood
+    assert [m["role"] for m in body["messages"]] == ["system", "user", "system"]
     assert "Read" in {tool["function"]["name"] for tool in body["tools"]}
     _metered_once(proxy, tag, 1)
 
@@ -141,7 +139,6 @@ def test_claude_code_reads_a_file_through_its_tool(proxy: Served) -> None:
     _metered_once(proxy, tag, 2)
 
 
-@SYSTEM_TURNS_REFUSED
 def test_claude_code_is_never_refused(proxy: Served) -> None:
     claude_binary()
     tag = uuid.uuid4().hex
@@ -210,8 +207,8 @@ def _check_stream(events: list[tuple[str, dict[str, Any]]], recorded: dict[str, 
 @pytest.mark.parametrize(
     ("scenario", "index"),
     [
-        pytest.param("text", 0, marks=SYSTEM_TURNS_REFUSED),
-        pytest.param("read_tool", 1, marks=SYSTEM_TURNS_REFUSED),
+        ("text", 0),
+        ("read_tool", 1),
         ("system_turn_refused", 1),  # as Claude Code resends it after the 400
     ],
 )

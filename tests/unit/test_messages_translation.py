@@ -216,3 +216,19 @@ def test_error_statuses_and_types(exc, status, kind):
     exc.message = "x"
     assert error_status(exc) == status
     assert orjson.loads(error_body(exc))["error"]["type"] == kind
+
+
+def test_a_system_turn_among_the_messages_stays_where_it_stands():
+    """Claude Code sends its per-turn context as a `role: system` message after the prompt."""
+    turns = [
+        {"role": "user", "content": "hi"},
+        {"role": "system", "content": [{"type": "text", "text": "cwd: /x", "cache_control": {"type": "ephemeral"}}]},
+        {"role": "system", "content": "plain"},
+    ]
+    chat = to_chat_request(_request(system="first", messages=turns), LIMITS).wire_payload()["messages"]
+    assert [m["role"] for m in chat] == ["system", "user", "system", "system"]
+    assert chat[2]["content"] == [{"type": "text", "text": "cwd: /x", "cache_control": {"type": "ephemeral"}}]
+    assert chat[3]["content"] == "plain"
+    with pytest.raises(InvalidRequest) as refused:
+        to_chat_request(_request(messages=[{"role": "system", "content": [{"type": "image"}]}]), LIMITS)
+    assert refused.value.param == "messages[0].content[0]"
