@@ -12,9 +12,14 @@ from switchyard.gateway.messages_stream import MESSAGES_ERRORS
 MESSAGES_PATH = "/v1/messages"
 
 
+def is_messages_path(path: str) -> bool:
+    """Whether `path` is Anthropic's Messages API (its errors in Anthropic's shape)."""
+    return path == MESSAGES_PATH or path.startswith(MESSAGES_PATH + "/")
+
+
 def errors_of(path: str) -> AnswerShape:
     """How the API at `path` writes its errors."""
-    if path == MESSAGES_PATH or path.startswith(MESSAGES_PATH + "/"):
+    if is_messages_path(path):
         return MESSAGES_ERRORS
     return PASS_THROUGH
 

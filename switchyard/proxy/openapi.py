@@ -3,9 +3,10 @@
 The routes read their bodies themselves (`switchyard.proxy.body`, for the limits and OpenAI-shaped
 errors), so FastAPI cannot see them: a route names its body's wire model with `json_body()`, its
 query parameters with `query()`, and its answer with `answers()`. Every operation may answer any
-4xx or 5xx with OpenAI's error body; FastAPI's own 422 (a shape this server never sends) is
-replaced by it. Every operation takes a bearer key (a team's key, or for /admin the admin key),
-except those marked `NO_KEY`; the report pages also take it as a Basic password (`BEARER_OR_BASIC`).
+4xx or 5xx with OpenAI's error body (Anthropic's under `/v1/messages`); FastAPI's own 422 (a shape
+this server never sends) is replaced by it. Every operation takes a bearer key (a team's key, or for
+/admin the admin key), except those marked `NO_KEY`; under `/v1/messages` it may come as `x-api-key`
+instead; the report pages also take it as a Basic password (`BEARER_OR_BASIC`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
+
+from switchyard.proxy.error_response import is_messages_path
 
 _REF = "#/components/schemas/{model}"
 NO_KEY: dict[str, Any] = {"security": []}  # `openapi_extra` for a route served without a key
@@ -41,6 +44,24 @@ ERROR_SCHEMA: dict[str, Any] = {
 _ERROR_RESPONSE = {
     "description": "An error, in OpenAI's shape.",
     "content": {"application/json": {"schema": {"$ref": _REF.format(model="ErrorResponse")}}},
+}
+# Anthropic's Messages API (`/v1/messages` and below) answers its errors in Anthropic's shape.
+ANTHROPIC_ERROR_SCHEMA: dict[str, Any] = {
+    "title": "AnthropicErrorResponse",
+    "type": "object",
+    "required": ["type", "error"],
+    "properties": {
+        "type": {"const": "error"},
+        "error": {
+            "type": "object",
+            "required": ["type", "message"],
+            "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+        },
+    },
+}
+_ANTHROPIC_ERROR_RESPONSE = {
+    "description": "An error, in Anthropic's shape.",
+    "content": {"application/json": {"schema": {"$ref": _REF.format(model="AnthropicErrorResponse")}}},
 }
 
 
@@ -78,19 +99,25 @@ def install_openapi(app: FastAPI) -> None:
             for name in ("HTTPValidationError", "ValidationError"):
                 schemas.pop(name, None)
             schemas["ErrorResponse"] = ERROR_SCHEMA
+            schemas["AnthropicErrorResponse"] = ANTHROPIC_ERROR_SCHEMA
             document["components"]["securitySchemes"] = {
                 "bearer": {"type": "http", "scheme": "bearer"},
                 "basic": {"type": "http", "scheme": "basic", "description": "any user name, the key as password"},
+                "x-api-key": {"type": "apiKey", "in": "header", "name": "x-api-key"},
             }
             document["security"] = [{"bearer": []}]
-            for operations in document.get("paths", {}).values():
+            for path, operations in document.get("paths", {}).items():
+                is_anthropic = is_messages_path(path)
                 for operation in operations.values():
                     for content in _contents(operation):
                         for media in content.values():
                             schemas.update(media.get("schema", {}).pop("$defs", {}))
                     responses = operation.setdefault("responses", {})
                     responses.pop("422", None)
-                    responses["4XX"] = responses["5XX"] = _ERROR_RESPONSE
+                    errors = _ANTHROPIC_ERROR_RESPONSE if is_anthropic else _ERROR_RESPONSE
+                    responses["4XX"] = responses["5XX"] = errors
+                    if is_anthropic:
+                        operation["security"] = [{"x-api-key": []}, {"bearer": []}]
             app.openapi_schema = document
         return app.openapi_schema
 

@@ -4,8 +4,8 @@ The proxy runs on 127.0.0.1 in front of a healthy fake upstream, with one team a
 (and the batch tier on a real Valkey).
 Every operation in `/openapi.json` gets requests that fit its schema and requests that do not
 (deterministic: the same examples on every run): with the team's key (the admin key for
-`/admin`), and again without a key. Whatever comes back: no 5xx, every refusal is OpenAI's error
-shape as JSON, and each answer matches what the document says for its status.
+`/admin`), and again without a key. Whatever comes back: no 5xx, every refusal is the API's error
+shape as JSON (OpenAI's; Anthropic's under /v1/messages), and each answer matches what the document says for its status.
 """
 
 from __future__ import annotations
@@ -37,6 +37,11 @@ ADMIN_KEY = "sk-fuzz-admin"
 MODEL = "fake-small"
 OPEN_PATHS = ("/health/live", "/health/ready", "/metrics")  # served without a key
 ERROR_KEYS = {"message", "type", "param", "code"}
+ANTHROPIC_ERROR_TYPES = {  # Anthropic's error type for each status (docs/anthropic.md)
+    **{400: "invalid_request_error", 401: "authentication_error", 403: "permission_error"},
+    **{404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large", 429: "rate_limit_error"},
+    **{500: "api_error", 502: "api_error", 504: "timeout_error", 529: "overloaded_error"},
+}
 MAX_EXAMPLES = 15  # per operation and test, besides the coverage phase: both tests take about 30-60 s
 
 
@@ -76,14 +81,22 @@ def test_the_served_document_is_the_one_fuzzed(fuzzed_proxy: str):
 
 
 @schemathesis.check
-def openai_error_shape(ctx, response, case) -> bool | None:
+def api_error_shape(ctx, response, case) -> bool | None:
     """A refusal is `{"error": {"message": str, "type": str, "param": str|null, "code": str|null}}`
-    as application/json."""
+    as application/json; under `/v1/messages`, Anthropic's `{"type": "error", "error": {"type": str,
+    "message": str}}`."""
     if response.status_code < 400:
         return None
     content_type = response.headers.get("content-type", [""])[0]
     assert content_type.startswith("application/json"), f"{response.status_code} as {content_type!r}"
     body = response.json()
+    if case.path == "/v1/messages" or case.path.startswith("/v1/messages/"):
+        assert isinstance(body, dict) and set(body) == {"type", "error"} and body["type"] == "error", body
+        error = body["error"]
+        assert isinstance(error, dict) and set(error) == {"type", "message"}, error
+        assert error["type"] == ANTHROPIC_ERROR_TYPES[response.status_code], (response.status_code, error)
+        assert isinstance(error["message"], str) and error["message"], error
+        return True
     assert isinstance(body, dict) and set(body) == {"error"}, body
     error = body["error"]
     assert isinstance(error, dict) and set(error) == ERROR_KEYS, error
@@ -96,7 +109,7 @@ def openai_error_shape(ctx, response, case) -> bool | None:
 
 CHECKS = [
     not_a_server_error,
-    openai_error_shape,
+    api_error_shape,
     status_code_conformance,
     content_type_conformance,
     response_schema_conformance,
