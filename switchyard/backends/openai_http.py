@@ -35,6 +35,7 @@ from switchyard.core.errors import (
     CoolingDown,
     SwitchyardError,
 )
+from switchyard.core.messages_wire import ANTHROPIC_ONLY_FIELDS
 from switchyard.core.tracing import traceparent_headers
 from switchyard.core.urls import replica_label, split_credentials
 
@@ -177,6 +178,8 @@ class OpenAIHTTPBackend(Backend):
 
     def _body(self, request: AnyRequest, *, stream: bool) -> bytes:
         body: dict[str, Any] = request.wire_payload()
+        for name in ANTHROPIC_ONLY_FIELDS.intersection(body):
+            del body[name]
         body["model"] = self.upstream_model
         if stream:
             body["stream"] = True

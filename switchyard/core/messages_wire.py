@@ -18,6 +18,11 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 from switchyard.core.chat_wire import WireRequest
 from switchyard.core.errors import SwitchyardError
 
+# Fields of a Messages request that only Anthropic's models read (Claude Code sends them all): a chat
+# request translated from one keeps them for an Anthropic model through LiteLLM, and an
+# OpenAI-compatible server is never sent them (OpenAI's refuses a field it does not know).
+ANTHROPIC_ONLY_FIELDS = frozenset(("context_management", "output_config", "container", "mcp_servers"))
+
 
 class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")

@@ -222,6 +222,8 @@ def test_a_recorded_claude_code_request_streams_through_the_proxy(proxy: Served,
     sent = proxy.upstream.records[before_upstream:]
     assert len(sent) == 1 and sent[0].body["model"] == UPSTREAM_MODEL
     upstream_body = sent[0].body
+    assert body.keys() & {"context_management", "output_config"}  # Anthropic's own fields, sent…
+    assert not upstream_body.keys() & {"context_management", "output_config"}  # …to no OpenAI-compatible server
     assert [t["function"]["name"] for t in upstream_body["tools"]] == [t["name"] for t in body["tools"]]
     system = upstream_body["messages"][0]
     assert system["role"] == "system" and body["system"][1]["text"] in _text_of(system["content"])
