@@ -6,10 +6,16 @@ from collections.abc import AsyncIterator, Iterator
 import openai
 import pytest
 
+from switchyard.backends.embedded.threads import choose_wait_policy
 from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
 from tests.fakes.openai_upstream import FakeBehaviour, FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
+
+# The tests' processes run engines in-process: the OpenMP wait policy `switchyard serve` chooses
+# (backends/embedded/threads.py), chosen before a test module imports torch, so that they run as
+# users' processes do and do not spin against each other on a busy machine (nothing above imports it).
+choose_wait_policy()
 
 # Real servers from wheels, started on first use: Valkey (`valkey`, `valkey_session`) and PostgreSQL
 # (`postgres_server`, `postgres_url`, and `database_url`: a fresh database of each dialect).
