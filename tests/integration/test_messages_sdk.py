@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import uuid
 from contextlib import ExitStack
 
 import anthropic
 import httpx
 import numpy as np
+import orjson
 import pytest
 
 from switchyard.core.settings import Settings
@@ -289,6 +291,28 @@ def test_an_anthropic_model_through_litellm_gets_the_blocks_natively(sdk, proxy)
     first_tool = sdk.messages.create(model="claude", max_tokens=50, messages=HI, tools=[WEATHER])
     [call] = first_tool.content
     assert (first_tool.stop_reason, call.type, call.input) == ("tool_use", "tool_use", {"city": "Paris"})
+
+
+def test_prompt_caching_through_litellm_reports_and_meters_the_cache_writes_and_reads(sdk, proxy):
+    """A `cache_control` breakpoint reaches Anthropic: the first request writes the prefix, the next
+    (streamed) reads it; the Message's usage says so, and the ledger records both counts."""
+    _, _, claude, app = proxy
+    system = [{"type": "text", "text": f"Rules {uuid.uuid4().hex}.", "cache_control": {"type": "ephemeral"}}]
+    wrote = sdk.messages.with_raw_response.create(model="claude", max_tokens=50, system=system, messages=HI)
+    with sdk.messages.with_streaming_response.create(
+        model="claude", max_tokens=50, system=system, messages=HI, stream=True
+    ) as streamed:
+        events = [line for line in streamed.iter_lines() if line.startswith("data: ")]
+        read_id = streamed.headers["x-request-id"]
+    written = wrote.parse().usage
+    assert (written.cache_creation_input_tokens, written.cache_read_input_tokens) == (claude.cached_prefix_tokens, 0)
+    final = [orjson.loads(e.removeprefix("data: ")) for e in events if '"message_delta"' in e][-1]["usage"]
+    assert (final["cache_creation_input_tokens"], final["cache_read_input_tokens"]) == (0, claude.cached_prefix_tokens)
+    assert final["input_tokens"] == written.input_tokens  # the rest of the prompt, uncached both times
+    [first] = wait_for_records(app, 1, timeout_s=30, request_id=wrote.headers["x-request-id"])
+    [second] = wait_for_records(app, 1, timeout_s=30, request_id=read_id)
+    assert (first.cache_write_tokens, first.cache_read_tokens) == (claude.cached_prefix_tokens, 0)
+    assert (second.cache_write_tokens, second.cache_read_tokens) == (0, claude.cached_prefix_tokens)
 
 
 def test_errors_are_anthropics_with_their_types_and_statuses(proxy):
