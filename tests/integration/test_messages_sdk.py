@@ -293,6 +293,32 @@ def test_an_anthropic_model_through_litellm_gets_the_blocks_natively(sdk, proxy)
     assert (first_tool.stop_reason, call.type, call.input) == ("tool_use", "tool_use", {"city": "Paris"})
 
 
+def test_images_and_documents_reach_an_anthropic_model_as_anthropics_own_blocks(sdk, proxy):
+    _, _, claude, _ = proxy
+    png = {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}
+    pdf = {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQK"}
+    content = [
+        {"type": "text", "text": "Compare these."},
+        {"type": "image", "source": png},
+        {"type": "document", "source": pdf, "cache_control": {"type": "ephemeral"}},
+    ]
+    message = sdk.messages.create(model="claude", max_tokens=50, messages=[{"role": "user", "content": content}])
+    assert message.content[-1].text == "bonjour from claude "
+    [turn] = claude.requests[-1]["messages"]
+    blocks = {block["type"]: block for block in turn["content"]}
+    assert blocks["image"]["source"] == png
+    assert blocks["document"]["source"]["media_type"] == "application/pdf"
+    assert blocks["document"]["source"]["data"] == pdf["data"]
+    assert blocks["document"]["cache_control"] == {"type": "ephemeral"}
+    # extended thinking, which LiteLLM's map says this model lacks: a 400 naming it, before any call
+    num_sent = len(claude.requests)
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        thinking = {"type": "enabled", "budget_tokens": 1024}
+        sdk.messages.create(model="claude", max_tokens=2048, messages=HI, thinking=thinking)
+    assert refused.value.body["error"]["type"] == "invalid_request_error" and "thinking" in refused.value.message
+    assert len(claude.requests) == num_sent
+
+
 def test_prompt_caching_through_litellm_reports_and_meters_the_cache_writes_and_reads(sdk, proxy):
     """A `cache_control` breakpoint reaches Anthropic: the first request writes the prefix, the next
     (streamed) reads it; the Message's usage says so, and the ledger records both counts."""
