@@ -152,3 +152,27 @@ def test_metrics_count_the_prompt_tokens_looked_up_and_found(served, sdk):
     assert after[("hits", "tiny-batch")] - before[("hits", "tiny-batch")] == num_cached
     assert after[("metered_read", "tiny-batch")] - before.get(("metered_read", "tiny-batch"), 0) == num_cached
     assert after[("tokens", "tiny-batch")] >= 3 * PAGE  # the system prompt's blocks, kept for reuse
+
+
+def test_through_the_messages_api_the_hits_are_cache_read_input_tokens(served):
+    """Anthropic's usage splits the prompt: `input_tokens` not read from the cache, and the engine's
+    prefix-cache hits as `cache_read_input_tokens` (the same count the chat API's usage gives)."""
+    import anthropic
+
+    base, tokenizer = served
+    system = _system(4)
+    first, second = _messages(system, "one two three"), _messages(system, "paris is the capital")
+    with anthropic.Anthropic(base_url=base, api_key="k", max_retries=0) as client:
+        usages = [
+            client.messages.create(
+                model="tiny-batch", system=m[0]["content"], messages=m[1:], max_tokens=4, extra_body={"temperature": 0}
+            ).usage
+            for m in (first, second)
+        ]
+    # (the first may reuse blocks of earlier tests' prompts too: the batch's cache is the model's)
+    cached = _num_common(tokenizer, first, second) // PAGE * PAGE
+    assert cached >= 3 * PAGE and usages[1].cache_read_input_tokens >= cached
+    for usage, m in zip(usages, (first, second), strict=True):
+        num_prompt = len(tokenizer.apply_chat_template(m, add_generation_prompt=True, return_dict=False))
+        assert usage.input_tokens + usage.cache_read_input_tokens == num_prompt
+        assert usage.cache_creation_input_tokens == 0
