@@ -139,7 +139,10 @@ class CommercialBackend(Backend):
     def price(self) -> Price | None:
         """LiteLLM's price map for this model, prompt-cache reads and writes included where it has
         them (a price in the config replaces it whole)."""
-        entry = _litellm().model_cost.get(self.litellm_model.split("/", 1)[-1]) or {}
+        # the map's key carries the provider for some (`mistral/…`, `gemini/…`), not for others
+        # (`claude-…`, `gpt-…`); `gemini-…` alone is Vertex AI's entry
+        costs = _litellm().model_cost
+        entry = costs.get(self.litellm_model) or costs.get(self.litellm_model.split("/", 1)[-1]) or {}
         if "input_cost_per_token" not in entry:
             return None
         return Price(

@@ -72,3 +72,14 @@ async def test_the_map_is_read_off_the_event_loop_when_the_backend_starts_and_on
     assert backend.is_ready()
     assert read_in and loop_thread not in read_in  # LiteLLM was imported and read in a worker thread
     assert read() == Capabilities(context_window=128_000)
+
+
+@pytest.mark.parametrize(
+    ("litellm_model", "input_usd_per_mtok"),
+    [("mistral/mistral-small-latest", 0.15), ("gemini/gemini-2.5-flash", 0.3), ("anthropic/claude-haiku-4-5", 1.0)],
+)
+def test_the_price_map_is_read_under_the_provider_prefixed_name_or_the_bare_one(litellm_model, input_usd_per_mtok):
+    """Mistral's and Gemini's entries are keyed with the provider (`mistral-small-latest` alone is
+    not in the map); Anthropic's and OpenAI's without it."""
+    price = CommercialBackend("m", litellm_model).price()
+    assert price is not None and price.input_usd_per_mtok == pytest.approx(input_usd_per_mtok)
