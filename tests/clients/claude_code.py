@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from tests.components import unavailable
+from tests.fakes.server import read_body
 
 ROOT = Path(__file__).resolve().parents[2]
 CLAUDE = ROOT / ".ci" / "node" / "node_modules" / ".bin" / "claude"
@@ -141,12 +142,7 @@ class Recorder:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        raw = b""
-        while True:
-            message = await receive()
-            raw += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        raw = await read_body(receive)
         headers = {k.decode(): v.decode() for k, v in scope["headers"]}
         body = orjson.loads(raw) if raw else None
         self.requests.append(Recorded(scope["method"], scope["path"], scope["query_string"].decode(), headers, body))

@@ -15,7 +15,8 @@ from typing import Any
 import orjson
 
 from tests.fakes.anthropic_upstream import AnthropicState, FakeAnthropicUpstream
-from tests.fakes.openai_upstream import FakeOpenAIUpstream, FakeRecord, FakeState, _read_body
+from tests.fakes.openai_upstream import FakeOpenAIUpstream, FakeRecord, FakeState
+from tests.fakes.server import read_body
 
 TOOL_CALL_ID = "call_fake_1"
 
@@ -102,7 +103,7 @@ class ToolingOpenAIUpstream:
         if scope["type"] != "http" or scope["path"] != "/v1/chat/completions" or scope["method"] != "POST":
             await self.plain(scope, receive, send)
             return
-        raw = await _read_body(receive)
+        raw = await read_body(receive)
         body = orjson.loads(raw)
         message = self._message(body)
         if message is None:
@@ -179,7 +180,7 @@ class ToolingAnthropicUpstream:
         if scope["type"] != "http" or scope["path"] != "/v1/messages":
             await self.plain(scope, receive, send)
             return
-        raw = await _read_body(receive)
+        raw = await read_body(receive)
         body = orjson.loads(raw)
         tools, tool_choice = body.get("tools"), body.get("tool_choice") or {}
         if not tools or tool_choice.get("type") == "none" or _answers_a_tool_result(body.get("messages") or []):

@@ -22,6 +22,8 @@ from typing import Any
 
 import orjson
 
+from tests.fakes.server import read_body
+
 
 @dataclass
 class AnthropicState:
@@ -116,16 +118,11 @@ class FakeAnthropicUpstream:
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "lifespan":
-            while (message := await receive())["type"] != "lifespan.shutdown":
+            while (await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
             return
-        raw = b""
-        while True:
-            message = await receive()
-            raw += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        raw = await read_body(receive)
         if scope["path"] != "/v1/messages":
             await self._json(send, 404, _error("not_found_error", f"no route {scope['path']}"))
             return

@@ -37,6 +37,8 @@ from typing import Any
 
 import orjson
 
+from tests.fakes.server import read_body
+
 WAIT_FOR_BOUND_S = 60.0  # a `wait_for` gate nobody sets: the fake answers after this, and the test fails
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet")
 
@@ -201,15 +203,6 @@ async def _gate(event: threading.Event) -> None:
         pass
 
 
-async def _read_body(receive) -> bytes:
-    raw = b""
-    while True:
-        message = await receive()
-        raw += message.get("body", b"")
-        if not message.get("more_body"):
-            return raw
-
-
 class FakeOpenAIUpstream:
     """The ASGI app. One instance per server; `state` is shared with the test thread."""
 
@@ -237,13 +230,13 @@ class FakeOpenAIUpstream:
             await self._respond(send, 200, orjson.dumps(body))
             return
         if method == "POST" and path == "/fake/behaviour":  # a script for a server in another process
-            self.state.behaviour = self.state.behaviour.updated(orjson.loads(await _read_body(receive)))
+            self.state.behaviour = self.state.behaviour.updated(orjson.loads(await read_body(receive)))
             await self._respond(send, 200, b"{}")
             return
         if method != "POST" or path not in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
             await self._respond(send, 404, _error(404, f"no route {path}", "invalid_request_error", None))
             return
-        body = orjson.loads(await _read_body(receive))
+        body = orjson.loads(await read_body(receive))
         headers = {k.decode(): v.decode() for k, v in scope["headers"]}
         record = FakeRecord(path=path, body=body, headers=headers, started_at=time.monotonic())
         self.state.records.append(record)

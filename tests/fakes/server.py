@@ -21,6 +21,16 @@ from switchyard.proxy.streams import GracefulServer
 _RUNNING: dict[str, uvicorn.Server] = {}
 
 
+async def read_body(receive) -> bytes:
+    """An ASGI request's whole body."""
+    raw = b""
+    while True:
+        message = await receive()
+        raw += message.get("body", b"")
+        if not message.get("more_body"):
+            return raw
+
+
 # Bounds on a hang only: a busy machine may take long to start an app (LiteLLM's import) or stop one.
 STARTUP_BOUND_S = 120.0
 STOP_BOUND_S = 60.0  # beyond the graceful shutdown

@@ -16,7 +16,8 @@ from typing import Any
 import orjson
 import tiktoken
 
-from tests.fakes.openai_upstream import FakeOpenAIUpstream, FakeRecord, FakeState, _gate, _read_body
+from tests.fakes.openai_upstream import FakeOpenAIUpstream, FakeRecord, FakeState, _gate
+from tests.fakes.server import read_body
 
 METRICS_TEMPLATE = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -112,7 +113,7 @@ class FakeVLLMUpstream(FakeOpenAIUpstream):
             return None
         if method != "POST" or path not in _LORA_AWARE_PATHS:
             return receive
-        raw = await _read_body(receive)
+        raw = await read_body(receive)
         body: dict[str, Any] = orjson.loads(raw) if raw else {}
         if path == "/v1/load_lora_adapter":
             lora.load_requests.append(body.get("lora_name", ""))
@@ -205,7 +206,7 @@ def fake_token_ids(text: str) -> list[int]:
 
 
 async def _serve_tokenizer(app: FakeVLLMUpstream, scope, receive, send) -> None:
-    body: dict[str, Any] = orjson.loads(await _read_body(receive))
+    body: dict[str, Any] = orjson.loads(await read_body(receive))
     headers = {k.decode(): v.decode() for k, v in scope["headers"]}
     app.state.records.append(FakeRecord(path=scope["path"], body=body, headers=headers, started_at=time.monotonic()))
     if body.get("model") != app.state.model_id:
