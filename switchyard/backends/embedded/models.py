@@ -127,10 +127,43 @@ def resolve_model(spec: str, cache_dir: Path | None = None) -> Path:
     raise ModelSourceError(f"model {spec!r} is neither a built-in ({known}), an HF model folder, nor a .gguf file")
 
 
-def _converted_dir(gguf: Path, cache_dir: Path) -> Path:
+_CONTENT_KEYS: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> the file's content key
+
+
+def content_key(gguf: Path) -> str:
+    """A key for the file's bytes (sha256, 16 hex digits), read once per process and file version:
+    every copy of the same model (a venv per clone, a reinstall) shares one converted folder, and
+    a changed file gets a new one."""
     stat = gguf.stat()
-    key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    return cache_dir / f"{gguf.stem}-{key}"
+    version = (str(gguf.resolve()), stat.st_size, stat.st_mtime_ns)
+    key = _CONTENT_KEYS.get(version)
+    if key is None:
+        digest = hashlib.sha256()
+        with gguf.open("rb") as file:
+            while block := file.read(1 << 20):
+                digest.update(block)
+        key = _CONTENT_KEYS[version] = digest.hexdigest()[:16]
+    return key
+
+
+def converted_dir(gguf: Path, cache_dir: Path) -> Path:
+    """Where the float32 copy of `gguf` lives (or will) in the cache folder, keyed by its content."""
+    return cache_dir / f"{gguf.stem}-{content_key(gguf)}"
+
+
+def converted_model(gguf: Path, cache_dir: Path) -> tuple[Path, bool]:
+    """The converted folder of `gguf`, converting it first if no process has (one conversion per
+    file at a time, across processes: a 1.5B model takes ~12 GB to convert); and whether this call
+    converted it. Blocking, and it imports torch and transformers: call it off the event loop."""
+    converted = converted_dir(gguf, cache_dir)
+    if (converted / "config.json").is_file():
+        return converted, False
+    converted.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(converted.with_name(converted.name + ".lock")):
+        if (converted / "config.json").is_file():
+            return converted, False
+        _convert_gguf(gguf, converted)
+    return converted, True
 
 
 def _convert_gguf(gguf: Path, target: Path) -> None:
@@ -170,6 +203,19 @@ def publish_converted(staging: Path, target: Path) -> None:
             raise
 
 
+def prepare_model(spec: str, cache_dir: Path | None = None) -> tuple[Path, bool]:
+    """The folder or file `load_model` reads for `spec`, a GGUF converted first (what `switchyard
+    models install` does after installing, so that the first `serve` does not); and whether this
+    call converted it. Blocking."""
+    with _LOAD_LOCK:
+        path = resolve_model(spec, cache_dir)
+        if path.suffix != ".gguf":
+            return path, False
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        choose_wait_policy()
+        return converted_model(path, cache_dir or default_cache_dir())
+
+
 def load_model(spec: str, *, cache_dir: Path | None = None, num_threads: int | None = None):
     """(model, tokenizer) for `spec`, in float32 on the CPU. Blocking: call it off the event loop."""
     with _LOAD_LOCK:  # also guards transformers' lazy imports, which are not thread-safe either
@@ -182,14 +228,7 @@ def load_model(spec: str, *, cache_dir: Path | None = None, num_threads: int | N
         if num_threads:
             torch.set_num_threads(num_threads)
         if path.suffix == ".gguf":
-            converted = _converted_dir(path, cache_dir or default_cache_dir())
-            if not (converted / "config.json").is_file():
-                converted.parent.mkdir(parents=True, exist_ok=True)
-                # one conversion per file at a time, across processes (a 1.5B model takes ~12 GB to convert)
-                with file_lock(converted.with_name(converted.name + ".lock")):
-                    if not (converted / "config.json").is_file():
-                        _convert_gguf(path, converted)
-            path = converted
+            path, _ = converted_model(path, cache_dir or default_cache_dir())
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True).eval()
     return model, tokenizer
