@@ -114,12 +114,14 @@ _NUMBER_WORDS = frozenset(
 )
 _WORD = re.compile(r"[A-Za-z]+(?:'[a-z]+)?")
 _NUMBER = re.compile(r"(?<![A-Za-z_])\d+(?:[.,:/]\d+)*")
+_QUOTE_MARKS = ('"', "“", "'", "`")
 _QUOTED = re.compile(r"\"([^\"\n]+)\"|“([^”\n]+)”|(?<![A-Za-z])'([^'\n]+)'(?![A-Za-z])|`([^`\n]+)`")
-# snake_case, camelCase, dotted.names, calls(); a word that only code spells this way
-_IDENTIFIER = re.compile(
-    r"\b[A-Za-z_]\w*_\w*\b|\b[a-z]+[A-Z]\w*\b|\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+\b|\b[A-Za-z_]\w*(?=\()"
-)
-_MAYBE_CODE = re.compile(r"[_(]|[a-z][A-Z]|\w\.\w")
+# a name as code writes it: one pass finds every word (with its dots and a call's parenthesis);
+# those spelt as only code spells them are kept (_is_identifier)
+_CODE_WORD = re.compile(r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\(?", re.ASCII)
+_CAMEL = re.compile(r"[a-z]+[A-Z]")  # fetchData, not NodeJS
+_DOTTED_OR_CAMEL = re.compile(r"\b[a-z]+[A-Z]|\w\.[A-Za-z_]", re.ASCII)
+_DEF_KEYWORDS = ("def ", "class ", "function ", "fn ", "func ")
 _DEF = re.compile(r"\b(?:def|class|function|fn|func)\s+([A-Za-z_]\w*)", re.IGNORECASE)
 # capitalised words that open questions, commands and greetings: never the name of a thing
 _COMMON_CAPITALISED = frozenset(
@@ -146,7 +148,6 @@ class _Features:
 
     words: tuple[str, ...]  # lower-cased, in order
     counts: Counter[str]
-    stems: frozenset[str]  # words without a possessive or contraction ("paris's" -> "paris")
     negations: int
     numbers: Counter[str]
     quoted: Counter[str]
@@ -157,25 +158,46 @@ class _Features:
 @lru_cache(maxsize=4096)
 def _features(text: str) -> _Features:
     tokens = _WORD.findall(text)
-    words = tuple(t.lower() for t in tokens)
+    words = tuple(map(str.lower, tokens))
+    counts = Counter(words)
+    present = counts.keys()
     numbers = Counter(n.replace(",", "") for n in _NUMBER.findall(text))
-    numbers.update(w for w in words if w in _NUMBER_WORDS)
-    identifiers = Counter(_IDENTIFIER.findall(text)) if _MAYBE_CODE.search(text) else Counter()
-    identifiers.update(_DEF.findall(text))
+    for word in _NUMBER_WORDS & present:
+        numbers[word] += counts[word]
+    negations = sum(counts[w] for w in _NEGATIONS & present)
+    if "n't" in text:
+        negations += sum(counts[w] for w in present if w.endswith("n't"))
+    identifiers: Counter[str] = Counter()
+    if "_" in text or "(" in text or _DOTTED_OR_CAMEL.search(text):
+        identifiers.update(w.rstrip("(") for w in _CODE_WORD.findall(text) if _is_identifier(w))
+    if any(keyword in text or keyword.title() in text for keyword in _DEF_KEYWORDS):
+        identifiers.update(_DEF.findall(text))
+    capitalised = {t.lower().split("'")[0] for t in tokens if t[0].isupper()}
     return _Features(
         words=words,
-        counts=Counter(words),
-        stems=frozenset(w.split("'")[0] for w in words),
-        negations=sum(1 for w in words if w in _NEGATIONS or w.endswith("n't")),
+        counts=counts,
+        negations=negations,
         numbers=numbers,
-        quoted=Counter(next(g for g in m.groups() if g is not None).strip().casefold() for m in _QUOTED.finditer(text)),
+        quoted=_quoted(text),
         identifiers=identifiers,
-        names=frozenset(
-            w.split("'")[0]
-            for t, w in zip(tokens, words, strict=True)
-            if t[0].isupper() and w.split("'")[0] not in _COMMON_CAPITALISED
-        ),
+        names=frozenset(capitalised - _COMMON_CAPITALISED),
     )
+
+
+def _is_identifier(word: str) -> bool:
+    """snake_case, dotted.names, calls(), camelCase."""
+    return "_" in word or "." in word or word.endswith("(") or _CAMEL.match(word) is not None
+
+
+def _quoted(text: str) -> Counter[str]:
+    if not any(mark in text for mark in _QUOTE_MARKS):
+        return Counter()
+    return Counter(next(g for g in m.groups() if g is not None).strip().casefold() for m in _QUOTED.finditer(text))
+
+
+def _stems(counts: Counter[str]) -> set[str]:
+    """Words without a possessive or contraction: "paris's" -> "paris"."""
+    return {w.split("'")[0] for w in counts}
 
 
 def _antonym_swap(asked: Counter[str], cached: Counter[str]) -> bool:
@@ -212,7 +234,9 @@ def guard_reason(asked: str, cached: str) -> str | None:
     if a.identifiers != c.identifiers:
         return "code identifier"
     # a name that one side capitalises and the other only lower-cases ("paris") is the same name
-    if not (a.names <= c.stems and c.names <= a.stems):
+    if not (a.names <= c.counts.keys() and c.names <= a.counts.keys()) and not (
+        a.names <= _stems(c.counts) and c.names <= _stems(a.counts)
+    ):
         return "entity"
     if _word_order(a.words, c.words, a.names | c.names):
         return "word order"
