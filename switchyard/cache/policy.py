@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from switchyard.cache.guard import DEFAULT_SIMILARITY
+from switchyard.cache.guard import DEFAULT_SIMILARITY_BY_EMBEDDER
 from switchyard.core.chat_wire import ChatCompletionRequest
 from switchyard.core.settings import CacheRouteSettings, CacheSettings, Settings
 
@@ -49,8 +49,17 @@ class CachePolicy:
         return bool(on & {"exact", "semantic"})
 
     @property
+    def is_semantic_anywhere(self) -> bool:
+        """Some team or route looks answers up by meaning (the embedder is worth warming)."""
+        modes = {self.settings.mode, *self.team_modes.values(), *(r.mode for r in self.settings.routes.values())}
+        return "semantic" in modes
+
+    @property
     def similarity(self) -> float:
-        return self.settings.similarity if self.settings.similarity is not None else DEFAULT_SIMILARITY
+        """`cache.similarity`, else the threshold `switchyard eval cache` picked for the embedder."""
+        if self.settings.similarity is not None:
+            return self.settings.similarity
+        return DEFAULT_SIMILARITY_BY_EMBEDDER[self.settings.embedder]
 
     def _route(self, route: str) -> CacheRouteSettings | None:
         return self.settings.routes.get(route)

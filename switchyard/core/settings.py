@@ -138,6 +138,9 @@ class CacheSettings(StrictModel):
     ttl_s: float = Field(default=3600.0, gt=0)
     max_entries: int = Field(default=10_000, ge=1)  # in the in-process store; oldest used out first
     similarity: float | None = Field(default=None, gt=0, le=1)  # semantic threshold; null: the guard's default
+    # the last user turn's embedding: static (MiniLM's token vectors, mean-pooled: ~0.03 ms, the
+    # default classifier's) or minilm (the transformer: ~20 ms of a core, a few more true hits)
+    embedder: Literal["static", "minilm"] = "static"
     scope: Literal["team", "shared"] = "team"  # shared: every team may be answered from every team's entries
     routes: dict[str, CacheRouteSettings] = Field(default_factory=dict)  # model name, auto or cascade
     hit_price_usd_per_mtok: float = Field(default=0.0, ge=0, allow_inf_nan=False)  # a hit's price, per saved token

@@ -198,9 +198,13 @@ async def _response_cache(settings: Settings) -> AsyncIterator[ResponseCache | N
         yield None
         return
     store = MemoryStore(settings.cache.max_entries)
+    cache = ResponseCache(policy, store)
+    warming = asyncio.create_task(cache.warm())
     try:
-        yield ResponseCache(policy, store)
+        yield cache
     finally:
+        warming.cancel()
+        await asyncio.gather(warming, return_exceptions=True)
         await store.close()
 
 

@@ -109,3 +109,18 @@ def test_the_policy_bypasses_what_it_cannot_replay_and_scopes_by_team():
 def test_the_client_refuses_by_either_header(header, control, refuses):
     assert client_refuses(header, control) is refuses
     assert client_refuses(None, "max-age=60") is False and client_refuses("on", None) is False
+
+
+@pytest.mark.parametrize(
+    ("cache", "embedder", "similarity"),
+    [
+        ({"mode": "semantic"}, "static", 0.975),  # the default: the classifier's table, its own threshold
+        ({"mode": "semantic", "embedder": "minilm"}, "minilm", 0.895),
+        ({"mode": "semantic", "embedder": "minilm", "similarity": 0.93}, "minilm", 0.93),  # a configured one wins
+    ],
+)
+def test_the_threshold_is_the_one_picked_for_the_embedder_unless_configured(cache, embedder, similarity):
+    policy = CachePolicy.of(Settings(models=[MODEL], cache=cache))
+    assert (policy.settings.embedder, policy.similarity) == (embedder, similarity)
+    assert policy.is_semantic_anywhere
+    assert not CachePolicy.of(Settings(models=[MODEL], cache={"mode": "exact"})).is_semantic_anywhere
