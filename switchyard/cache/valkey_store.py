@@ -1,0 +1,424 @@
+"""`ValkeyStore`: the response cache in Valkey (or Redis), shared by every replica that names it.
+
+Keys (a scope's name percent-escaped, so `:` or a glob character in it cannot reach another scope):
+
+    switchyard:cache:index                  sorted set: every entry's key by its expiry (µs), for max_entries
+    switchyard:cache:s:{scope}:e:{id}       one entry (`encode_answer`), SET with PX ttl
+    switchyard:cache:s:{scope}:v:{context}  a context's vectors: a 16-byte header (nonce, dimension),
+                                            then one record per entry put (16-byte id, float32 vector)
+
+`id` and `context` are 16-byte BLAKE2b digests (hex in key names) of the caller's key and context.
+A put is one script (entry, index, vectors appended, expiry and trim decided at once); the entries
+the trim pushes out are deleted by a second command, so `max_entries` may be passed by a few for a
+moment under concurrent puts. With one `ttl_s` the entry nearest its expiry is the oldest.
+
+Semantic search (docs/cache-valkey.md has the measurement that chose it): each replica mirrors the
+vectors of the contexts it searched, and a lookup asks Valkey only for the header and the bytes
+appended since it last looked (one round trip, MULTI); a new nonce (the context was purged,
+expired or compacted) makes it read the context again. The closest ids are then fetched with MGET;
+an id whose entry has expired is skipped. Dead records are dropped when a context's record count
+reaches a power of two and more than half of them are dead.
+
+When Valkey does not answer, a lookup is a miss and a put is dropped (a WARNING at most every 30 s):
+the cache must never fail a request. `purge` raises `ServiceUnavailable`: an admin must know.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import struct
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+from urllib.parse import quote
+
+import numpy as np
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError, WatchError
+
+from switchyard.cache.entries import CachedAnswer, Candidate
+from switchyard.core.errors import ServiceUnavailable
+from switchyard.core.urls import mask_password
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+KEY_PREFIX = "switchyard:cache:"
+WARN_EVERY_S = 30.0
+POOL_WAIT_S = 5.0
+ID_BYTES = 16
+HEADER = struct.Struct("<8sI4x")  # nonce, dimension
+ANSWER_HEAD = struct.Struct("<BIIddHHI")  # version, tokens in/out, cost, created, len model/deployment/prompt
+NO_PROMPT = 0xFFFFFFFF
+FORMAT_VERSION = 1
+COMPACT_FROM = 64  # records in a context before dead ones are looked for
+MIRROR_MAX_BYTES = 64 * 1024 * 1024
+
+# KEYS: entry, index[, vectors]. ARGV: answer, ttl_ms, max_entries[, header, record].
+# Returns the vectors' length in bytes (0 without) and the index members pushed out by max_entries.
+PUT = """
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local ttl = tonumber(ARGV[2])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_us)
+redis.call('ZADD', KEYS[2], now_us + ttl * 1000, KEYS[1])
+local length = 0
+if #KEYS == 3 then
+  if redis.call('GETRANGE', KEYS[3], 8, 11) == string.sub(ARGV[4], 9, 12) then
+    length = redis.call('APPEND', KEYS[3], ARGV[5])
+  else
+    redis.call('SET', KEYS[3], ARGV[4] .. ARGV[5])
+    length = string.len(ARGV[4]) + string.len(ARGV[5])
+  end
+  if redis.call('PTTL', KEYS[3]) < ttl then
+    redis.call('PEXPIRE', KEYS[3], ttl)
+  end
+end
+local pushed = {}
+local excess = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[3])
+if excess > 0 then
+  local popped = redis.call('ZPOPMIN', KEYS[2], excess)
+  for i = 1, #popped, 2 do
+    pushed[#pushed + 1] = popped[i]
+  end
+end
+return {length, pushed}
+"""
+
+
+def escape_scope(scope: str) -> str:
+    """The scope as it appears in key names: percent-escaped, so no `:`, `*`, `?`, `[` or `]`."""
+    return quote(scope, safe="")
+
+
+def digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode(), digest_size=ID_BYTES).digest()
+
+
+def encode_answer(answer: CachedAnswer) -> bytes:
+    model, deployment = answer.model.encode(), answer.deployment.encode()
+    prompt = b"" if answer.prompt_text is None else answer.prompt_text.encode()
+    head = ANSWER_HEAD.pack(
+        FORMAT_VERSION,
+        answer.prompt_tokens,
+        answer.completion_tokens,
+        answer.cost_usd,
+        answer.created_at,
+        len(model),
+        len(deployment),
+        NO_PROMPT if answer.prompt_text is None else len(prompt),
+    )
+    return b"".join((head, model, deployment, prompt, answer.body))
+
+
+def decode_answer(data: bytes | str | None) -> CachedAnswer | None:
+    """The answer, or None for none or bytes in another format (written by another version: a miss)."""
+    if not isinstance(data, bytes) or len(data) < ANSWER_HEAD.size or data[0] != FORMAT_VERSION:
+        return None
+    _, prompt_tokens, completion_tokens, cost_usd, created_at, n_model, n_deployment, n_prompt = (
+        ANSWER_HEAD.unpack_from(data)
+    )
+    at = ANSWER_HEAD.size
+    model = data[at : at + n_model].decode()
+    at += n_model
+    deployment = data[at : at + n_deployment].decode()
+    at += n_deployment
+    prompt_text = None
+    if n_prompt != NO_PROMPT:
+        prompt_text = data[at : at + n_prompt].decode()
+        at += n_prompt
+    return CachedAnswer(
+        body=data[at:],
+        model=model,
+        deployment=deployment,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        cost_usd=cost_usd,
+        created_at=created_at,
+        prompt_text=prompt_text,
+    )
+
+
+def as_bytes(value: bytes | str | None) -> bytes:
+    """A value read from Valkey (this client does not decode), or b"" for none."""
+    return value if isinstance(value, bytes) else b""
+
+
+def as_vector(vector: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(vector, dtype="<f4").reshape(-1)
+
+
+@dataclass
+class ContextMirror:
+    """What this replica knows of one context's vectors: the bytes read so far, parsed."""
+
+    nonce: bytes
+    num_bytes: int  # of the value in Valkey, header included
+    ids: np.ndarray  # (n, ID_BYTES) uint8
+    vectors: np.ndarray  # (n, dimension) float32
+
+    @property
+    def size_bytes(self) -> int:
+        return self.ids.nbytes + self.vectors.nbytes
+
+
+def parse_records(data: bytes, dimension: int) -> tuple[np.ndarray, np.ndarray]:
+    record = np.dtype([("id", np.uint8, (ID_BYTES,)), ("vector", "<f4", (dimension,))])
+    rows = np.frombuffer(data, dtype=record, count=len(data) // record.itemsize)
+    return rows["id"], rows["vector"]
+
+
+class ValkeyStore:
+    """A `CacheStore` in Valkey. `mirror=False` reads a context's vectors whole on every lookup
+    (the slower option the benchmark compares against)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_entries: int,
+        timeout_s: float = 1.0,
+        max_connections: int = 32,
+        mirror: bool = True,
+        key_prefix: str = KEY_PREFIX,
+    ) -> None:
+        self.display_url = mask_password(url)
+        self.max_entries = max_entries
+        self._prefix = key_prefix
+        self._index = f"{key_prefix}index"
+        self._pool = aioredis.BlockingConnectionPool.from_url(
+            url,
+            max_connections=max_connections,
+            timeout=POOL_WAIT_S,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 1),
+        )
+        self._client = aioredis.Redis(connection_pool=self._pool)
+        self._put = self._client.register_script(PUT)
+        self._use_mirror = mirror
+        self._mirrors: OrderedDict[str, ContextMirror] = OrderedDict()
+        self._mirror_bytes = 0
+        self._last_warning_at = float("-inf")
+
+    def _scope_prefix(self, scope: str) -> str:
+        return f"{self._prefix}s:{escape_scope(scope)}:"
+
+    def _entry_key(self, scope: str, entry_id: bytes) -> str:
+        return f"{self._scope_prefix(scope)}e:{entry_id.hex()}"
+
+    def _vectors_key(self, scope: str, context: str) -> str:
+        return f"{self._scope_prefix(scope)}v:{digest(context).hex()}"
+
+    async def get(self, scope: str, key: str) -> CachedAnswer | None:
+        data = await self._quietly(lambda: self._client.get(self._entry_key(scope, digest(key))), None)
+        return decode_answer(data)
+
+    async def nearest(self, scope: str, context: str, vector: np.ndarray, limit: int) -> list[Candidate]:
+        if limit <= 0:
+            return []
+        query = as_vector(vector)
+        return await self._quietly(lambda: self._nearest(scope, context, query, limit), [])
+
+    async def put(
+        self,
+        scope: str,
+        key: str,
+        answer: CachedAnswer,
+        ttl_s: float,
+        *,
+        context: str | None,
+        vector: np.ndarray | None,
+    ) -> None:
+        ttl_ms = max(1, round(ttl_s * 1000))
+        entry_id = digest(key)
+        keys = [self._entry_key(scope, entry_id), self._index]
+        args: list[bytes | int] = [encode_answer(answer), ttl_ms, self.max_entries]
+        record = b""
+        if context is not None and vector is not None:
+            values = as_vector(vector)
+            keys.append(self._vectors_key(scope, context))
+            record = entry_id + values.tobytes()
+            args += [HEADER.pack(os.urandom(8), values.size), record]
+        reply = await self._quietly(lambda: self._put(keys, args), None)
+        if reply is None:
+            return
+        num_bytes, pushed = reply
+        if pushed:
+            await self._quietly(lambda: self._client.delete(*pushed), None)
+        if record:
+            num_records = (int(num_bytes) - HEADER.size) // len(record)
+            if num_records >= COMPACT_FROM and num_records & (num_records - 1) == 0:
+                await self._quietly(lambda: self._compact(scope, keys[2]), None)
+
+    async def purge(self, scope: str) -> int:
+        try:
+            return await self._purge(scope)
+        except (RedisError, OSError) as exc:
+            raise ServiceUnavailable(
+                f"The response cache's Valkey/Redis at {self.display_url} did not answer "
+                f"({type(exc).__name__}: {exc}); nothing was purged for certain."
+            ) from exc
+
+    async def close(self) -> None:
+        await self._client.aclose()
+        await self._pool.aclose()
+
+    async def _nearest(self, scope: str, context: str, query: np.ndarray, limit: int) -> list[Candidate]:
+        mirror = await self._read_vectors(self._vectors_key(scope, context))
+        if mirror is None or not len(mirror.ids) or mirror.vectors.shape[1] != query.size:
+            return []
+        similarities = mirror.vectors @ query
+        if len(similarities) > 4 * limit:
+            top = np.argpartition(-similarities, 4 * limit)[: 4 * limit]
+            order = top[np.argsort(-similarities[top], kind="stable")]
+        else:
+            order = np.argsort(-similarities, kind="stable")
+        ranked: dict[bytes, float] = {}  # an entry put twice has two records
+        for i in order:
+            ranked.setdefault(mirror.ids[i].tobytes(), float(similarities[i]))
+        ids = list(ranked)
+        found: list[Candidate] = []
+        # Usually one MGET: entries that expired or were pushed out make it look further down.
+        for start in range(0, len(ids), limit):
+            batch = ids[start : start + limit]
+            values = await self._client.mget([self._entry_key(scope, entry_id) for entry_id in batch])
+            for entry_id, data in zip(batch, values, strict=True):
+                answer = decode_answer(data)
+                if answer is not None:
+                    found.append(Candidate(similarity=ranked[entry_id], answer=answer))
+            if len(found) >= limit:
+                break
+        return found[:limit]
+
+    async def _read_vectors(self, vectors_key: str) -> ContextMirror | None:
+        known = self._mirrors.get(vectors_key) if self._use_mirror else None
+        start = known.num_bytes if known is not None else 0
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.getrange(vectors_key, 0, HEADER.size - 1)
+            pipe.getrange(vectors_key, start, -1)
+            header, data = await pipe.execute()
+        if len(header) < HEADER.size:
+            self._forget(vectors_key)
+            return None
+        nonce, dimension = HEADER.unpack(header)
+        if known is not None and known.nonce == nonce:
+            if data and known.num_bytes == start:  # else a concurrent lookup has added these bytes
+                ids, vectors = parse_records(data, dimension)
+                known.ids = np.concatenate((known.ids, ids))
+                known.vectors = np.concatenate((known.vectors, vectors))
+                known.num_bytes += len(data)
+                self._mirror_bytes += ids.nbytes + vectors.nbytes
+            self._mirrors.move_to_end(vectors_key)
+            return known
+        if known is not None:  # rewritten since: read it whole
+            data = as_bytes(await self._client.get(vectors_key))
+            if len(data) < HEADER.size:
+                self._forget(vectors_key)
+                return None
+            nonce, dimension = HEADER.unpack_from(data)
+        ids, vectors = parse_records(data[HEADER.size :], dimension)
+        mirror = ContextMirror(nonce=nonce, num_bytes=len(data), ids=ids, vectors=vectors)
+        if self._use_mirror:
+            self._remember(vectors_key, mirror)
+        return mirror
+
+    def _remember(self, vectors_key: str, mirror: ContextMirror) -> None:
+        self._forget(vectors_key)
+        self._mirrors[vectors_key] = mirror
+        self._mirror_bytes += mirror.size_bytes
+        while self._mirror_bytes > MIRROR_MAX_BYTES and len(self._mirrors) > 1:
+            _, oldest = self._mirrors.popitem(last=False)
+            self._mirror_bytes -= oldest.size_bytes
+
+    def _forget(self, vectors_key: str) -> None:
+        gone = self._mirrors.pop(vectors_key, None)
+        if gone is not None:
+            self._mirror_bytes -= gone.size_bytes
+
+    async def _compact(self, scope: str, vectors_key: str) -> None:
+        """Rewrite a context's vectors without the dead records, if over half are dead; a put by
+        another replica meanwhile (WATCH) leaves it for the next time."""
+        async with self._client.pipeline(transaction=True) as pipe:
+            try:
+                await pipe.watch(vectors_key)
+                data = as_bytes(await pipe.get(vectors_key))
+                ttl_ms = await pipe.pttl(vectors_key)
+                if len(data) < HEADER.size or ttl_ms <= 0:
+                    return
+                _, dimension = HEADER.unpack_from(data)
+                ids, vectors = parse_records(data[HEADER.size :], dimension)
+                unique = list(dict.fromkeys(row.tobytes() for row in ids))
+                entry_keys = [self._entry_key(scope, entry_id) for entry_id in unique]
+                if await pipe.exists(*entry_keys) * 2 > len(ids):
+                    return
+                async with self._client.pipeline(transaction=False) as check:
+                    for entry_key in entry_keys:
+                        check.exists(entry_key)
+                    alive = await check.execute()
+                keep = {entry_id for entry_id, is_alive in zip(unique, alive, strict=True) if is_alive}
+                kept = bytearray()
+                for i in range(len(ids)):
+                    entry_id = ids[i].tobytes()
+                    if entry_id in keep:
+                        keep.remove(entry_id)
+                        kept += entry_id + vectors[i].tobytes()
+                pipe.multi()
+                pipe.set(vectors_key, HEADER.pack(os.urandom(8), dimension) + bytes(kept), px=ttl_ms)
+                await pipe.execute()
+            except WatchError:
+                return
+
+    async def _purge(self, scope: str) -> int:
+        num_entries = 0
+        entry_marker = f"{self._scope_prefix(scope)}e:".encode()
+        batch: list[bytes] = []
+        async for key in self._client.scan_iter(match=f"{self._scope_prefix(scope)}*", count=1000):
+            batch.append(key)
+            if len(batch) >= 1000:
+                num_entries += await self._drop(batch, entry_marker)
+                batch = []
+        if batch:
+            num_entries += await self._drop(batch, entry_marker)
+        for vectors_key in [k for k in self._mirrors if k.startswith(self._scope_prefix(scope))]:
+            self._forget(vectors_key)
+        return num_entries
+
+    async def _drop(self, keys: list[bytes], entry_marker: bytes) -> int:
+        """Delete `keys`; how many of them were entries (one that expired meanwhile is not counted)."""
+        entries = [key for key in keys if key.startswith(entry_marker)]
+        others = [key for key in keys if not key.startswith(entry_marker)]
+        num_deleted = 0
+        async with self._client.pipeline(transaction=False) as pipe:
+            if entries:
+                pipe.delete(*entries)
+                pipe.zrem(self._index, *entries)
+            if others:
+                pipe.delete(*others)
+            replies = await pipe.execute()
+        if entries:
+            num_deleted = int(replies[0])
+        return num_deleted
+
+    async def _quietly(self, call: Callable[[], Awaitable[T]], fallback: T) -> T:
+        """`call()`, or `fallback` when Valkey does not answer: the cache never fails a request."""
+        try:
+            return await call()
+        except (RedisError, OSError) as exc:
+            now = time.monotonic()
+            if now - self._last_warning_at >= WARN_EVERY_S:
+                self._last_warning_at = now
+                log.warning(
+                    "response cache: Valkey/Redis at %s did not answer (%s: %s); serving without the cache",
+                    self.display_url,
+                    type(exc).__name__,
+                    exc,
+                )
+            return fallback
