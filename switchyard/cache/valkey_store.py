@@ -31,7 +31,7 @@ import os
 import struct
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import quote
@@ -90,6 +90,20 @@ if excess > 0 then
   end
 end
 return {length, pushed}
+"""
+
+# KEYS: a context's vectors, then entries. ARGV: the offset read up to, the nonce read then ("" for none).
+# Returns the header, the bytes after the offset (every record when the nonce has changed), the entries.
+READ = """
+local header = redis.call('GETRANGE', KEYS[1], 0, 15)
+local reply = {header, redis.call('GETRANGE', KEYS[1], ARGV[1], -1)}
+if string.sub(header, 1, 8) ~= ARGV[2] then
+  reply[2] = redis.call('GETRANGE', KEYS[1], 16, -1)
+end
+for i = 2, #KEYS do
+  reply[i + 1] = redis.call('GET', KEYS[i])
+end
+return reply
 """
 
 
@@ -155,6 +169,37 @@ def as_vector(vector: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(vector, dtype="<f4").reshape(-1)
 
 
+def cosines(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Each row's cosine with `query` (both unit vectors: their dot product)."""
+    return vectors @ query
+
+
+def ranked_ids(ids: np.ndarray, similarities: np.ndarray, limit: int) -> Iterator[dict[bytes, float]]:
+    """Entry ids by similarity, highest first, each once (an entry put twice has two records), in
+    groups of `limit`: a partial sort of the best few first, a full sort only if the caller reads on."""
+    seen: set[bytes] = set()
+    group: dict[bytes, float] = {}
+    for order in _orders(similarities, 4 * limit):
+        for i in order:
+            entry_id = ids[i].tobytes()
+            if entry_id in seen:
+                continue
+            seen.add(entry_id)
+            group[entry_id] = float(similarities[i])
+            if len(group) == limit:
+                yield group
+                group = {}
+    if group:
+        yield group
+
+
+def _orders(similarities: np.ndarray, window: int) -> Iterator[np.ndarray]:
+    if len(similarities) > window:
+        top = np.argpartition(-similarities, window)[:window]
+        yield top[np.argsort(-similarities[top], kind="stable")]
+    yield np.argsort(-similarities, kind="stable")
+
+
 @dataclass
 class ContextMirror:
     """What this replica knows of one context's vectors: the bytes read so far, parsed."""
@@ -170,9 +215,11 @@ class ContextMirror:
 
 
 def parse_records(data: bytes, dimension: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, vectors) of the records in `data`; the vectors contiguous (a strided matrix makes the
+    product several times slower)."""
     record = np.dtype([("id", np.uint8, (ID_BYTES,)), ("vector", "<f4", (dimension,))])
     rows = np.frombuffer(data, dtype=record, count=len(data) // record.itemsize)
-    return rows["id"], rows["vector"]
+    return rows["id"], np.ascontiguousarray(rows["vector"])
 
 
 class ValkeyStore:
@@ -203,6 +250,7 @@ class ValkeyStore:
         )
         self._client = aioredis.Redis(connection_pool=self._pool)
         self._put = self._client.register_script(PUT)
+        self._read = self._client.register_script(READ)
         self._use_mirror = mirror
         self._mirrors: OrderedDict[str, ContextMirror] = OrderedDict()
         self._mirror_bytes = 0
@@ -272,39 +320,44 @@ class ValkeyStore:
         await self._pool.aclose()
 
     async def _nearest(self, scope: str, context: str, query: np.ndarray, limit: int) -> list[Candidate]:
-        mirror = await self._read_vectors(self._vectors_key(scope, context))
+        vectors_key = self._vectors_key(scope, context)
+        known = self._mirrors.get(vectors_key) if self._use_mirror else None
+        start, nonce = (known.num_bytes, known.nonce) if known is not None else (HEADER.size, b"")
+        similarities = None
+        guessed: list[bytes] = []
+        if known is not None and known.vectors.shape[1] == query.size:
+            similarities = cosines(known.vectors, query)
+            guessed = list(next(ranked_ids(known.ids, similarities, limit), {}))
+        # One round trip: what was appended since, and the answers the mirror expects to be the best.
+        header, data, *values = await self._read(
+            keys=[vectors_key, *(self._entry_key(scope, entry_id) for entry_id in guessed)], args=[start, nonce]
+        )
+        mirror = self._take_in(vectors_key, known, start, header, data)
         if mirror is None or not len(mirror.ids) or mirror.vectors.shape[1] != query.size:
             return []
-        similarities = mirror.vectors @ query
-        if len(similarities) > 4 * limit:
-            top = np.argpartition(-similarities, 4 * limit)[: 4 * limit]
-            order = top[np.argsort(-similarities[top], kind="stable")]
-        else:
-            order = np.argsort(-similarities, kind="stable")
-        ranked: dict[bytes, float] = {}  # an entry put twice has two records
-        for i in order:
-            ranked.setdefault(mirror.ids[i].tobytes(), float(similarities[i]))
-        ids = list(ranked)
+        if similarities is None or len(similarities) != len(mirror.ids):
+            similarities = cosines(mirror.vectors, query)
+        fetched: dict[bytes, bytes | str | None] = dict(zip(guessed, values, strict=True))
         found: list[Candidate] = []
-        # Usually one MGET: entries that expired or were pushed out make it look further down.
-        for start in range(0, len(ids), limit):
-            batch = ids[start : start + limit]
-            values = await self._client.mget([self._entry_key(scope, entry_id) for entry_id in batch])
-            for entry_id, data in zip(batch, values, strict=True):
-                answer = decode_answer(data)
+        for ids in ranked_ids(mirror.ids, similarities, limit):
+            # Entries that expired or were pushed out make it look further down.
+            missing = [entry_id for entry_id in ids if entry_id not in fetched]
+            if missing:
+                values = await self._client.mget([self._entry_key(scope, entry_id) for entry_id in missing])
+                fetched.update(zip(missing, values, strict=True))
+            for entry_id, similarity in ids.items():
+                answer = decode_answer(fetched[entry_id])
                 if answer is not None:
-                    found.append(Candidate(similarity=ranked[entry_id], answer=answer))
+                    found.append(Candidate(similarity=similarity, answer=answer))
             if len(found) >= limit:
                 break
         return found[:limit]
 
-    async def _read_vectors(self, vectors_key: str) -> ContextMirror | None:
-        known = self._mirrors.get(vectors_key) if self._use_mirror else None
-        start = known.num_bytes if known is not None else 0
-        async with self._client.pipeline(transaction=True) as pipe:
-            pipe.getrange(vectors_key, 0, HEADER.size - 1)
-            pipe.getrange(vectors_key, start, -1)
-            header, data = await pipe.execute()
+    def _take_in(
+        self, vectors_key: str, known: ContextMirror | None, start: int, header: bytes, data: bytes
+    ) -> ContextMirror | None:
+        """The context's vectors after a read from `start`: the mirror grown by what was appended, or
+        (new nonce, or no mirror) what was read."""
         if len(header) < HEADER.size:
             self._forget(vectors_key)
             return None
@@ -318,14 +371,8 @@ class ValkeyStore:
                 self._mirror_bytes += ids.nbytes + vectors.nbytes
             self._mirrors.move_to_end(vectors_key)
             return known
-        if known is not None:  # rewritten since: read it whole
-            data = as_bytes(await self._client.get(vectors_key))
-            if len(data) < HEADER.size:
-                self._forget(vectors_key)
-                return None
-            nonce, dimension = HEADER.unpack_from(data)
-        ids, vectors = parse_records(data[HEADER.size :], dimension)
-        mirror = ContextMirror(nonce=nonce, num_bytes=len(data), ids=ids, vectors=vectors)
+        ids, vectors = parse_records(data, dimension)
+        mirror = ContextMirror(nonce=nonce, num_bytes=HEADER.size + len(data), ids=ids, vectors=vectors)
         if self._use_mirror:
             self._remember(vectors_key, mirror)
         return mirror

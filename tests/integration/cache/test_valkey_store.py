@@ -161,3 +161,17 @@ async def test_cancelling_a_call_on_a_hung_valkey_cancels_it(make_store, valkey,
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+async def test_when_the_best_neighbour_the_mirror_expects_has_expired_the_next_one_answers(make_store, valkey) -> None:
+    store = make_store()
+    await store.put("support", "best", answer("best"), LONG_TTL_S, context="ctx", vector=toward(0.99))
+    await store.put("support", "next", answer("next"), LONG_TTL_S, context="ctx", vector=toward(0.9))
+    assert [c.answer.body for c in await store.nearest("support", "ctx", basis(0), 1)] == [answer("best").body]
+    await store.put("support", "best", answer("best"), 0.05, context="ctx", vector=toward(0.99))
+    for _ in range(1000):  # Valkey expires it: bounded, ends when it is gone
+        if await store.get("support", "best") is None:
+            break
+        await asyncio.sleep(0.01)
+    near = await store.nearest("support", "ctx", basis(0), 1)
+    assert [(c.answer.body, round(c.similarity, 4)) for c in near] == [(answer("next").body, 0.9)]
