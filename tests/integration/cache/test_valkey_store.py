@@ -10,11 +10,13 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 
+import numpy as np
 import pytest
 
-from switchyard.cache.valkey_store import COMPACT_FROM, HEADER, ValkeyStore
+from switchyard.cache.valkey_records import HEADER
+from switchyard.cache.valkey_store import COMPACT_FROM, ValkeyStore
 from switchyard.core.errors import ServiceUnavailable
-from tests.integration.cache.stores import DIMENSION, LONG_TTL_S, answer, basis, toward
+from tests.integration.cache.stores import DIMENSION, LONG_TTL_S, answer, basis, toward, unit
 from tests.servers.valkey import EmbeddedValkey, valkey_fixture, valkey_session_fixture  # noqa: F401
 
 RECORD_BYTES = 16 + 4 * DIMENSION
@@ -175,3 +177,17 @@ async def test_when_the_best_neighbour_the_mirror_expects_has_expired_the_next_o
         await asyncio.sleep(0.01)
     near = await store.nearest("support", "ctx", basis(0), 1)
     assert [(c.answer.body, round(c.similarity, 4)) for c in near] == [(answer("next").body, 0.9)]
+
+
+async def test_a_mirror_grown_one_put_at_a_time_ranks_as_a_fresh_read(make_store) -> None:
+    writer, follower = make_store(), make_store()
+    rng = np.random.default_rng(43)
+    query = unit(rng.standard_normal(DIMENSION))
+    for i in range(40):  # past the mirror's first buffers, which double as it grows
+        vector = unit(rng.standard_normal(DIMENSION))
+        await writer.put("support", f"k{i}", answer(f"a{i}"), LONG_TTL_S, context="ctx", vector=vector)
+        assert len(await follower.nearest("support", "ctx", query, 1)) == 1
+    grown = await follower.nearest("support", "ctx", query, 40)
+    fresh = await make_store().nearest("support", "ctx", query, 40)
+    assert len(grown) == 40
+    assert [(c.answer.body, c.similarity) for c in grown] == [(c.answer.body, c.similarity) for c in fresh]
