@@ -178,13 +178,13 @@ async def measure(url: str, size: int, lookups: int, rng: np.random.Generator) -
                     await calls[option][kind]()
                 for _ in range(lookups // ROUNDS):
                     figures[option][kind].append(await timed(calls[option][kind]))
-    for i in range(lookups // 4):  # grows the context by lookups/4 entries: kept out of the other cells
+    # grows each context by lookups/4 entries: after the other cells
+    for round_ in range(ROUNDS):
         for option in OPTIONS:
-            other_replica = replicas[option][1]
-            await other_replica.put(
-                f"bench-{option}", f"more-{i}", cached_answer(i), unit(rng.standard_normal(DIMENSION))
-            )
-            figures[option]["miss after a put"].append(await timed(calls[option]["miss"]))
+            for i in range(lookups // 4 // ROUNDS):
+                vector = unit(rng.standard_normal(DIMENSION))
+                await replicas[option][1].put(f"bench-{option}", f"more-{round_}-{i}", cached_answer(i), vector)
+                figures[option]["miss after a put"].append(await timed(calls[option]["miss"]))
     for searcher, other_replica in replicas.values():
         await searcher.close()
         await other_replica.close()
