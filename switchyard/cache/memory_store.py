@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from switchyard.cache.entries import CachedAnswer, Candidate
+from switchyard.cache.vectors import cosines
 
 _GROUP_START = 8  # rows a group's matrix starts with; doubled as it fills
 
@@ -56,9 +57,9 @@ class _Group:
 
     def nearest(self, vector: np.ndarray, limit: int) -> list[tuple[str, float]]:
         size = len(self.keys)
-        if not size:
+        if not size or vector.shape != self.matrix.shape[1:]:  # a vector of another embedder matches nothing
             return []
-        similarities = self.matrix[:size] @ vector
+        similarities = cosines(self.matrix[:size], vector)
         if size > limit:
             top = np.argpartition(-similarities, limit - 1)[:limit]
         else:

@@ -34,8 +34,10 @@ from switchyard.billing.ledger import LedgerWriter
 from switchyard.billing.limits import BudgetScope, LocalLimiter, open_limiter
 from switchyard.billing.store import Database, open_database
 from switchyard.billing.teams import Principal, Team, yaml_keys
+from switchyard.cache.entries import CacheStore
 from switchyard.cache.memory_store import MemoryStore
 from switchyard.cache.policy import CachePolicy
+from switchyard.cache.valkey_store import ValkeyStore
 from switchyard.cascade.runtime import Cascade
 from switchyard.core.drift import DriftMonitor
 from switchyard.core.metrics import Metrics, multiprocess_dir
@@ -192,12 +194,18 @@ async def build_services(
 
 @contextlib.asynccontextmanager
 async def _response_cache(settings: Settings) -> AsyncIterator[ResponseCache | None]:
-    """The response cache, when any team or route turns it on: in this process's memory."""
+    """The response cache, when any team or route turns it on: in the Valkey that the replicas (or
+    `--workers`) share, when there is one (`billing.redis_url`), else in this process's memory."""
     policy = CachePolicy.of(settings)
     if not policy.is_on:
         yield None
         return
-    store = MemoryStore(settings.cache.max_entries)
+    url = settings.billing.valkey_url()
+    store: CacheStore = (
+        ValkeyStore(url, max_entries=settings.cache.max_entries)
+        if url is not None
+        else MemoryStore(settings.cache.max_entries)
+    )
     cache = ResponseCache(policy, store)
     warming = asyncio.create_task(cache.warm())
     try:

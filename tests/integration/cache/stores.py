@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from switchyard.cache.entries import CachedAnswer, CacheStore
+from switchyard.cache.memory_store import MemoryStore
 from switchyard.cache.valkey_store import ValkeyStore
 from tests.servers.valkey import EmbeddedValkey
 
@@ -26,6 +27,7 @@ class StoreKind:
 
 # timeout_s: a slow answer on a busy machine is not an outage
 STORES: dict[str, StoreKind] = {
+    "memory": StoreKind(lambda valkey, num: MemoryStore(num), False),
     "valkey": StoreKind(lambda valkey, num: ValkeyStore(valkey.url, max_entries=num, timeout_s=30.0), True),
     "valkey-no-mirror": StoreKind(
         lambda valkey, num: ValkeyStore(valkey.url, max_entries=num, timeout_s=30.0, mirror=False), True
