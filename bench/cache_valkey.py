@@ -44,7 +44,8 @@ from results import write_section  # bench/ is on sys.path when run as a script
 
 from switchyard.cache.entries import CachedAnswer, Candidate
 from switchyard.cache.valkey_records import as_bytes, decode_answer, digest
-from switchyard.cache.valkey_store import ValkeyStore, cosines
+from switchyard.cache.valkey_store import ValkeyStore
+from switchyard.cache.vectors import cosines
 
 SIZES = (10, 100, 1000)
 DIMENSION = 384
