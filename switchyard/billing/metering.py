@@ -30,6 +30,7 @@ from switchyard.core.prices import Price
 from switchyard.core.requests import AnyRequest
 
 Sent = Literal["whole", "stream"]  # how the relay sent an attempt's answer to its client
+CACHE_DEPLOYMENT = "response-cache"  # the deployment a response-cache hit's record names
 
 
 def hosting_of(entry: MeteredModel) -> str:
@@ -51,6 +52,7 @@ class RequestTags:
     batch_id: str | None = None  # a batch's line (the batch tier)
     routing_version: str | None = None  # the routing version that routed it (auto, cascade)
     is_shadow: bool = False  # a shadow or judge call (switchyard.learning): never answered the client
+    response_cache: str | None = None  # miss | bypass: the response cache's word, on the answer's record
 
 
 @dataclass(slots=True)
@@ -266,6 +268,23 @@ class RequestMeter:
             totals.ttft_s = self.first_token_at - self.attempt_started_at if self.first_token_at is not None else None
         self._write(entry, status, usage, num_chunks, error, deployment, sent=sent)
 
+    def cache_looked_up(self, result: str) -> None:
+        """The response cache missed (or was bypassed): the answer's record says so."""
+        self.tags = replace(self.tags, response_cache=result)
+
+    def from_cache(
+        self, entry: MeteredModel, *, cost_usd: float, saved_tokens: int, saved_usd: float, sent: Sent
+    ) -> None:
+        """The request was answered from the response cache: its one record, completed, at the
+        hit's price (`cost_usd`), with what answering it again would have cost."""
+        if self.is_closed:
+            return
+        self.is_closed = True
+        self.totals.answer_model, self.totals.answer_status = entry.name, "completed"
+        self._write(
+            entry, "completed", None, 0, deployment=CACHE_DEPLOYMENT, sent=sent, hit=(cost_usd, saved_tokens, saved_usd)
+        )
+
     def tokens(self, usage: dict[str, Any] | None, num_chunks: int) -> tuple[int, int]:
         """(prompt, completion) tokens: the upstream's usage, else estimated (a chunk a token)."""
         if usage:
@@ -293,6 +312,7 @@ class RequestMeter:
         deployment: str | None = None,
         *,
         sent: Sent | None = None,
+        hit: tuple[float, int, float] | None = None,  # a response-cache hit: its cost, the tokens and USD saved
     ) -> None:
         totals = self.totals
         totals.num_attempts += 1
@@ -303,7 +323,7 @@ class RequestMeter:
             self.counts[(entry.name, status)] += 1
         prompt, completion = self.tokens(usage, num_chunks)
         cached_prompt, cache_write = cached_prompt_tokens(usage), cache_write_tokens(usage)
-        cost = self.cost_of(entry.name, prompt, completion, cached_prompt, cache_write)
+        cost = self.cost_of(entry.name, prompt, completion, cached_prompt, cache_write) if hit is None else hit[0]
         totals.cost_usd += cost
         totals.prompt_tokens += prompt
         totals.completion_tokens += completion
@@ -379,6 +399,9 @@ class RequestMeter:
                     routing_version=tags.routing_version,
                     cache_read_tokens=cached_prompt if usage is not None else None,
                     cache_write_tokens=cache_write if usage is not None else None,
+                    response_cache="hit" if hit is not None else (tags.response_cache if sent is not None else None),
+                    response_cache_saved_tokens=hit[1] if hit is not None else None,
+                    response_cache_saved_usd=hit[2] if hit is not None else None,
                 )
             )
         self.begin_attempt()

@@ -51,6 +51,12 @@ class UsageRecord:
     # (None: the upstream's usage was not at hand, or an old row).
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
+    # The response cache (docs/cache.md), on the record of the answer the client got: hit | miss |
+    # bypass (None: the cache had nothing to do with the request). A hit's record has no tokens of
+    # its own; it keeps what answering again would have used and cost.
+    response_cache: str | None = None
+    response_cache_saved_tokens: int | None = None
+    response_cache_saved_usd: float | None = None
 
 
 # An attempt whose answer went to the client: completed, or cut short by the client leaving.

@@ -128,6 +128,11 @@ class StaticEmbedder:
             tmp.replace(path)
             return table
 
+    @property
+    def is_loaded(self) -> bool:
+        """The table is in memory: `encode` is numpy only from now on."""
+        return self._table is not None
+
     def encode(
         self, texts: list[str], batch_size: int = 1024, on_batch: Callable[[int], None] | None = None
     ) -> np.ndarray:
@@ -150,8 +155,22 @@ EMBEDDERS = {MINILM: Embedder, STATIC_MINILM: StaticEmbedder}
 EMBEDDER_CHOICES = {"minilm": MINILM, "static": STATIC_MINILM}
 
 
+_SHARED_STATIC: list[StaticEmbedder] = []
+_SHARED_STATIC_LOCK = threading.Lock()
+
+
+def shared_static_embedder(num_threads: int | None = None) -> StaticEmbedder:
+    """The process's one static table (47 MB), for the classifier and the response cache alike."""
+    with _SHARED_STATIC_LOCK:
+        if not _SHARED_STATIC:
+            _SHARED_STATIC.append(StaticEmbedder(num_threads=num_threads))
+        return _SHARED_STATIC[0]
+
+
 def embedder_for(name: str, num_threads: int | None = None):
     """The embedder an artifact was trained with (its metadata's `embedding_model`)."""
+    if name == STATIC_MINILM:
+        return shared_static_embedder(num_threads)
     try:
         return EMBEDDERS[name](num_threads=num_threads)
     except KeyError:

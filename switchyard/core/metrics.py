@@ -110,6 +110,19 @@ class Metrics:
             ("team", "model", "kind"),
             registry=r,
         )
+        self.response_cache = Counter(
+            "switchyard_response_cache_requests",
+            "Requests the response cache could serve, by result (hit, miss, bypass), team ('' without teams) "
+            "and route (auto, cascade, or the model named).",
+            ("result", "team", "route"),
+            registry=r,
+        )
+        self.response_cache_saved = Counter(
+            "switchyard_response_cache_saved_usd",
+            "What the response cache's hits saved: the cost of the answers they replayed, by team and route.",
+            ("team", "route"),
+            registry=r,
+        )
         self.route_decisions = Counter(
             "switchyard_route_decisions",
             "model='auto' decisions by the tier chosen and why: score (the classifier's), value (routing "
@@ -216,6 +229,11 @@ class Metrics:
 
     def fell_back(self, from_model: str, to_model: str) -> None:
         self.fallbacks.labels(from_model, to_model).inc()
+
+    def response_cache_done(self, result: str, team: str | None, route: str, saved_usd: float) -> None:
+        self.response_cache.labels(result, team or "", route).inc()
+        if result == "hit":
+            self.response_cache_saved.labels(team or "", route).inc(saved_usd)
 
     def rate_limit_refused(self, team: str | None, limit: str) -> None:
         self.rate_limited.labels(team or "", limit).inc()

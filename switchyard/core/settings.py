@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import BeforeValidator, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from switchyard.core.body_limits import BodyLimits
@@ -120,6 +120,37 @@ class AutoRoutingSettings(StrictModel):
         return self
 
 
+def _yaml_off(value: Any) -> Any:
+    """YAML 1.1 reads a bare `off` as false: `mode: off` means the mode "off"."""
+    return "off" if value is False else value
+
+
+CacheMode = Annotated[Literal["off", "exact", "semantic"], BeforeValidator(_yaml_off)]
+
+
+class CacheRouteSettings(StrictModel):
+    """One route's (a model's name, `auto` or `cascade`) response cache: its own mode, and whether
+    answers to requests that are not deterministic (temperature above 0 and no seed) are kept too."""
+
+    mode: CacheMode | None = None  # null: cache.mode (a team's own mode still wins)
+    nondeterministic: bool = False
+
+
+class CacheSettings(StrictModel):
+    """The response cache (docs/cache.md): answers kept for requests asked again, exactly or nearly."""
+
+    mode: CacheMode = "off"  # off | exact | semantic (semantic includes exact)
+    ttl_s: float = Field(default=3600.0, gt=0)
+    max_entries: int = Field(default=10_000, ge=1)  # in the in-process store; oldest used out first
+    similarity: float | None = Field(default=None, gt=0, le=1)  # semantic threshold; null: the guard's default
+    # the last user turn's embedding: static (MiniLM's token vectors, mean-pooled: ~0.03 ms, the
+    # default classifier's) or minilm (the transformer: ~20 ms of a core, a few more true hits)
+    embedder: Literal["static", "minilm"] = "static"
+    scope: Literal["team", "shared"] = "team"  # shared: every team may be answered from every team's entries
+    routes: dict[str, CacheRouteSettings] = Field(default_factory=dict)  # model name, auto or cascade
+    hit_price_usd_per_mtok: float = Field(default=0.0, ge=0, allow_inf_nan=False)  # a hit's price, per saved token
+
+
 class TeamSettings(StrictModel):
     """A team: its API keys, the models it may use, its budgets, limits and priority (billing/teams.py)."""
 
@@ -132,6 +163,7 @@ class TeamSettings(StrictModel):
     priority: str = "interactive"  # interactive | batch | a name in billing.priority_tiers
     # adapters (by name) that `auto` applies when it routes this team to their base model
     default_adapters: list[str] = Field(default_factory=list)
+    cache: CacheMode | None = None  # the response cache's mode for this team; null: cache.mode and routes
 
 
 class AuthSettings(StrictModel):
@@ -366,6 +398,7 @@ class Settings(BaseSettings):
     rollout: RolloutSettings = Field(default_factory=RolloutSettings)
     drift: DriftSettings = Field(default_factory=DriftSettings)
     shadow: ShadowSettings = Field(default_factory=ShadowSettings)
+    cache: CacheSettings = Field(default_factory=CacheSettings)
     models: list[ModelSettings] = Field(default_factory=list)
     teams: dict[str, TeamSettings] = Field(default_factory=dict)  # empty: any key, every model
     # glob -> a model name, or {model, quality}: the names clients send (claude-*-haiku-*) as models
@@ -386,6 +419,7 @@ class Settings(BaseSettings):
         _check_teams(self.teams, by_name, adapters, priorities)
         _check_ladder_logprobs(self.cascade.ladder, by_name)
         _check_shadow(self.shadow, by_name)
+        _check_cache_routes(self.cache, by_name)
         return self
 
     @classmethod
@@ -573,3 +607,12 @@ def _check_shadow(shadow: ShadowSettings, by_name: dict[str, ModelSettings]) -> 
     judge = shadow.judge.model
     if judge is not None and (judge not in by_name or by_name[judge].kind != "chat"):
         raise ValueError(f"shadow.judge.model names '{judge}', which is not a configured chat model")
+
+
+def _check_cache_routes(cache: CacheSettings, by_name: dict[str, ModelSettings]) -> None:
+    """cache.routes names chat models, `auto` or `cascade`."""
+    for route in cache.routes:
+        if route in RESERVED_MODEL_NAMES:
+            continue
+        if route not in by_name or by_name[route].kind != "chat":
+            raise ValueError(f"cache.routes names '{route}', which is not a configured chat model, auto or cascade")

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from switchyard.evals.cache_cli import cache
 from switchyard.evals.cascade_cli import cascade
 from switchyard.evals.cli_support import DatasetOption, cli_error, dataset_label, load_set, progress_bar
 from switchyard.evals.collect_cli import collect
@@ -14,7 +15,9 @@ from switchyard.evals.retune_cli import retune
 from switchyard.evals.route_artifacts import compare_artifacts
 from switchyard.evals.tiers_cli import tiers
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Offline evaluation of routing and cascading.")
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="Offline evaluation of routing, cascading and the response cache."
+)
 
 WeakOption = Annotated[str | None, typer.Option(help="Weak model in the traces (default: from the data).")]
 StrongOption = Annotated[str | None, typer.Option(help="Strong model in the traces (default: from the data).")]
@@ -199,3 +202,4 @@ app.command()(tiers)  # switchyard/evals/tiers_cli.py
 app.command()(cascade)  # switchyard/evals/cascade_cli.py
 app.command()(collect)  # switchyard/evals/collect_cli.py
 app.command()(retune)  # switchyard/evals/retune_cli.py
+app.command()(cache)  # switchyard/evals/cache_cli.py

@@ -34,6 +34,7 @@ class Asked:
     quality: str | None = None  # x-switchyard-quality
     cascade_mode: str | None = None  # x-switchyard-cascade
     priority: str | None = None  # how it meets a saturated model: its team's tier, else x-switchyard-priority
+    refuses_cache: bool = False  # x-switchyard-cache: off, or Cache-Control: no-cache (switchyard.cache.policy)
 
 
 @dataclass(slots=True)

@@ -131,6 +131,13 @@ def live_families(state) -> Iterator[LiveFamily]:
     waiting.add([], state.saturation.num_waiting)
     yield degraded
     yield waiting
+    cache = state.response_cache
+    if cache is not None:
+        stored = _gauge(
+            "switchyard_response_cache_entries", "Answers in this process's response cache.", mode="livesum"
+        )
+        stored.add([], cache.num_entries())
+        yield stored
     queue = _gauge(
         "switchyard_queue_depth_tokens",
         "Tokens (prompt estimate plus max_tokens or its default) waiting for a first token at the model: "

@@ -15,13 +15,17 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
+
+import orjson
 
 from switchyard.backends.answered import Answered
 from switchyard.backends.base import AnyRequest
 from switchyard.backends.registry import ModelEntry
 from switchyard.billing.ledger import Ledger
-from switchyard.billing.metering import RequestMeter, RequestTags, RequestTotals, usage_of
+from switchyard.billing.metering import CACHE_DEPLOYMENT, RequestMeter, RequestTags, RequestTotals, Sent, usage_of
 from switchyard.billing.teams import Principal
+from switchyard.cache.entries import CachedAnswer
 from switchyard.cascade.runtime import Plan
 from switchyard.core.capabilities import needs
 from switchyard.core.chat_wire import RawJSON, StreamChunk
@@ -37,6 +41,7 @@ from switchyard.gateway.answer_shape import PASS_THROUGH, AnswerShape
 from switchyard.gateway.decide import Asked, Decision, decide
 from switchyard.gateway.live_streams import LiveStreams
 from switchyard.gateway.request_log import CLIENT_CLOSED_REQUEST
+from switchyard.gateway.response_cache import Lookup, StreamKeeper, fresh_answer, replayed_chunks
 from switchyard.gateway.services import Services
 
 logger = logging.getLogger("switchyard")
@@ -184,7 +189,19 @@ async def relay(
             decision.ceiling,
             decision.routing.version if decision.routing is not None else None,
         )
-        answer, answered = await _execute(services, decision, parsed, ctx, shape)
+        lookup = await _look_up(services, parsed, decision, team.name if team is not None else None, asked)
+        if lookup is not None and lookup.hit is not None:
+            relayed = _from_cache(services, lookup, lookup.hit, parsed, meter, decision, shape, started_at)
+            return relayed
+        if lookup is not None:
+            meter.cache_looked_up(lookup.result)
+        keeping = lookup if lookup is not None and lookup.keys is not None else None
+        answer, answered = await _execute(services, decision, parsed, ctx, shape, keeping)
+        if lookup is not None:
+            _count_cache(services, lookup, decision, team.name if team is not None else None, 0.0)
+            answer.headers.update(lookup.header())
+            if keeping is not None and answer.is_whole and answer.status == 200:
+                await _keep_whole(services, keeping, answered, meter)
         relayed = replace(answer, started_at=started_at, meter=meter, decision=decision, answered=answered)
         return relayed
     except SwitchyardError as exc:
@@ -210,18 +227,138 @@ async def _cancel_when(client_left: Callable[[], Awaitable[object]], task: async
     task.cancel()
 
 
+async def _look_up(
+    services: Services, parsed: AnyRequest, decision: Decision, team: str | None, asked: Asked
+) -> Lookup | None:
+    """The response cache's lookup (None: it has nothing to do with this request)."""
+    cache = services.response_cache
+    if cache is None or decision.entry.kind != "chat":
+        return None
+    return await cache.look_up(parsed, parsed.model, decision.entry.name, team, client_refuses=asked.refuses_cache)
+
+
+def _count_cache(services: Services, lookup: Lookup, decision: Decision, team: str | None, saved_usd: float) -> None:
+    services.metrics.response_cache_done(lookup.result, team, _cache_route(decision), saved_usd)
+
+
+def _cache_route(decision: Decision) -> str:
+    """The route /metrics counts the cache's results by: auto, cascade, or the model asked for."""
+    route = decision.headers.get("x-switchyard-route", "")
+    for entry_point in ("auto", "cascade"):
+        if route.startswith(entry_point):
+            return entry_point
+    return decision.entry.name
+
+
+def _stream_keeper(services: Services, keeping: Lookup | None, answered: Answered) -> StreamKeeper | None:
+    if keeping is None or services.response_cache is None:
+        return None
+    return StreamKeeper(services.response_cache, keeping, answered.entry.name, answered.deployment)
+
+
+async def _keep_whole(services: Services, keeping: Lookup, answered: Answered, meter: RequestMeter) -> None:
+    assert services.response_cache is not None
+    result = answered.whole
+    await services.response_cache.keep(
+        keeping,
+        result.data,
+        model=answered.entry.name,
+        deployment=answered.deployment,
+        usage=usage_of(result),
+        cost_usd=meter.total_cost_usd,
+    )
+
+
+def _from_cache(
+    services: Services,
+    lookup: Lookup,
+    hit: CachedAnswer,
+    parsed: AnyRequest,
+    meter: RequestMeter,
+    decision: Decision,
+    shape: AnswerShape,
+    started_at: float,
+) -> Relayed:
+    """The answer the cache kept, as a new answer: whole, or replayed as the stream it would have been."""
+    assert services.response_cache is not None
+    entry = services.registry.find(hit.model) or decision.entry
+    saved_tokens = hit.prompt_tokens + hit.completion_tokens
+    cost = services.response_cache.policy.hit_cost_usd(saved_tokens)
+    team = meter.team
+    _count_cache(services, lookup, decision, team, hit.cost_usd)
+    answer = fresh_answer(hit)
+    headers = (
+        {"x-switchyard-model": hit.model, "x-switchyard-backend": CACHE_DEPLOYMENT}
+        | decision.headers
+        | lookup.header()
+        | {"x-switchyard-cost-usd": f"{cost:.8f}"}
+    )
+
+    def metered(sent: Sent) -> None:
+        meter.from_cache(entry, cost_usd=cost, saved_tokens=saved_tokens, saved_usd=hit.cost_usd, sent=sent)
+
+    if not parsed.stream:
+        body = shape.whole(orjson.dumps(answer))
+        metered("whole")
+        return Relayed(200, started_at, body, headers, meter=meter, decision=decision)
+    events = _replayed(answer, parsed, shape, meter, cost, metered)
+
+    async def settle() -> None:
+        await events.aclose()  # type: ignore[attr-defined]
+        metered("stream")  # a client gone before the replay began: still its answer
+        if meter.spending is not None:
+            meter.spending.settle()
+
+    return Relayed(200, started_at, headers=headers, events=events, settle=settle, meter=meter, decision=decision)
+
+
+async def _replayed(
+    answer: dict[str, Any],
+    parsed: AnyRequest,
+    shape: AnswerShape,
+    meter: RequestMeter,
+    cost_usd: float,
+    metered: Callable[[Sent], None],
+) -> AsyncIterator[bytes]:
+    include_usage = _client_wants_usage(parsed)
+    try:
+        for chunk in replayed_chunks(answer):
+            shaped: StreamChunk | None = chunk
+            if chunk.has_usage:
+                usage = chunk.parsed["usage"]
+                shaped = (
+                    StreamChunk.from_dict({**chunk.parsed, "usage": {**usage, "cost_usd": round(cost_usd, 10)}})
+                    if include_usage
+                    else _without_usage(chunk)
+                )
+            if shaped is not None:
+                for event in shape.events(shaped):
+                    meter.first_byte()
+                    yield event
+    finally:
+        metered("stream")
+    meter.first_byte()
+    yield shape.end()
+
+
 async def _execute(
-    services: Services, decision: Decision, parsed: AnyRequest, ctx: RequestContext, shape: AnswerShape
+    services: Services,
+    decision: Decision,
+    parsed: AnyRequest,
+    ctx: RequestContext,
+    shape: AnswerShape,
+    keeping: Lookup | None = None,
 ) -> tuple[Relayed, Answered]:
     if decision.plan is not None and not isinstance(parsed, EmbeddingRequest):
-        return await _relay_cascade(services, decision, decision.plan, parsed, ctx, shape)
+        return await _relay_cascade(services, decision, decision.plan, parsed, ctx, shape, keeping)
     meter = ctx.meter
     if parsed.stream:
         # Decide before the first byte: retries, fallbacks and errors up to the first chunk are real
         # HTTP outcomes; after it, only in-band errors remain.
         opened = await services.executor.stream(decision.entry, parsed, ctx, decision.needed)
         headers = _answer_headers(opened) | _upstream_model_header(opened.first) | decision.headers
-        return _stream(opened, parsed, meter, headers, services.streams, shape), opened
+        keeper = _stream_keeper(services, keeping, opened)
+        return _stream(opened, parsed, meter, headers, services.streams, shape, keeper), opened
     answer = await services.executor.complete(decision.entry, parsed, ctx, decision.needed)
     result = answer.whole
     meter.finished(
@@ -239,6 +376,7 @@ async def _relay_cascade(
     parsed: GenerationRequest,
     ctx: RequestContext,
     shape: AnswerShape,
+    keeping: Lookup | None = None,
 ) -> tuple[Relayed, Answered]:
     """The cascade meters each rung's attempt itself, cancellations included; the answer's is finished
     here. The cascade is the one of the routing version that made the plan."""
@@ -253,7 +391,8 @@ async def _relay_cascade(
         | {"x-switchyard-cascade": answered.cascade}
     )
     if parsed.stream:
-        return _stream(answered, parsed, meter, headers, services.streams, shape), answered
+        keeper = _stream_keeper(services, keeping, answered)
+        return _stream(answered, parsed, meter, headers, services.streams, shape, keeper), answered
     result = answered.whole
     usage = usage_of(result)
     meter.finished(
@@ -295,11 +434,19 @@ def _stream(
     headers: dict[str, str],
     streams: LiveStreams,
     shape: AnswerShape,
+    keeper: StreamKeeper | None = None,
 ) -> Relayed:
     first, rest = answered.first, answered.chunks
     include_usage = _client_wants_usage(parsed)
     body = _sse_body(
-        first, rest, include_usage=include_usage, meter=meter, answered=answered, streams=streams, shape=shape
+        first,
+        rest,
+        include_usage=include_usage,
+        meter=meter,
+        answered=answered,
+        streams=streams,
+        shape=shape,
+        keeper=keeper,
     )
     entry, deployment = answered.entry, answered.deployment
 
@@ -328,6 +475,7 @@ async def _sse_body(
     answered: Answered,
     streams: LiveStreams,
     shape: AnswerShape,
+    keeper: StreamKeeper | None = None,
 ) -> AsyncIterator[bytes]:
     entry = answered.entry
     usage, num_chunks, status, error = None, 0, "cancelled", None  # unless the loop below ends otherwise
@@ -345,6 +493,8 @@ async def _sse_body(
             if gaps is not None and last_at is not None:
                 gaps.add(now - last_at)
             last_at = now
+            if keeper is not None:
+                keeper.add(chunk)
             if chunk.has_usage:
                 usage = chunk.parsed["usage"]
                 chunk = _with_cost(chunk, meter, entry) if include_usage else _without_usage(chunk)
@@ -376,5 +526,7 @@ async def _sse_body(
         if meter.spending is not None:
             meter.spending.settle()
         await rest.aclose()  # type: ignore[attr-defined]
+    if keeper is not None and status == "completed":
+        await keeper.keep(meter.total_cost_usd)
     meter.first_byte()  # an empty stream's first byte is its end
     yield shape.end()

@@ -34,6 +34,10 @@ from switchyard.billing.ledger import LedgerWriter
 from switchyard.billing.limits import BudgetScope, LocalLimiter, open_limiter
 from switchyard.billing.store import Database, open_database
 from switchyard.billing.teams import Principal, Team, yaml_keys
+from switchyard.cache.entries import CacheStore
+from switchyard.cache.memory_store import MemoryStore
+from switchyard.cache.policy import CachePolicy
+from switchyard.cache.valkey_store import ValkeyStore
 from switchyard.cascade.runtime import Cascade
 from switchyard.core.drift import DriftMonitor
 from switchyard.core.metrics import Metrics, multiprocess_dir
@@ -44,6 +48,7 @@ from switchyard.core.thresholds import ThresholdsFile
 from switchyard.gateway.auto_router import AutoRouter
 from switchyard.gateway.gauges import LiveGauges, SharedGauges
 from switchyard.gateway.live_streams import LiveStreams
+from switchyard.gateway.response_cache import ResponseCache
 from switchyard.gateway.routings import (
     EmbedTexts,
     Routing,
@@ -84,6 +89,7 @@ class Services:
     routing_parts: RoutingParts | None = None  # what a reload builds routers on (None: offline)
     routing_history: set[tuple[str, str]] = field(default_factory=set)  # (version, role) replaced by reloads
     reloading: asyncio.Lock = field(default_factory=asyncio.Lock)
+    response_cache: ResponseCache | None = None  # None: cache.mode off for every team and route
 
     @property
     def thresholds(self) -> ThresholdsFile | None:
@@ -176,12 +182,38 @@ async def build_services(
             routing_parts=parts,
         )
         stack.callback(_close_scorers, services)
+        if not is_offline:
+            services.response_cache = await stack.enter_async_context(_response_cache(settings))
         if multiprocess_dir() is None or is_offline:
             metrics.registry.register(LiveGauges(services))
         else:
             services.shared_gauges = SharedGauges(services)
         await _start(services, stack, is_offline)
         yield services
+
+
+@contextlib.asynccontextmanager
+async def _response_cache(settings: Settings) -> AsyncIterator[ResponseCache | None]:
+    """The response cache, when any team or route turns it on: in the Valkey that the replicas (or
+    `--workers`) share, when there is one (`billing.redis_url`), else in this process's memory."""
+    policy = CachePolicy.of(settings)
+    if not policy.is_on:
+        yield None
+        return
+    url = settings.billing.valkey_url()
+    store: CacheStore = (
+        ValkeyStore(url, max_entries=settings.cache.max_entries)
+        if url is not None
+        else MemoryStore(settings.cache.max_entries)
+    )
+    cache = ResponseCache(policy, store)
+    warming = asyncio.create_task(cache.warm())
+    try:
+        yield cache
+    finally:
+        warming.cancel()
+        await asyncio.gather(warming, return_exceptions=True)
+        await store.close()
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from starlette.responses import Response
 from switchyard.backends.base import AnyRequest
 from switchyard.billing.directory import UnknownKey
 from switchyard.billing.teams import Principal
+from switchyard.cache.policy import client_refuses
 from switchyard.core.chat_wire import ChatCompletionRequest, CompletionRequest
 from switchyard.core.embeddings_wire import EmbeddingRequest
 from switchyard.core.errors import SwitchyardError
@@ -36,6 +37,7 @@ from switchyard.gateway.decide import Asked
 from switchyard.gateway.relay import Origin, Relayed, relay
 from switchyard.gateway.request_end import count_refused, end_exchange, meter_refusal
 from switchyard.gateway.request_log import CLIENT_CLOSED_REQUEST, RequestLine, write_line
+from switchyard.gateway.response_cache import CACHE_HEADER
 from switchyard.gateway.services import Services
 from switchyard.proxy.app_state import services_of, shadow_of
 from switchyard.proxy.auth import authenticate, authorization_of, saturation_priority
@@ -101,6 +103,7 @@ async def serve_model_request(request: Request, wire: type[W], prepare: Prepare 
                 quality=request.headers.get("x-switchyard-quality") or (alias.quality if alias else None),
                 cascade_mode=request.headers.get("x-switchyard-cascade"),
                 priority=saturation_priority(services, request, principal),
+                refuses_cache=client_refuses(request.headers.get(CACHE_HEADER), request.headers.get("cache-control")),
             )
             state = request.scope["state"]
             origin = Origin(

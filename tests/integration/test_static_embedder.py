@@ -36,8 +36,8 @@ def test_embeddings_are_unit_vectors_that_keep_meaning_apart(static):
 
 def test_the_table_is_built_once_and_read_back(static, tmp_path_factory):
     static.encode(["warm"])
-    cached = list(static._cache_dir.glob("*.npy"))
-    assert [p.name for p in cached] == [StaticEmbedder.TABLE_FILE]
+    # the folder is the machine's: `switchyard eval` keeps its prompts' embeddings beside the table
+    assert (static._cache_dir / StaticEmbedder.TABLE_FILE).is_file()
     again = StaticEmbedder(cache_dir=static._cache_dir)
     assert np.array_equal(again.encode(["the same text"]), static.encode(["the same text"]))
 

@@ -142,6 +142,10 @@ def test_every_group_for_the_admin_and_a_teams_own_rows(proxy_url: str) -> None:
             "shadow_cost_usd",
             "cache_read_tokens",
             "cache_write_tokens",
+            "response_cache_hits",
+            "response_cache_misses",
+            "response_cache_bypasses",
+            "response_cache_saved_usd",
         ]
 
 

@@ -50,6 +50,9 @@ class Sums:
     cost_usd: float = 0.0
     cache_read_tokens: int = 0  # of the prompt tokens, read from a prompt cache
     cache_write_tokens: int = 0  # of the prompt tokens, written to one
+    response_cache_hits: int = 0  # requests answered from the response cache
+    response_cache_misses: int = 0  # requests the cache could have answered and did not
+    response_cache_saved_usd: float = 0.0  # what the hits' answers cost when they were first given
 
     def add(self, record: UsageRecord) -> None:
         self.attempts += 1
@@ -60,6 +63,9 @@ class Sums:
         self.cost_usd += record.cost_usd
         self.cache_read_tokens += record.cache_read_tokens or 0
         self.cache_write_tokens += record.cache_write_tokens or 0
+        self.response_cache_hits += record.response_cache == "hit"
+        self.response_cache_misses += record.response_cache == "miss"
+        self.response_cache_saved_usd += record.response_cache_saved_usd or 0.0
 
     def merge(self, other: Sums) -> None:
         self.attempts += other.attempts
@@ -70,6 +76,9 @@ class Sums:
         self.cost_usd += other.cost_usd
         self.cache_read_tokens += other.cache_read_tokens
         self.cache_write_tokens += other.cache_write_tokens
+        self.response_cache_hits += other.response_cache_hits
+        self.response_cache_misses += other.response_cache_misses
+        self.response_cache_saved_usd += other.response_cache_saved_usd
 
     @property
     def tokens(self) -> int:

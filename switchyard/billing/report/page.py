@@ -185,6 +185,7 @@ def render_kpis(summary: Mapping[str, Any]) -> str:
         *(_escalation_kpi(entry, escalation[entry]) for entry in ("cascade", "auto")),
         _batch_kpi(summary),
         _cache_kpi(summary),
+        _response_cache_kpi(summary),
         _kpi(
             "Self-hosted tokens",
             percent(self_hosted["tokens"] / tokens) if self_hosted and tokens else "—",
@@ -216,6 +217,20 @@ def _cache_kpi(summary: Mapping[str, Any]) -> str:
         "Saved by prompt caching",
         usd(summary.get("cache_saved_usd", 0.0)),
         f"{read:,} prompt tokens read from a cache · {written:,} written to one",
+    )
+
+
+def _response_cache_kpi(summary: Mapping[str, Any]) -> str:
+    """Requests answered from the response cache, the hit rate among those it could answer, and
+    what the hits' answers cost when they were first given."""
+    cache = summary.get("response_cache") or {}
+    hits, misses = cache.get("hits", 0), cache.get("misses", 0)
+    if not (hits or misses):
+        return _kpi("Saved by the response cache", "—", "no request went through the response cache")
+    return _kpi(
+        "Saved by the response cache",
+        usd(cache.get("saved_usd", 0.0)),
+        f"{hits:,} answers from the cache · {percent(cache.get('hit_rate'))} of {hits + misses:,} it could serve",
     )
 
 

@@ -265,6 +265,12 @@ def build_summary(agg: Aggregator, prices: Mapping[str, Price] | None = None) ->
         "cache_read_tokens": t.cache_read_tokens,  # among prompt_tokens
         "cache_write_tokens": t.cache_write_tokens,
         "cache_saved_usd": _cache_saved_usd(agg, prices or {}),
+        "response_cache": {
+            "hits": t.response_cache_hits,
+            "misses": t.response_cache_misses,
+            "hit_rate": _share(t.response_cache_hits, t.response_cache_hits + t.response_cache_misses),
+            "saved_usd": t.response_cache_saved_usd,
+        },
         "savings": {
             "routed_requests": routed.requests,
             "realised_cost_usd": routed.realised_cost_usd,
@@ -291,6 +297,10 @@ def build_summary(agg: Aggregator, prices: Mapping[str, Price] | None = None) ->
         "previous": None,  # the previous period and the change from it: `compare.compare_periods`
         "change": None,
     }
+
+
+def _share(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
 
 
 def _escalation(agg: Aggregator) -> dict[str, dict[str, Any]]:

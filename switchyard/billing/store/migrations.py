@@ -251,6 +251,52 @@ def _sqlite_6(db: sqlite3.Connection) -> None:
         db.execute(statement)
 
 
+# The response cache (docs/cache.md): the answer's row says hit, miss or bypass, a hit's what it
+# saved (the tokens and cost of the answer it replayed); the daily aggregate counts hits, misses
+# and bypasses and sums the USD saved, for /v1/usage.
+USAGE_ADDED_7 = {"response_cache": "TEXT", "response_cache_saved_tokens": "INTEGER", "response_cache_saved_usd": "REAL"}
+_SQLITE_RESPONSE_CACHE = """
+ALTER TABLE usage_daily ADD COLUMN response_cache_hits INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE usage_daily ADD COLUMN response_cache_misses INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE usage_daily ADD COLUMN response_cache_bypasses INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE usage_daily ADD COLUMN response_cache_saved_usd REAL NOT NULL DEFAULT 0;
+DROP TRIGGER usage_daily_grows;
+CREATE TRIGGER usage_daily_grows AFTER INSERT ON usage BEGIN
+    INSERT INTO usage_daily VALUES (
+        date(NEW.started_at, 'unixepoch'), COALESCE(NEW.team, ''), NEW.model, 1, NEW.attempt = 1,
+        NEW.prompt_tokens, NEW.completion_tokens, CASE WHEN NEW.is_shadow THEN 0 ELSE NEW.cost_usd END,
+        NEW.attempt = 1 AND NEW.batch_id IS NOT NULL, CASE WHEN NEW.batch_id IS NULL THEN 0 ELSE NEW.cost_usd END,
+        CASE WHEN NEW.is_shadow THEN NEW.cost_usd ELSE 0 END,
+        COALESCE(NEW.cache_read_tokens, 0), COALESCE(NEW.cache_write_tokens, 0),
+        COALESCE(NEW.response_cache = 'hit', 0), COALESCE(NEW.response_cache = 'miss', 0),
+        COALESCE(NEW.response_cache = 'bypass', 0), COALESCE(NEW.response_cache_saved_usd, 0))
+    ON CONFLICT (day, team, model) DO UPDATE SET
+        attempts = attempts + 1, requests = requests + excluded.requests,
+        prompt_tokens = prompt_tokens + excluded.prompt_tokens,
+        completion_tokens = completion_tokens + excluded.completion_tokens,
+        cost_usd = cost_usd + excluded.cost_usd,
+        batch_requests = batch_requests + excluded.batch_requests,
+        batch_cost_usd = batch_cost_usd + excluded.batch_cost_usd,
+        shadow_cost_usd = shadow_cost_usd + excluded.shadow_cost_usd,
+        cache_read_tokens = cache_read_tokens + excluded.cache_read_tokens,
+        cache_write_tokens = cache_write_tokens + excluded.cache_write_tokens,
+        response_cache_hits = response_cache_hits + excluded.response_cache_hits,
+        response_cache_misses = response_cache_misses + excluded.response_cache_misses,
+        response_cache_bypasses = response_cache_bypasses + excluded.response_cache_bypasses,
+        response_cache_saved_usd = response_cache_saved_usd + excluded.response_cache_saved_usd;
+END;
+"""
+
+
+def _sqlite_7(db: sqlite3.Connection) -> None:
+    present = {row[1] for row in db.execute("PRAGMA table_info(usage)")}
+    for column, kind in USAGE_ADDED_7.items():
+        if column not in present:
+            db.execute(f"ALTER TABLE usage ADD COLUMN {column} {kind}")
+    for statement in _split(_SQLITE_RESPONSE_CACHE):
+        db.execute(statement)
+
+
 SQLITE: list[Callable[[sqlite3.Connection], None]] = [
     _sqlite_1,
     _sqlite_2,
@@ -258,6 +304,7 @@ SQLITE: list[Callable[[sqlite3.Connection], None]] = [
     _sqlite_4,
     _sqlite_5,
     _sqlite_6,
+    _sqlite_7,
 ]
 
 POSTGRES: list[str] = [
@@ -428,6 +475,44 @@ POSTGRES: list[str] = [
             shadow_cost_usd = d.shadow_cost_usd + excluded.shadow_cost_usd,
             cache_read_tokens = d.cache_read_tokens + excluded.cache_read_tokens,
             cache_write_tokens = d.cache_write_tokens + excluded.cache_write_tokens;
+        RETURN NULL;
+    END $$;
+    """,
+    """ALTER TABLE usage ADD COLUMN IF NOT EXISTS response_cache TEXT;
+    ALTER TABLE usage ADD COLUMN IF NOT EXISTS response_cache_saved_tokens BIGINT;
+    ALTER TABLE usage ADD COLUMN IF NOT EXISTS response_cache_saved_usd DOUBLE PRECISION;
+    ALTER TABLE usage_daily ADD COLUMN response_cache_hits BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE usage_daily ADD COLUMN response_cache_misses BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE usage_daily ADD COLUMN response_cache_bypasses BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE usage_daily ADD COLUMN response_cache_saved_usd DOUBLE PRECISION NOT NULL DEFAULT 0;
+    CREATE OR REPLACE FUNCTION usage_daily_grow() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO usage_daily AS d VALUES (
+            (to_timestamp(NEW.started_at) AT TIME ZONE 'UTC')::date, COALESCE(NEW.team, ''), NEW.model,
+            1, CASE WHEN NEW.attempt = 1 THEN 1 ELSE 0 END,
+            NEW.prompt_tokens, NEW.completion_tokens, CASE WHEN NEW.is_shadow THEN 0 ELSE NEW.cost_usd END,
+            CASE WHEN NEW.attempt = 1 AND NEW.batch_id IS NOT NULL THEN 1 ELSE 0 END,
+            CASE WHEN NEW.batch_id IS NULL THEN 0 ELSE NEW.cost_usd END,
+            CASE WHEN NEW.is_shadow THEN NEW.cost_usd ELSE 0 END,
+            COALESCE(NEW.cache_read_tokens, 0), COALESCE(NEW.cache_write_tokens, 0),
+            CASE WHEN NEW.response_cache = 'hit' THEN 1 ELSE 0 END,
+            CASE WHEN NEW.response_cache = 'miss' THEN 1 ELSE 0 END,
+            CASE WHEN NEW.response_cache = 'bypass' THEN 1 ELSE 0 END,
+            COALESCE(NEW.response_cache_saved_usd, 0))
+        ON CONFLICT (day, team, model) DO UPDATE SET
+            attempts = d.attempts + 1, requests = d.requests + excluded.requests,
+            prompt_tokens = d.prompt_tokens + excluded.prompt_tokens,
+            completion_tokens = d.completion_tokens + excluded.completion_tokens,
+            cost_usd = d.cost_usd + excluded.cost_usd,
+            batch_requests = d.batch_requests + excluded.batch_requests,
+            batch_cost_usd = d.batch_cost_usd + excluded.batch_cost_usd,
+            shadow_cost_usd = d.shadow_cost_usd + excluded.shadow_cost_usd,
+            cache_read_tokens = d.cache_read_tokens + excluded.cache_read_tokens,
+            cache_write_tokens = d.cache_write_tokens + excluded.cache_write_tokens,
+            response_cache_hits = d.response_cache_hits + excluded.response_cache_hits,
+            response_cache_misses = d.response_cache_misses + excluded.response_cache_misses,
+            response_cache_bypasses = d.response_cache_bypasses + excluded.response_cache_bypasses,
+            response_cache_saved_usd = d.response_cache_saved_usd + excluded.response_cache_saved_usd;
         RETURN NULL;
     END $$;
     """,

@@ -106,7 +106,9 @@ def check_group_by(group_by: str | None) -> None:
 
 _SUMS = (
     "SUM(cost_usd), SUM(prompt_tokens), SUM(completion_tokens), SUM(requests), SUM(batch_requests), "
-    "SUM(batch_cost_usd), SUM(shadow_cost_usd), SUM(cache_read_tokens), SUM(cache_write_tokens)"
+    "SUM(batch_cost_usd), SUM(shadow_cost_usd), SUM(cache_read_tokens), SUM(cache_write_tokens), "
+    "SUM(response_cache_hits), SUM(response_cache_misses), SUM(response_cache_bypasses), "
+    "SUM(response_cache_saved_usd)"
 )
 # Shadow calls (switchyard.learning) are paid by the platform: their cost is counted apart.
 _ATTEMPT_SUMS = (
@@ -117,7 +119,11 @@ _ATTEMPT_SUMS = (
     "SUM(CASE WHEN batch_id IS NULL THEN 0 ELSE cost_usd END) AS batch_cost_usd, "
     "SUM(CASE WHEN is_shadow THEN cost_usd ELSE 0 END) AS shadow_cost_usd, "
     "SUM(COALESCE(cache_read_tokens, 0)) AS cache_read_tokens, "
-    "SUM(COALESCE(cache_write_tokens, 0)) AS cache_write_tokens"
+    "SUM(COALESCE(cache_write_tokens, 0)) AS cache_write_tokens, "
+    "SUM(CASE WHEN response_cache = 'hit' THEN 1 ELSE 0 END) AS response_cache_hits, "
+    "SUM(CASE WHEN response_cache = 'miss' THEN 1 ELSE 0 END) AS response_cache_misses, "
+    "SUM(CASE WHEN response_cache = 'bypass' THEN 1 ELSE 0 END) AS response_cache_bypasses, "
+    "SUM(COALESCE(response_cache_saved_usd, 0)) AS response_cache_saved_usd"
 )
 # A request's route, as the report's route mix names it (`auto:<tier>`, with the tier of the first
 # model tried, `auto:<tier>→<tier>` when it escalated; `cascade:accepted`, `cascade:escalated` or
@@ -173,7 +179,9 @@ def summary_query(group_by: str | None, *, has_team: bool) -> tuple[str, bool]:
         f"SELECT {_ROUTE_LABEL} AS route, r.cost_usd AS cost_usd, r.prompt_tokens AS prompt_tokens, "
         "r.completion_tokens AS completion_tokens, r.requests AS requests, r.batch_requests AS batch_requests, "
         "r.batch_cost_usd AS batch_cost_usd, r.shadow_cost_usd AS shadow_cost_usd, "
-        "r.cache_read_tokens AS cache_read_tokens, r.cache_write_tokens AS cache_write_tokens "
+        "r.cache_read_tokens AS cache_read_tokens, r.cache_write_tokens AS cache_write_tokens, "
+        "r.response_cache_hits AS response_cache_hits, r.response_cache_misses AS response_cache_misses, "
+        "r.response_cache_bypasses AS response_cache_bypasses, r.response_cache_saved_usd AS response_cache_saved_usd "
         f"FROM ({per_request}) AS r "
         "LEFT JOIN usage AS a ON a.request_id = r.request_id AND a.attempt = r.answer_attempt"
     )
@@ -190,8 +198,12 @@ _SUMMED = (
     "shadow_cost_usd",
     "cache_read_tokens",
     "cache_write_tokens",
+    "response_cache_hits",
+    "response_cache_misses",
+    "response_cache_bypasses",
+    "response_cache_saved_usd",
 )
-_COSTS = ("cost_usd", "batch_cost_usd", "shadow_cost_usd")
+_COSTS = ("cost_usd", "batch_cost_usd", "shadow_cost_usd", "response_cache_saved_usd")
 
 
 def _group_value(group: Any) -> Any:
@@ -201,7 +213,10 @@ def _group_value(group: Any) -> Any:
 
 
 def _summary_row(group_by: str | None, row: tuple[Any, ...]) -> dict[str | None, Any]:
-    group, cost, prompt, completion, requests, batch_requests, batch_cost, shadow_cost, cache_read, cache_write = row
+    group, cost, prompt, completion, requests, batch_requests, batch_cost, shadow_cost, cache_read, cache_write = row[
+        :10
+    ]
+    hits, misses, bypasses, saved_usd = row[10:14]
     return {
         group_by: _group_value(group),
         "cost_usd": float(cost or 0.0),
@@ -213,6 +228,10 @@ def _summary_row(group_by: str | None, row: tuple[Any, ...]) -> dict[str | None,
         "shadow_cost_usd": float(shadow_cost or 0.0),
         "cache_read_tokens": int(cache_read or 0),
         "cache_write_tokens": int(cache_write or 0),
+        "response_cache_hits": int(hits or 0),
+        "response_cache_misses": int(misses or 0),
+        "response_cache_bypasses": int(bypasses or 0),
+        "response_cache_saved_usd": float(saved_usd or 0.0),
     }
 
 
@@ -220,13 +239,12 @@ def summary(
     start: dt.date, end: dt.date, group_by: str | None, team: str | None, rows: list[tuple[Any, ...]]
 ) -> dict[str, Any]:
     """The usage summary's shape; `rows` are (group, cost_usd, prompt_tokens, completion_tokens,
-    requests, batch_requests, batch_cost_usd, shadow_cost_usd, cache_read_tokens, cache_write_tokens)
-    (the cache tokens are among the prompt tokens). Costs are rounded as every output rounds USD
+    requests, batch_requests, batch_cost_usd, shadow_cost_usd, cache_read_tokens, cache_write_tokens,
+    response_cache_hits, response_cache_misses, response_cache_bypasses, response_cache_saved_usd)
+    (the prompt-cache tokens are among the prompt tokens). Costs are rounded as every output rounds USD
     (`round_usd`); the daily aggregate's "no team" ('') is shown as null."""
     data = [_summary_row(group_by, row) for row in rows]
-    totals = {
-        key: sum(row[key] for row in data) if data else (0.0 if key.endswith("cost_usd") else 0) for key in _SUMMED
-    }
+    totals = {key: sum(row[key] for row in data) if data else (0.0 if key in _COSTS else 0) for key in _SUMMED}
     for key in _COSTS:
         totals[key] = round_usd(totals[key])
     for row in data:  # rounded once summed: the rows add up to the totals within a rounding

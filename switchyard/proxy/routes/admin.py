@@ -90,6 +90,22 @@ async def delete_learning_rows(request: Request) -> Response:
     return _json({"object": "learning_rows.deleted", "team": team, "deleted": num_deleted})
 
 
+@router.delete("/admin/cache", openapi_extra=query(("team", {"type": "string"})))
+async def purge_response_cache(request: Request) -> Response:
+    """Every response-cache entry of one team (docs/cache.md); with `cache.scope: shared`, the
+    shared entries, which every team's answers went into."""
+    require_admin(request)
+    services = services_of(request)
+    team = request.query_params.get("team")
+    if not team:
+        raise InvalidRequest("Name the team whose cached answers to delete: ?team=<name>.", param="team")
+    if team not in services.directory.teams:
+        raise NotFound(f"No team is named '{team}'.", param="team")
+    cache = services.response_cache
+    num_deleted = await cache.purge(team) if cache is not None else 0
+    return _json({"object": "response_cache.deleted", "team": team, "deleted": num_deleted})
+
+
 @router.get("/admin/keys", openapi_extra=query(("team", {"type": "string"})))
 async def list_keys(request: Request) -> Response:
     require_admin(request)

@@ -273,3 +273,19 @@ def test_prompt_cache_tokens_and_what_they_saved_in_the_models_table_the_summary
     assert (summary["cache_read_tokens"], summary["cache_write_tokens"]) == (160, 80)
     assert summary["cache_saved_usd"] == pytest.approx(saved)
     assert "Saved by prompt caching" in report.html() and "160 prompt tokens read from a cache" in report.html()
+
+
+def test_response_cache_hits_their_rate_and_what_they_saved_in_the_summary_and_the_page() -> None:
+    records = [
+        rec("h1", 1, 1.0, "claude", "completed", 0.0, response_cache="hit", response_cache_saved_usd=0.002),
+        rec("h2", 1, 2.0, "claude", "completed", 0.0, response_cache="hit", response_cache_saved_usd=0.003),
+        rec("m1", 1, 3.0, "claude", "completed", 0.0, response_cache="miss"),
+        rec("b1", 1, 4.0, "claude", "completed", 0.0, response_cache="bypass"),  # not one it could serve
+        rec("o1", 1, 5.0, "small-m", "completed", 0.0),  # the cache had nothing to do with it
+    ]
+    report = build(records)
+    cache = report.summary_json()["response_cache"]
+    assert (cache["hits"], cache["misses"]) == (2, 1)
+    assert cache["hit_rate"] == pytest.approx(2 / 3) and cache["saved_usd"] == pytest.approx(0.005)
+    assert "Saved by the response cache" in report.html() and "2 answers from the cache · 66.7% of 3" in report.html()
+    assert build([rec("o1", 1, 5.0, "small-m", "completed", 0.0)]).summary_json()["response_cache"]["hit_rate"] is None

@@ -157,6 +157,10 @@ async def test_the_summary_reads_utc_days_inclusively_by_model_or_day(database: 
         "shadow_cost_usd": pytest.approx(0.5),
         "cache_read_tokens": 64,  # among the prompt tokens
         "cache_write_tokens": 30,
+        "response_cache_hits": 0,
+        "response_cache_misses": 0,
+        "response_cache_bypasses": 0,
+        "response_cache_saved_usd": 0.0,
         "data": [
             {
                 "model": "large",
@@ -169,6 +173,10 @@ async def test_the_summary_reads_utc_days_inclusively_by_model_or_day(database: 
                 "shadow_cost_usd": pytest.approx(0.5),
                 "cache_read_tokens": 64,
                 "cache_write_tokens": 30,
+                "response_cache_hits": 0,
+                "response_cache_misses": 0,
+                "response_cache_bypasses": 0,
+                "response_cache_saved_usd": 0.0,
             },
             {
                 "model": "small",
@@ -181,6 +189,10 @@ async def test_the_summary_reads_utc_days_inclusively_by_model_or_day(database: 
                 "shadow_cost_usd": 0.0,
                 "cache_read_tokens": 0,
                 "cache_write_tokens": 0,
+                "response_cache_hits": 0,
+                "response_cache_misses": 0,
+                "response_cache_bypasses": 0,
+                "response_cache_saved_usd": 0.0,
             },
         ],
     }

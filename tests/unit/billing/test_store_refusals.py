@@ -51,6 +51,10 @@ async def test_refusals_are_kept_and_change_no_usage_summary(database_url: str) 
             "shadow_cost_usd": 0.0,
             "cache_read_tokens": 0,
             "cache_write_tokens": 0,
+            "response_cache_hits": 0,
+            "response_cache_misses": 0,
+            "response_cache_bypasses": 0,
+            "response_cache_saved_usd": 0.0,
             "data": [],
         }
         spent = await database.spend_since(T0 - 1)

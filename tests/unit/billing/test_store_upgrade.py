@@ -14,7 +14,7 @@ from tests.unit.billing.test_store import usage
 
 NEW_COLUMNS = ("confidence", "threshold", "request_ttfb_ms", "request_duration_ms")
 # added by later migrations than those under test here
-LATER_COLUMNS = ("routing_version", "cache_read_tokens", "cache_write_tokens")
+LATER_COLUMNS = ("routing_version", "cache_read_tokens", "cache_write_tokens", *migrations.USAGE_ADDED_7)
 
 
 async def test_an_old_database_gains_the_columns_and_keeps_its_rows(
@@ -89,7 +89,7 @@ async def test_an_old_database_gains_the_cache_token_columns_and_sums(
         before.setattr(migrations, "SQLITE", migrations.SQLITE[:5])
         before.setattr(migrations, "POSTGRES", migrations.POSTGRES[:5])
         old = await open_database(database_url)
-        old_columns = [c for c in USAGE_COLUMNS if c not in migrations.USAGE_ADDED_6]
+        old_columns = [c for c in USAGE_COLUMNS if c not in (*migrations.USAGE_ADDED_6, *migrations.USAGE_ADDED_7)]
         record = usage("old", prompt_tokens=100)
         values = dict(zip(USAGE_COLUMNS, usage_values(record), strict=True))
         placeholders = ", ".join("?" for _ in old_columns)
@@ -114,5 +114,47 @@ async def test_an_old_database_gains_the_cache_token_columns_and_sums(
         )
         by_key = await database.usage_summary(day, day, group_by="key", team=None)  # read from the attempts
         assert (by_key["cache_read_tokens"], by_key["cache_write_tokens"]) == (2048, 2048)
+    finally:
+        await database.aclose()
+
+
+async def test_an_old_database_gains_the_response_cache_columns_and_sums(
+    database_url: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rows from before the response cache read back without its fields and add nothing to its
+    sums; a hit, a miss and a bypass written after are counted into the daily aggregate."""
+    with monkeypatch.context() as before:
+        before.setattr(migrations, "SQLITE", migrations.SQLITE[:6])
+        before.setattr(migrations, "POSTGRES", migrations.POSTGRES[:6])
+        old = await open_database(database_url)
+        old_columns = [c for c in USAGE_COLUMNS if c not in migrations.USAGE_ADDED_7]
+        record = usage("old", prompt_tokens=100)
+        values = dict(zip(USAGE_COLUMNS, usage_values(record), strict=True))
+        placeholders = ", ".join("?" for _ in old_columns)
+        await old.execute(
+            f"INSERT INTO usage ({', '.join(old_columns)}) VALUES ({placeholders})", *(values[c] for c in old_columns)
+        )
+        await old.aclose()
+    database = await open_database(database_url)
+    try:
+        assert await database.read_usage(request_id="old") == [record]
+        hit = usage(
+            "hit",
+            prompt_tokens=0,
+            completion_tokens=0,
+            cost_usd=0.0,
+            response_cache="hit",
+            response_cache_saved_tokens=15,
+            response_cache_saved_usd=0.25,
+        )
+        missed, bypassed = usage("miss", response_cache="miss"), usage("bypass", response_cache="bypass")
+        assert await database.insert_usage([hit, missed, bypassed]) == 3
+        assert await database.read_usage(request_id="hit") == [hit]
+        day = dt.datetime.fromtimestamp(record.started_at, dt.UTC).date()
+        for group_by in ("model", "key"):  # the daily aggregate, and the attempts
+            summary = await database.usage_summary(day, day, group_by=group_by, team=None)
+            counts = [summary[f"response_cache_{k}"] for k in ("hits", "misses", "bypasses", "saved_usd")]
+            assert counts == [1, 1, 1, pytest.approx(0.25)], group_by
     finally:
         await database.aclose()

@@ -27,6 +27,12 @@ ROW_KEYS = [
     "cache_read_tokens",
     "cache_write_tokens",
 ]
+RESPONSE_CACHE_KEYS = [
+    "response_cache_hits",
+    "response_cache_misses",
+    "response_cache_bypasses",
+    "response_cache_saved_usd",
+]
 
 
 def attempt(request_id: str, number: int = 1, **changes) -> UsageRecord:
@@ -108,7 +114,7 @@ async def test_every_group_has_the_same_shape_and_adds_up_to_the_totals(database
         assert summary["group_by"] == group
         assert {k: summary[k] for k in ROW_KEYS} == {k: totals[k] for k in ROW_KEYS}, group
         for row in summary["data"]:
-            assert list(row) == [group, *ROW_KEYS]
+            assert list(row) == [group, *ROW_KEYS, *RESPONSE_CACHE_KEYS]
         assert sum(row["requests"] for row in summary["data"]) == 5
 
 
