@@ -14,7 +14,8 @@ STAMP  := $(VENV)/.installed-dev$(if $(GEMMA),-gemma)$(if $(QWEN),-qwen)
 # instructor and llama-index with openai 2.x (see test-clients-openai2)
 CLIENTS_OPENAI2_VENV := .venv-clients-openai2
 
-.PHONY: serve test coverage test-fast lint imports bench bench-served install clean image-test wheel-test claude-code
+.PHONY: serve test coverage test-fast lint imports bench bench-served install clean image-test wheel-test claude-code \
+	chart-test chart-sync
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found; run 'make PYTHON=python3 ...'"; exit 1; }
@@ -176,6 +177,16 @@ bench: bench-served .venv-litellm-proxy/.installed
 # (docker/image-test.sh; docs/deploy.md). Needs podman, buildah and debootstrap (.ci/run installs them).
 image-test:
 	docker/image-test.sh
+
+# deploy/kubernetes (docs/kubernetes.md): both overlays rendered with `kubectl kustomize`, every object
+# validated against a current Kubernetes release's schemas (kubernetes-validate, offline), and what
+# the deployment relies on asserted. Part of `make test` too. chart-sync rewrites the PrometheusRule
+# and the dashboard from docker/'s files (Kustomize reads nothing outside its folder).
+chart-test: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:randomly tests/integration/test_kubernetes_manifests.py
+
+chart-sync: $(STAMP)
+	$(BIN)/python deploy/kubernetes/sync.py
 
 # The README's pip path: the wheel built from this checkout, `pip install`ed with all its dependencies
 # into a fresh venv, `switchyard models install`, `switchyard serve` answering local-small

@@ -1,5 +1,5 @@
 """The real components some tests need: Valkey and PostgreSQL (from wheels), Chromium, Prometheus,
-promtool and docker-compose (Debian's packages, which .ci/run installs).
+promtool, docker-compose and kubectl (Debian's packages, which .ci/run installs).
 
 Where one cannot run, its tests skip with the reason; under CI=true they fail with it, because a
 green CI run must have tested them. The run's last lines count the skips and give their reasons.

@@ -55,7 +55,12 @@ class ServerSettings(StrictModel):
     # max_connections and the open-file reserve apply to each worker.
     workers: int = Field(default=1, ge=1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    access_log: bool = False
+    access_log: bool = False  # uvicorn's line per request; credentials in query strings masked
+    # /metrics: open while the config has no key at all (no auth.admin_key, no team); once it has
+    # one, the scrape needs `Authorization: Bearer <metrics_token>` (or the admin key);
+    # metrics_public: true keeps it open (a trusted network)
+    metrics_token: SecretStr | None = None
+    metrics_public: bool = False
     # /health/ready answers 200 when every model is ready (`all`), or as soon as one is (`any`)
     ready_when: Literal["all", "any"] = "all"
     # Browser origins that may call the API (CORS, preflight included), e.g. [https://app.example.com]

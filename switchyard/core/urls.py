@@ -3,7 +3,8 @@
 A `base_url` may carry credentials (`http://user:password@host/v1`). They are taken out before the
 URL is used or printed (`split_credentials`) and sent as the upstream's auth; what reaches a
 client names a deployment by its backend kind and replica number (`replica_label`), never by its
-address.
+address. Text that may hold URLs (the request and access logs, `check-config`'s output) goes through
+`redact_credentials`: passwords in URLs and credentials in query strings (`?api_key=`) masked.
 """
 
 from __future__ import annotations
@@ -12,6 +13,12 @@ import re
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 _CREDENTIALS_IN_URL = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/?#@\s]+)@")
+# Query parameters that carry a credential (`?api_key=`, `&token=`): their values are masked.
+CREDENTIAL_PARAMS = ("api_key", "api-key", "apikey", "x-api-key", "key", "token", "access_token", "password", "secret")
+_CREDENTIAL_IN_QUERY = re.compile(
+    r"(?P<name>[?&;](?:" + "|".join(re.escape(name) for name in CREDENTIAL_PARAMS) + r")=)[^&;#\s\"]*",
+    re.IGNORECASE,
+)
 
 
 def replica_label(kind: str, index: int) -> str:
@@ -43,12 +50,15 @@ def has_credentials(url: str) -> bool:
 
 def redact_credentials(text: str) -> str:
     """`text` with the password of every URL in it masked: `user:***@`; a lone user (which may
-    be a token) becomes `***@`. For output that may hold URLs."""
+    be a token) becomes `***@`; the value of a credential in a query string (`CREDENTIAL_PARAMS`:
+    `?api_key=***`) too. For output that may hold URLs or request targets."""
 
     def mask(match: re.Match[str]) -> str:
         user, has_password, _ = match["userinfo"].partition(":")
         return match["scheme"] + (f"{user}:***@" if has_password else "***@")
 
+    if "=" in text:
+        text = _CREDENTIAL_IN_QUERY.sub(r"\g<name>***", text)
     if "://" not in text:  # no URL: the regex would try a scheme at every letter (a request-log line)
         return text
     return _CREDENTIALS_IN_URL.sub(mask, text)

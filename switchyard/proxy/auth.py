@@ -70,6 +70,19 @@ def is_admin(services: Services, request: Request, *, allow_basic: bool = False)
     return same_digest(digest(given), digest(admin_key.get_secret_value()))
 
 
+def may_scrape(services: Services, request: Request) -> bool:
+    """May the request read `/metrics`? Yes when `server.metrics_public` is on or no key is
+    configured anywhere (no admin key, no metrics token, no team); else only with the metrics
+    token or the admin key as a bearer token, compared as digests."""
+    server = services.settings.server
+    admin_key = services.settings.auth.admin_key
+    tokens = [secret.get_secret_value() for secret in (server.metrics_token, admin_key) if secret is not None]
+    if server.metrics_public or not (tokens or services.directory.is_enabled):
+        return True
+    given = _presented_key(request, allow_basic=False)
+    return given is not None and any(same_digest(digest(given), digest(token)) for token in tokens)
+
+
 def saturation_priority(services: Services, request: Request, principal: Principal | None) -> str | None:
     """How the request meets a saturated backend: from the key's team, else the header."""
     if principal is None:

@@ -15,7 +15,8 @@ limits added (see docs/edge.md for why uvicorn and not another server):
 - the server's own 400s (a malformed request line, a bad Content-Length) are OpenAI-shaped.
 
 `uvicorn_config()` is the one place that builds the uvicorn Config, for `switchyard serve` and the
-test servers alike.
+test servers alike; its access log, when on, has credentials in query strings masked
+(`switchyard.proxy.access_log`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from switchyard.core.errors import (
     error_body,
 )
 from switchyard.core.settings import ServerSettings
+from switchyard.proxy.access_log import install_access_log_redaction
 
 logger = logging.getLogger("switchyard.edge")
 
@@ -426,4 +428,6 @@ def uvicorn_config(app: Any, server: ServerSettings, **overrides: Any) -> uvicor
         "ws": "none",
         "timeout_graceful_shutdown": 5,
     }
-    return uvicorn.Config(app, **(options | overrides))
+    config = uvicorn.Config(app, **(options | overrides))
+    install_access_log_redaction()  # after the Config, which sets up uvicorn's loggers
+    return config

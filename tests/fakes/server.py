@@ -44,11 +44,17 @@ def stop_server(base_url: str) -> None:
 
 @contextmanager
 def serve_in_thread(
-    app, *, server: ServerSettings | None = None, log_level: str = "error", graceful_shutdown_s: float = 1
+    app,
+    *,
+    server: ServerSettings | None = None,
+    log_level: str = "error",
+    graceful_shutdown_s: float = 1,
+    access_log: bool = False,
 ) -> Iterator[str]:
     """Yield the base URL (``http://127.0.0.1:PORT``) while `app` is being served, with the
     production uvicorn Config (`switchyard.proxy.edge.uvicorn_config`) and `server`'s limits.
-    `graceful_shutdown_s`: how long a stopping server lets requests in flight finish."""
+    `graceful_shutdown_s`: how long a stopping server lets requests in flight finish; `access_log`
+    (with `log_level="info"`): uvicorn's access log on, as `server.access_log: true` turns it on."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -60,7 +66,7 @@ def serve_in_thread(
         app,
         server,
         log_level=log_level,
-        access_log=False,
+        access_log=access_log,
         lifespan="on",
         loop="asyncio",
         timeout_graceful_shutdown=graceful_shutdown_s,

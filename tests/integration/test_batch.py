@@ -401,7 +401,7 @@ def test_two_proxies_drain_one_batch_each_line_once(tmp_path, valkey, held):
 
 
 def _batch_lines_answered(base: str) -> int:
-    text = httpx.get(base.removesuffix("/v1") + "/metrics").text
+    text = httpx.get(base.removesuffix("/v1") + "/metrics", headers={"authorization": f"Bearer {ADMIN}"}).text
     return sum(
         int(float(line.rsplit(" ", 1)[1]))
         for line in text.splitlines()

@@ -71,6 +71,7 @@ def ladder(tmp_path):
                 resilience={"max_attempts": 1},
                 billing={"ledger_path": tmp_path / f"usage-{len(states)}-{time.monotonic_ns()}.db"},
                 teams=teams or {},
+                server={"metrics_public": True},  # scraped without a token
             )
             app = create_app(settings)
             return stack.enter_context(serve_in_thread(app)), app

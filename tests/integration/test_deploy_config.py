@@ -194,3 +194,13 @@ def test_the_image_copies_the_package_folder() -> None:
     assert re.search(r"^USER switchyard$", dockerfile, flags=re.MULTILINE)
     assert '"/health/live"' in dockerfile or "/health/live'" in dockerfile
     assert 'ENTRYPOINT ["switchyard", "serve"]' in dockerfile
+
+
+def test_prometheus_scrapes_with_the_token_compose_gives_the_proxy() -> None:
+    """The proxy configs have keys, so /metrics needs server.metrics_token: Prometheus's file and
+    compose's default for the proxy must hold the same one."""
+    scrape = load(PROMETHEUS / "prometheus.yml")["scrape_configs"][0]
+    token_file = PROMETHEUS / scrape["authorization"]["credentials_file"]
+    environment = load(DOCKER / "compose.yaml")["x-proxy"]["environment"]
+    default = re.fullmatch(r"\$\{METRICS_TOKEN:-(.+)\}", environment["SWITCHYARD__SERVER__METRICS_TOKEN"])
+    assert default is not None and default[1] == token_file.read_text().strip()

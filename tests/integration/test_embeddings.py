@@ -58,6 +58,7 @@ def served(tmp_path_factory):
                 "search": {"api_keys": [KEYS["search"]]},
                 "broke": {"api_keys": [KEYS["broke"]], "budget_usd_per_day": 0.0},
             },
+            server={"metrics_public": True},  # scraped without a token
             billing={"ledger_path": tmp / "usage.db"},
             upstream={"health_interval_s": 0.2},
         )

@@ -35,7 +35,7 @@ from tests.helpers import wait_until
 TEAM_KEY = "sk-fuzz-team"
 ADMIN_KEY = "sk-fuzz-admin"
 MODEL = "fake-small"
-OPEN_PATHS = ("/health/live", "/health/ready", "/metrics")  # served without a key
+OPEN_PATHS = ("/health/live", "/health/ready")  # served without a key (/metrics too, but not here: keys are set)
 ERROR_KEYS = {"message", "type", "param", "code"}
 ANTHROPIC_ERROR_TYPES = {  # Anthropic's error type for each status (docs/anthropic.md)
     **{400: "invalid_request_error", 401: "authentication_error", 403: "permission_error"},
@@ -144,7 +144,7 @@ def _not_on_an_xdist_worker() -> None:
 def test_fuzz_with_a_key(fuzzed_proxy, case):
     _not_on_an_xdist_worker()
     _for_the_served_model(case)
-    key = ADMIN_KEY if case.path.startswith("/admin") else TEAM_KEY
+    key = ADMIN_KEY if case.path.startswith("/admin") or case.path == "/metrics" else TEAM_KEY
     response = case.call(base_url=fuzzed_proxy, headers={"authorization": f"Bearer {key}"}, timeout=30)
     case.validate_response(response, checks=[*CHECKS, negative_data_rejection])
 

@@ -232,6 +232,7 @@ def test_a_teams_cost_tokens_and_budget_share_are_by_team():
         settings = Settings(
             models=[{"name": "m", "base_url": url, "price": {"input_usd_per_mtok": 1000, "output_usd_per_mtok": 1000}}],
             teams={"research": {"api_keys": ["sk-research"], "budget_usd_per_day": 1.0}},
+            server={"metrics_public": True},  # scraped without a token
             billing={"ledger_path": None},
         )
         base = stack.enter_context(serve_in_thread(create_app(settings)))
@@ -262,7 +263,7 @@ def gated():
                 "capped": {"api_keys": ["sk-capped"], "priority": "short"},
                 "once": {"api_keys": ["sk-once"], "rpm": 1},
             },
-            server={"max_body_bytes": 1024},
+            server={"max_body_bytes": 1024, "metrics_public": True},
             billing={"ledger_path": None, "priority_tiers": {"short": {"max_tokens": 50}}},
         )
         yield stack.enter_context(serve_in_thread(create_app(settings)))

@@ -32,6 +32,7 @@ DASHBOARD = ROOT / "docker" / "grafana" / "dashboards" / "switchyard.json"
 ALERTS = ROOT / "docker" / "prometheus" / "alerts.yml"
 PRICE = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}
 KEY = {"authorization": "Bearer sk-research"}
+METRICS_TOKEN = "scrape-token"
 # Grafana's variables, as Grafana would fill them in for a 1 s scrape (4 x scrape interval), but for a
 # rate window long enough that the queries still see the traffic's rise however long this machine
 # takes to get to them after it
@@ -104,6 +105,7 @@ def proxy(tmp_path):
             },
             cascade={"ladder": ["m-small", "m-large"], "scorer": "mean_logprob", "threshold": -1.0},
             teams={"research": {"api_keys": ["sk-research"], "budget_usd_per_day": 1.0}},
+            server={"metrics_token": METRICS_TOKEN},  # Prometheus scrapes with it (docs/metrics.md)
             resilience={"max_attempts": 1},
             # a health probe late on a busy machine must not take a tier out of the routes
             upstream={"health_interval_s": 0.2, "health_timeout_s": 30},
@@ -134,6 +136,9 @@ def prometheus(proxy, tmp_path):
             }
         ],
     }
+    token_path = tmp_path / "metrics-token"
+    token_path.write_text(METRICS_TOKEN + "\n")
+    config["scrape_configs"][0]["authorization"] = {"credentials_file": str(token_path)}
     config_path = tmp_path / "prometheus.yml"
     config_path.write_text(yaml.safe_dump(config))
     log = (tmp_path / "prometheus.log").open("w")

@@ -63,7 +63,9 @@ def _post(url: str, body: dict | bytes, key: str | None) -> httpx.Response:
 
 
 def _metrics(url: str) -> dict:
-    families = text_string_to_metric_families(httpx.get(url + "/metrics", timeout=30).text)
+    families = text_string_to_metric_families(
+        httpx.get(url + "/metrics", headers={"authorization": "Bearer sk-admin"}, timeout=30).text
+    )
     return {f.name: f for f in families}
 
 

@@ -226,7 +226,9 @@ def test_a_hit_is_metered_in_the_ledger_usage_and_metrics(proxy):
     assert sum(row["response_cache_hits"] for row in by_route["data"]) == totals["response_cache_hits"]
     metrics = {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(httpx.get(base + "/metrics").text)
+        for family in text_string_to_metric_families(
+            httpx.get(base + "/metrics", headers={"Authorization": f"Bearer {ADMIN}"}).text
+        )
         for sample in family.samples
     }
     hits = metrics[("switchyard_response_cache_requests_total", (("result", "hit"), ("route", "m"), ("team", "beta")))]

@@ -134,7 +134,7 @@ def test_reload_changes_routing_and_version_without_restart(proxy):
         assert cards["cascade"]["routing_versions"] == {"current": new}
         again = client.post("/admin/reload", headers=ADMIN).json()  # nothing changed on disk
         assert again["changed"] is False and again["current"]["version"] == new
-        families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+        families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics", headers=ADMIN).text)}
     samples = families["switchyard_routing_version_info"].samples
     info = {(s.labels["version"], s.labels["role"]): s.value for s in samples}
     assert info == {(old, "current"): 0.0, (new, "current"): 1.0}

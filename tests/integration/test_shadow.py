@@ -216,7 +216,7 @@ def test_usage_and_metrics_show_shadow_apart(proxy: Proxy) -> None:
     assert shadow_usd > 0
     assert usage["shadow_cost_usd"] == pytest.approx(shadow_usd, abs=1e-6)
     assert usage["cost_usd"] == pytest.approx(team_usd, abs=1e-6)
-    metrics = httpx.get(proxy.base + "/metrics", timeout=30).text
+    metrics = httpx.get(proxy.base + "/metrics", headers={"authorization": f"Bearer {ADMIN}"}, timeout=30).text
     sampled = re.search(r'switchyard_shadow_requests_total\{outcome="sampled"\} ([0-9.]+)', metrics)
     labelled = re.search(r'switchyard_shadow_requests_total\{outcome="labelled"\} ([0-9.]+)', metrics)
     assert sampled is not None and float(sampled.group(1)) >= 1
@@ -226,7 +226,7 @@ def test_usage_and_metrics_show_shadow_apart(proxy: Proxy) -> None:
     def weak_win_rate() -> float | None:
         found = re.search(
             r'switchyard_drift_rate\{kind="observed",signal="weak_win_rate"\} ([0-9.]+)',
-            httpx.get(proxy.base + "/metrics", timeout=30).text,
+            httpx.get(proxy.base + "/metrics", headers={"authorization": f"Bearer {ADMIN}"}, timeout=30).text,
         )
         return float(found.group(1)) if found else None
 
@@ -289,7 +289,9 @@ def test_a_spent_budget_stops_shadowing_and_old_rows_are_pruned(tmp_path: Path) 
         pattern = re.compile(r'switchyard_shadow_requests_total\{outcome="over_budget"\} ([0-9.]+)')
 
         def over_budget() -> bool:
-            found = pattern.search(httpx.get(base + "/metrics", timeout=30).text)
+            found = pattern.search(
+                httpx.get(base + "/metrics", headers={"authorization": f"Bearer {ADMIN}"}, timeout=30).text
+            )
             return found is not None and float(found.group(1)) >= 1
 
         assert wait_until(over_budget)

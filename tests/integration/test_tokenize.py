@@ -94,6 +94,7 @@ def proxy(tmp_path_factory):
                 litellm("llama", "groq/llama3-70b-8192"),
             ],
             teams=TEAMS,
+            server={"metrics_public": True},  # scraped below without a token
             cascade={"ladder": ["tiny", "big"]},
             routing={
                 "thresholds_file": thresholds,

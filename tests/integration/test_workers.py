@@ -38,7 +38,7 @@ BUDGET_USD = 0.05
 PRICE_OUT = 200.0  # USD per million output tokens: 5 tokens cost $0.001, and the prompt is free
 # A connection idle in the pool of a client that is slow to read its answers (a burst on a busy
 # machine) must not be closed under the client's next request by the keep-alive or header timeout.
-SERVER = "{log_level: warning, keepalive_timeout_s: 300, header_timeout_s: 300}"
+SERVER = "{log_level: warning, keepalive_timeout_s: 300, header_timeout_s: 300, metrics_public: true}"
 
 
 @dataclass
