@@ -17,6 +17,8 @@ CLIENTS_OPENAI2_VENV := .venv-clients-openai2
 .PHONY: serve test coverage test-fast lint imports bench bench-served install clean image-test wheel-test claude-code \
 	chart-test chart-sync
 
+export PYTHONDONTWRITEBYTECODE :=
+
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found; run 'make PYTHON=python3 ...'"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +26,10 @@ $(BIN)/python:
 
 # --no-compile: otherwise pip byte-compiles every module it installs (torch's thousands among them):
 # the install took 105 s with that and 49 s without (cold, 2 cores). Python compiles the modules it
-# imports when it first does.
+# imports when it first does, and keeps them: PYTHONDONTWRITEBYTECODE is emptied for everything make
+# runs (the export above), since with it set, as on some CI machines, nothing in the fresh venv was
+# ever kept and every process compiled all it imported, every time (torch, transformers, LiteLLM,
+# scikit-learn and the proxy: 33 s of CPU per process instead of 14 s; the suite starts hundreds).
 $(STAMP): pyproject.toml Makefile switchyard/backends/embedded/packages.py | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --no-compile -e '.[dev]'
 	$(BIN)/switchyard models install --quiet $(MODELS)
