@@ -201,7 +201,7 @@ async def relay(
             _count_cache(services, lookup, decision, team.name if team is not None else None, 0.0)
             answer.headers.update(lookup.header())
             if keeping is not None and answer.is_whole and answer.status == 200:
-                await _keep_whole(services, keeping, answered, meter)
+                _keep_whole(services, keeping, answered, meter)
         relayed = replace(answer, started_at=started_at, meter=meter, decision=decision, answered=answered)
         return relayed
     except SwitchyardError as exc:
@@ -256,10 +256,10 @@ def _stream_keeper(services: Services, keeping: Lookup | None, answered: Answere
     return StreamKeeper(services.response_cache, keeping, answered.entry.name, answered.deployment)
 
 
-async def _keep_whole(services: Services, keeping: Lookup, answered: Answered, meter: RequestMeter) -> None:
+def _keep_whole(services: Services, keeping: Lookup, answered: Answered, meter: RequestMeter) -> None:
     assert services.response_cache is not None
     result = answered.whole
-    await services.response_cache.keep(
+    services.response_cache.keep(
         keeping,
         result.data,
         model=answered.entry.name,
@@ -527,6 +527,6 @@ async def _sse_body(
             meter.spending.settle()
         await rest.aclose()  # type: ignore[attr-defined]
     if keeper is not None and status == "completed":
-        await keeper.keep(meter.total_cost_usd)
+        keeper.keep(meter.total_cost_usd)
     meter.first_byte()  # an empty stream's first byte is its end
     yield shape.end()

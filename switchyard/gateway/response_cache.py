@@ -11,6 +11,7 @@ different.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -29,6 +30,8 @@ from switchyard.cache.policy import CachePolicy, Verdict
 from switchyard.classifier.embedder import shared_static_embedder
 from switchyard.core.chat_wire import ChatCompletionRequest, StreamChunk
 from switchyard.core.errors import BackendError
+
+logger = logging.getLogger("switchyard")
 
 CACHE_HEADER = "x-switchyard-cache"
 NEIGHBOURS = 4  # semantic candidates the guard reads, most similar first
@@ -90,6 +93,7 @@ class ResponseCache:
         self.policy = policy
         self.store = store
         self.embed = embed or EMBEDDINGS[policy.settings.embedder]
+        self._writes: set[asyncio.Task] = set()  # answers being kept
 
     async def warm(self) -> None:
         """Load the embedder before the first semantic request needs it (off the event loop)."""
@@ -131,12 +135,33 @@ class ResponseCache:
             guarded = guarded or reason
         return Lookup(verdict, scope, keys, vector, guarded=guarded)
 
-    async def keep(
+    def keep(
         self, lookup: Lookup, body: bytes, *, model: str, deployment: str, usage: dict[str, Any] | None, cost_usd: float
     ) -> None:
-        """A miss's completed answer (a chat.completion's JSON), kept for the next asker."""
+        """A miss's completed answer (a chat.completion's JSON), kept for the next asker: written
+        beside the request, not before its answer is sent (a write to Valkey is a round trip)."""
         if lookup.keys is None or lookup.hit is not None:
             return
+        write = asyncio.get_running_loop().create_task(
+            self._keep(lookup, body, model=model, deployment=deployment, usage=usage, cost_usd=cost_usd)
+        )
+        self._writes.add(write)
+        write.add_done_callback(self._written)
+
+    def _written(self, write: asyncio.Task) -> None:
+        self._writes.discard(write)
+        if not write.cancelled() and (exc := write.exception()) is not None:
+            logger.warning("response cache: an answer could not be kept: %r", exc)
+
+    async def settle(self) -> None:
+        """Wait for the answers still being written (at shutdown, before the store closes)."""
+        while self._writes:
+            await asyncio.gather(*self._writes, return_exceptions=True)
+
+    async def _keep(
+        self, lookup: Lookup, body: bytes, *, model: str, deployment: str, usage: dict[str, Any] | None, cost_usd: float
+    ) -> None:
+        assert lookup.keys is not None
         usage = usage or {}
         answer = CachedAnswer(
             body=body,
@@ -215,12 +240,12 @@ class StreamKeeper:
         except BackendError:  # not an answer the cache can replay; the stream itself goes on
             self.is_broken = True
 
-    async def keep(self, cost_usd: float) -> None:
+    def keep(self, cost_usd: float) -> None:
         """The stream completed: keep its answer."""
         if self.is_broken or self.assembler.first is None:
             return
         result = self.assembler.result()
-        await self.cache.keep(
+        self.cache.keep(
             self.lookup,
             result.data,
             model=self.model,

@@ -213,6 +213,7 @@ async def _response_cache(settings: Settings) -> AsyncIterator[ResponseCache | N
     finally:
         warming.cancel()
         await asyncio.gather(warming, return_exceptions=True)
+        await cache.settle()
         await store.close()
 
 

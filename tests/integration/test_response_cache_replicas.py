@@ -16,7 +16,8 @@ from switchyard.core.settings import Settings
 from switchyard.proxy.app import create_app
 from tests.fakes.openai_upstream import FakeOpenAIUpstream, FakeState
 from tests.fakes.server import serve_in_thread
-from tests.servers.valkey import valkey_fixture, valkey_session_fixture  # noqa: F401
+from tests.helpers import wait_until
+from tests.servers.valkey import EmbeddedValkey, valkey_fixture, valkey_session_fixture  # noqa: F401
 
 ADMIN = "sk-admin"
 TEAMS = {"alpha": {"api_keys": ["sk-alpha"]}, "beta": {"api_keys": ["sk-beta"]}}
@@ -40,7 +41,18 @@ def replicas(tmp_path, valkey):
             app = create_app(settings)
             bases.append(stack.enter_context(serve_in_thread(app)))
             assert isinstance(app.state.services.response_cache.store, ValkeyStore)
-        yield bases, state
+        yield bases, state, valkey
+
+
+def _kept(valkey: EmbeddedValkey, team: str, count: int) -> None:
+    """Wait until `count` answers of `team` are in Valkey (an answer is kept beside its request,
+    after it was sent)."""
+    with valkey.client() as client:
+
+        def stored() -> bool:
+            return len(list(client.scan_iter(f"switchyard:cache:s:{team}:e:*"))) >= count
+
+        assert wait_until(stored, timeout_s=30), f"{team}'s answers were not kept"
 
 
 def _ask(base: str, content: str, key: str = "sk-alpha") -> httpx.Response:
@@ -51,10 +63,11 @@ def _ask(base: str, content: str, key: str = "sk-alpha") -> httpx.Response:
 
 
 def test_an_answer_kept_by_one_replica_is_a_hit_on_the_other_for_its_team_only(replicas):
-    (a, b), state = replicas
+    (a, b), state, valkey = replicas
     question = f"How do I rotate the API key of project {next(_numbers)} in the console?"
     first = _ask(a, question)
     assert first.headers["x-switchyard-cache"] == "miss"
+    _kept(valkey, "alpha", 1)
     calls = state.num_requests
     again = _ask(b, question)
     assert again.headers["x-switchyard-cache"] == "hit" and state.num_requests == calls
@@ -65,10 +78,12 @@ def test_an_answer_kept_by_one_replica_is_a_hit_on_the_other_for_its_team_only(r
 
 
 def test_a_purge_through_one_replica_empties_the_teams_cache_on_both(replicas):
-    (a, b), state = replicas
+    (a, b), _, valkey = replicas
     question = f"What does error code {next(_numbers)} of the billing service mean?"
     _ask(a, question)
     _ask(a, question, key="sk-beta")
+    _kept(valkey, "alpha", 1)
+    _kept(valkey, "beta", 1)
     purged = httpx.delete(b + "/admin/cache", params={"team": "alpha"}, headers={"authorization": f"Bearer {ADMIN}"})
     assert purged.status_code == 200 and purged.json()["deleted"] >= 1, purged.text
     assert _ask(a, question).headers["x-switchyard-cache"] == "miss"
