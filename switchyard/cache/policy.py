@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from switchyard.cache.guard import DEFAULT_SIMILARITY_BY_EMBEDDER
+from switchyard.core.cache_settings import CacheRouteSettings, CacheSettings
 from switchyard.core.chat_wire import ChatCompletionRequest
-from switchyard.core.settings import CacheRouteSettings, CacheSettings, Settings
+from switchyard.core.settings import Settings
 
 Verdict = Literal["off", "bypass", "exact", "semantic"]
 SHARED_SCOPE = "*shared*"  # `cache.scope: shared` (not a team name: those have no asterisks)
